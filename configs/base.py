@@ -1,0 +1,19 @@
+"""ELECTRA-Base with the paper's pretraining hyper-parameters (ELECTRA.md, Table 6).
+
+Data keys stay on the bundled demo corpus and vocabulary; point `train_files`, `vocab_file`
+and `vocab_size` at your own (the paper used the 30,522-token BERT uncased WordPiece vocab).
+"""
+from configs import base_config
+
+
+def get_config():
+  c = base_config.get_config()
+  c.model_size = 'base'             # 12 layers, H 768, FFN 3072, 12 heads, E 768
+  c.generator_hidden_size = 1 / 3
+  c.mask_prob = 0.15
+  c.learning_rate = 2e-4
+  c.train_batch_size = 256
+  c.max_seq_length = 512
+  c.num_train_steps = 766_000
+  c.num_warmup_steps = 10_000
+  return c

@@ -1,0 +1,113 @@
+"""Every config key with its default: the single source of truth.
+
+Experiment files (small.py, base.py, large.py, demo.py) import this and change a few keys.
+Size keys left as None are filled from the `model_size` preset (electra_jax/config.py), so
+`--config.model_size=base` switches the whole architecture while any single key can still be
+overridden, e.g. `--config.num_layers=6`.
+"""
+from ml_collections import config_dict
+
+placeholder = config_dict.placeholder
+
+
+def get_config():
+  c = config_dict.ConfigDict()
+
+  # --- Model -------------------------------------------------------------------------------
+  # Architecture preset: 'demo', 'small', 'base' or 'large' (the paper's table).
+  c.model_size = 'small'
+  # Token embedding width E (None: from model_size). If E != hidden width, a linear E->H
+  # projection follows the shared embeddings.
+  c.embedding_size = placeholder(int)
+  # Discriminator hidden width H (None: from model_size).
+  c.hidden_size = placeholder(int)
+  # Transformer layers, for both generator and discriminator (None: from model_size).
+  c.num_layers = placeholder(int)
+  # Attention heads of the discriminator (None: from model_size).
+  c.num_heads = placeholder(int)
+  # Feed-forward inner width of the discriminator (None: from model_size).
+  c.intermediate_size = placeholder(int)
+  # Generator width as a fraction of the discriminator's (hidden, FFN and heads all scale).
+  c.generator_hidden_size = 0.25
+  # Learned absolute position embeddings (BERT: 512); max_seq_length must not exceed it.
+  c.max_position_embeddings = 512
+  # Token-type (segment) vocabulary size.
+  c.type_vocab_size = 2
+  # Dropout on embeddings, attention output and FFN output.
+  c.dropout_rate = 0.1
+  # Dropout on attention probabilities.
+  c.attention_dropout_rate = 0.1
+  # Compute dtype: 'float32' or 'bfloat16' (parameters and optimizer state stay float32).
+  c.dtype = 'float32'
+
+  # --- Data --------------------------------------------------------------------------------
+  # Sentencepiece model (*.model) with [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0..4.
+  c.vocab_file = 'data/demo_spm.model'
+  # Vocabulary size; must equal the size of vocab_file.
+  c.vocab_size = 8000
+  # Glob (comma-separated globs allowed) of UTF-8 training text: one sentence or paragraph per
+  # line, documents separated by blank lines.
+  c.train_files = 'data/demo_corpus/train/*.txt'
+  # Glob of held-out text in the same format, for periodic evaluation and evaluate.py.
+  c.eval_files = 'data/demo_corpus/eval/*.txt'
+  # Tokens per example including [CLS] and [SEP]s.
+  c.max_seq_length = 128
+  # Probability of packing an example shorter than max_seq_length (official release: 0.1).
+  c.short_seq_prob = 0.1
+
+  # --- Masking and objective ---------------------------------------------------------------
+  # Fraction of real tokens chosen for prediction (paper: 0.15; 0.25 for Large).
+  c.mask_prob = 0.15
+  # Upper bound on masked positions per sequence (None: int((mask_prob + 0.005) * seq)).
+  c.max_predictions_per_seq = placeholder(int)
+  # Of the chosen positions: fraction replaced by [MASK] (official code 0.85; BERT 0.8).
+  c.mask_token_prob = 0.85
+  # Of the chosen positions: fraction replaced by a random token (official 0.0; BERT 0.1).
+  # The rest keep the original token.
+  c.random_token_prob = 0.0
+  # Weight of the generator's MLM loss.
+  c.gen_weight = 1.0
+  # Weight of the discriminator's replaced-token-detection loss (paper: 50).
+  c.disc_weight = 50.0
+  # Softmax temperature of the generator when sampling replacements.
+  c.temperature = 1.0
+
+  # --- Optimisation ------------------------------------------------------------------------
+  # Global batch size in sequences (split over all devices of all hosts).
+  c.train_batch_size = 128
+  # Total optimizer steps.
+  c.num_train_steps = 1_000_000
+  # Linear warmup steps from 0 to learning_rate, then linear decay to 0 at num_train_steps.
+  c.num_warmup_steps = 10_000
+  # Peak learning rate.
+  c.learning_rate = 5e-4
+  # Decoupled weight decay (AdamW); not applied to LayerNorm parameters or biases.
+  c.weight_decay_rate = 0.01
+  # Adam first-moment decay.
+  c.adam_b1 = 0.9
+  # Adam second-moment decay.
+  c.adam_b2 = 0.999
+  # Adam epsilon (official release: 1e-6).
+  c.adam_epsilon = 1e-6
+  # Clip gradients to this global norm (0 disables).
+  c.max_grad_norm = 1.0
+  # Seed for initialisation, data order, masking, sampling and dropout.
+  c.seed = 0
+
+  # --- Loop, evaluation and checkpoints ----------------------------------------------------
+  # Write metrics (metrics.jsonl, TensorBoard, progress line) every N steps.
+  c.log_every_steps = 100
+  # Evaluate on eval_files every N steps (0 disables periodic evaluation).
+  c.eval_every_steps = 5000
+  # Global batch size for evaluation.
+  c.eval_batch_size = 128
+  # Batches per periodic evaluation (0: the whole eval set).
+  c.num_eval_steps = 20
+  # Save a checkpoint every N steps (and always at the end).
+  c.save_checkpoints_steps = 10_000
+  # Keep this many most recent checkpoints.
+  c.keep_checkpoint_max = 3
+  # Show a tqdm progress bar on stderr (process 0 only).
+  c.progress_bar = True
+
+  return c

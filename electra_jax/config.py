@@ -1,0 +1,97 @@
+"""Turns a user's ConfigDict into a fully resolved, validated one.
+
+Size keys left as None take the `model_size` preset; derived keys (max_predictions_per_seq)
+are filled; inconsistent values fail here, before any device work, with one line each.
+"""
+import json
+
+import ml_collections
+
+from electra_jax.errors import UserError
+
+# The paper's architectures (ELECTRA.md) plus a demo size that trains in minutes on a CPU.
+MODEL_SIZES = {
+    'demo': dict(embedding_size=128, hidden_size=128, num_layers=4, num_heads=2,
+                 intermediate_size=512),
+    'small': dict(embedding_size=128, hidden_size=256, num_layers=12, num_heads=4,
+                  intermediate_size=1024),
+    'base': dict(embedding_size=768, hidden_size=768, num_layers=12, num_heads=12,
+                 intermediate_size=3072),
+    'large': dict(embedding_size=1024, hidden_size=1024, num_layers=24, num_heads=16,
+                  intermediate_size=4096),
+}
+
+DTYPES = ('float32', 'bfloat16')
+
+
+def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Returns a locked copy with presets and derived values filled in, or raises UserError."""
+  c = ml_collections.ConfigDict(config.to_dict())
+  if c.model_size not in MODEL_SIZES:
+    raise UserError(f"config.model_size={c.model_size!r} is not one of "
+                    f"{sorted(MODEL_SIZES)}; pick one or set the size keys explicitly")
+  for key, value in MODEL_SIZES[c.model_size].items():
+    if c[key] is None:
+      c[key] = value
+  if c.max_predictions_per_seq is None:
+    c.max_predictions_per_seq = int((c.mask_prob + 0.005) * c.max_seq_length)
+  _validate(c)
+  c.lock()
+  return c
+
+
+def _check(condition: bool, message: str):
+  if not condition:
+    raise UserError(message)
+
+
+def _validate(c):
+  for key in ('embedding_size', 'hidden_size', 'num_layers', 'num_heads', 'intermediate_size',
+              'vocab_size', 'max_seq_length', 'train_batch_size', 'eval_batch_size',
+              'num_train_steps', 'log_every_steps', 'max_predictions_per_seq',
+              'keep_checkpoint_max', 'save_checkpoints_steps'):
+    _check(c[key] > 0, f'config.{key}={c[key]} must be a positive integer')
+  for key in ('num_warmup_steps', 'eval_every_steps', 'num_eval_steps', 'seed'):
+    _check(c[key] >= 0, f'config.{key}={c[key]} must be >= 0')
+  _check(c.hidden_size % c.num_heads == 0,
+         f'config.hidden_size={c.hidden_size} is not divisible by config.num_heads='
+         f'{c.num_heads}; pick sizes with an integer head width')
+  _check(0 < c.generator_hidden_size <= 1,
+         f'config.generator_hidden_size={c.generator_hidden_size} must be a fraction in (0, 1]')
+  gen = generator_sizes(c)
+  _check(gen['hidden_size'] % gen['num_heads'] == 0,
+         f"generator width {gen['hidden_size']} (config.generator_hidden_size="
+         f"{c.generator_hidden_size} of {c.hidden_size}) is not divisible by its "
+         f"{gen['num_heads']} heads; choose a fraction giving a multiple of the head count")
+  _check(c.max_seq_length <= c.max_position_embeddings,
+         f'config.max_seq_length={c.max_seq_length} exceeds config.max_position_embeddings='
+         f'{c.max_position_embeddings}; lower max_seq_length or raise max_position_embeddings')
+  _check(c.max_seq_length >= 8, f'config.max_seq_length={c.max_seq_length} must be >= 8')
+  _check(0 < c.mask_prob < 1, f'config.mask_prob={c.mask_prob} must be in (0, 1)')
+  _check(c.max_predictions_per_seq <= c.max_seq_length,
+         f'config.max_predictions_per_seq={c.max_predictions_per_seq} exceeds '
+         f'config.max_seq_length={c.max_seq_length}')
+  _check(c.mask_token_prob >= 0 and c.random_token_prob >= 0
+         and c.mask_token_prob + c.random_token_prob <= 1,
+         f'config.mask_token_prob={c.mask_token_prob} + config.random_token_prob='
+         f'{c.random_token_prob} must be probabilities summing to at most 1')
+  _check(c.temperature > 0, f'config.temperature={c.temperature} must be > 0')
+  _check(c.dtype in DTYPES, f'config.dtype={c.dtype!r} must be one of {DTYPES}')
+  for key in ('dropout_rate', 'attention_dropout_rate'):
+    _check(0 <= c[key] < 1, f'config.{key}={c[key]} must be in [0, 1)')
+  _check(c.num_warmup_steps <= c.num_train_steps,
+         f'config.num_warmup_steps={c.num_warmup_steps} exceeds config.num_train_steps='
+         f'{c.num_train_steps}; lower the warmup or raise the step count')
+  _check(c.learning_rate > 0, f'config.learning_rate={c.learning_rate} must be > 0')
+
+
+def generator_sizes(c) -> dict:
+  """The generator's width: hidden, FFN and heads scaled by `generator_hidden_size`."""
+  frac = c.generator_hidden_size
+  return dict(hidden_size=max(1, int(round(c.hidden_size * frac))),
+              intermediate_size=max(1, int(round(c.intermediate_size * frac))),
+              num_heads=max(1, int(round(c.num_heads * frac))))
+
+
+def to_json(c: ml_collections.ConfigDict) -> str:
+  return json.dumps(c.to_dict(), indent=2, sort_keys=True)

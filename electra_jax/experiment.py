@@ -1,0 +1,106 @@
+"""Everything built from a config before any step runs: tokenizer, mesh, model, objective,
+optimizer; plus the workdir checks shared by train and evaluate."""
+import dataclasses
+import json
+import os
+
+import jax
+import ml_collections
+import optax
+
+from electra_jax import checkpoint
+from electra_jax import config as config_lib
+from electra_jax import model as model_lib
+from electra_jax import objective as objective_lib
+from electra_jax import optim
+from electra_jax import parallel
+from electra_jax import train_state as ts
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.errors import UserError
+
+# Keys that fix parameter shapes: a checkpoint cannot be resumed or evaluated if they change.
+SHAPE_KEYS = ('model_size', 'embedding_size', 'hidden_size', 'num_layers', 'num_heads',
+              'intermediate_size', 'generator_hidden_size', 'vocab_size',
+              'max_position_embeddings', 'type_vocab_size')
+
+
+@dataclasses.dataclass
+class Experiment:
+  config: ml_collections.ConfigDict
+  tokenizer: object
+  mesh: jax.sharding.Mesh
+  model: model_lib.Electra
+  objective: objective_lib.ElectraObjective
+  tx: optax.GradientTransformation
+  schedule: optax.Schedule
+
+  @classmethod
+  def create(cls, config, devices=None) -> 'Experiment':
+    c = config_lib.resolve(config)
+    tokenizer = tokenizer_lib.load_tokenizer(c.vocab_file, c.vocab_size)
+    mesh = parallel.make_mesh(devices)
+    parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size')
+    parallel.check_batch_divides(c.eval_batch_size, mesh, 'eval_batch_size')
+    model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+    objective = objective_lib.ElectraObjective.from_config(model, c, tokenizer.special_ids,
+                                                           tokenizer.mask_id)
+    tx, schedule = optim.make_optimizer(c)
+    return cls(c, tokenizer, mesh, model, objective, tx, schedule)
+
+  def init_state(self) -> ts.TrainState:
+    c = self.config
+    return ts.init_state(self.mesh, jax.random.key(c.seed), self.model, self.tx,
+                         c.max_seq_length, c.max_predictions_per_seq)
+
+  def abstract_state(self) -> ts.TrainState:
+    c = self.config
+    return ts.abstract_state(self.mesh, self.model, self.tx, c.max_seq_length,
+                             c.max_predictions_per_seq)
+
+
+def config_path(workdir: str) -> str:
+  return os.path.join(workdir, 'config.json')
+
+
+def check_saved_config_matches(workdir: str, c) -> list[str]:
+  """Refuses a workdir trained with other parameter shapes; returns the other changed keys."""
+  path = config_path(workdir)
+  if not os.path.exists(path):
+    return []
+  with open(path, encoding='utf-8') as f:
+    saved = json.load(f)
+  current = c.to_dict()
+  changed = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+  shape_changes = [k for k in changed if k in SHAPE_KEYS]
+  if shape_changes:
+    diffs = ', '.join(f'{k}: {saved.get(k)!r} -> {current.get(k)!r}' for k in shape_changes)
+    raise UserError(f"workdir '{workdir}' holds a model with different shapes ({diffs}); "
+                    'use a new --workdir or the saved config')
+  return changed
+
+
+def write_config(workdir: str, c):
+  """Writes the resolved config atomically (never a half-written config.json)."""
+  path = config_path(workdir)
+  tmp = path + '.tmp'
+  with open(tmp, 'w', encoding='utf-8') as f:
+    f.write(config_lib.to_json(c) + '\n')
+  os.replace(tmp, path)
+
+
+def prepare_workdir(workdir: str) -> str:
+  workdir = os.path.abspath(os.path.expanduser(workdir))
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise UserError(f"--workdir '{workdir}' is a file; pass a directory path")
+  try:
+    os.makedirs(workdir, exist_ok=True)
+  except OSError as e:
+    raise UserError(f"cannot create --workdir '{workdir}': {e.strerror}; "
+                    'pick a writable location') from e
+  if not os.access(workdir, os.W_OK):
+    raise UserError(f"--workdir '{workdir}' is not writable; pick a writable location")
+  return workdir
+
+
+def open_checkpoints(workdir: str):
+  return checkpoint.open_for_reading(workdir)

@@ -1,0 +1,260 @@
+"""ELECTRA in Flax linen: shared embeddings, a small generator (MLM) and a discriminator (RTD).
+
+One module, one params tree {'embeddings', 'generator', 'discriminator'}. The token, position
+and token-type embeddings (with their LayerNorm) are a single set of arrays used by both
+networks; each network projects E -> its own width when they differ. Layer and parameter names
+follow BERT/HF ELECTRA so checkpoints convert one-to-one.
+"""
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from electra_jax import config as config_lib
+
+LAYER_NORM_EPS = 1e-12
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  vocab_size: int
+  embedding_size: int
+  hidden_size: int
+  num_layers: int
+  num_heads: int
+  intermediate_size: int
+  generator_hidden_size: int
+  generator_num_heads: int
+  generator_intermediate_size: int
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  dtype: Any = jnp.float32
+
+  @classmethod
+  def from_config(cls, c) -> 'ModelConfig':
+    gen = config_lib.generator_sizes(c)
+    return cls(vocab_size=c.vocab_size, embedding_size=c.embedding_size,
+               hidden_size=c.hidden_size, num_layers=c.num_layers, num_heads=c.num_heads,
+               intermediate_size=c.intermediate_size,
+               generator_hidden_size=gen['hidden_size'],
+               generator_num_heads=gen['num_heads'],
+               generator_intermediate_size=gen['intermediate_size'],
+               max_position_embeddings=c.max_position_embeddings,
+               type_vocab_size=c.type_vocab_size, dropout_rate=c.dropout_rate,
+               attention_dropout_rate=c.attention_dropout_rate,
+               dtype=jnp.dtype(c.dtype))
+
+
+def _dense(features, dtype, name):
+  return nn.Dense(features, dtype=dtype, param_dtype=jnp.float32,
+                  kernel_init=nn.initializers.truncated_normal(0.02), name=name)
+
+
+def _layer_norm(name):
+  # Statistics and output in float32: bf16 LayerNorm loses too much precision.
+  return nn.LayerNorm(epsilon=LAYER_NORM_EPS, dtype=jnp.float32, param_dtype=jnp.float32,
+                      name=name)
+
+
+class Embeddings(nn.Module):
+  """Token + position + token-type embeddings with LayerNorm; shared by G and D."""
+  cfg: ModelConfig
+
+  def setup(self):
+    init = nn.initializers.truncated_normal(0.02)
+    cfg = self.cfg
+    self.word_embeddings = self.param('word_embeddings', init,
+                                      (cfg.vocab_size, cfg.embedding_size), jnp.float32)
+    self.position_embeddings = self.param(
+        'position_embeddings', init, (cfg.max_position_embeddings, cfg.embedding_size),
+        jnp.float32)
+    self.token_type_embeddings = self.param(
+        'token_type_embeddings', init, (cfg.type_vocab_size, cfg.embedding_size), jnp.float32)
+    self.layer_norm = _layer_norm('LayerNorm')
+
+  def __call__(self, input_ids, segment_ids):
+    seq_len = input_ids.shape[-1]
+    x = (jnp.take(self.word_embeddings, input_ids, axis=0)
+         + self.position_embeddings[None, :seq_len]
+         + jnp.take(self.token_type_embeddings, segment_ids, axis=0))
+    return self.layer_norm(x)
+
+  def attend(self, hidden):
+    """Tied output projection: hidden [..., E] -> logits [..., vocab], in float32."""
+    return jnp.einsum('...e,ve->...v', hidden.astype(self.cfg.dtype),
+                      self.word_embeddings.astype(self.cfg.dtype),
+                      preferred_element_type=jnp.float32)
+
+
+class SelfAttention(nn.Module):
+  hidden_size: int
+  num_heads: int
+  dropout_rate: float
+  attention_dropout_rate: float
+  dtype: Any
+
+  @nn.compact
+  def __call__(self, x, attention_mask, deterministic):
+    head_dim = self.hidden_size // self.num_heads
+    split = lambda t: t.reshape(t.shape[:-1] + (self.num_heads, head_dim))
+    q = split(_dense(self.hidden_size, self.dtype, 'query')(x))
+    k = split(_dense(self.hidden_size, self.dtype, 'key')(x))
+    v = split(_dense(self.hidden_size, self.dtype, 'value')(x))
+    # attention_mask: [B, S] bool, True = real token (may be attended to).
+    mask = attention_mask[:, None, None, :]
+    if self.attention_dropout_rate == 0.0 or deterministic:
+      # Fused path (cuDNN flash attention on GPU where eligible; XLA elsewhere).
+      ctx = jax.nn.dot_product_attention(q, k, v, mask=mask)
+    else:
+      scores = jnp.einsum('bqhd,bkhd->bhqk', q, k,
+                          preferred_element_type=jnp.float32) / jnp.sqrt(head_dim)
+      scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+      probs = jax.nn.softmax(scores, axis=-1)
+      probs = nn.Dropout(self.attention_dropout_rate)(probs, deterministic=False)
+      ctx = jnp.einsum('bhqk,bkhd->bqhd', probs.astype(self.dtype), v)
+    ctx = ctx.reshape(ctx.shape[:-2] + (self.hidden_size,))
+    out = _dense(self.hidden_size, self.dtype, 'output')(ctx)
+    return nn.Dropout(self.dropout_rate)(out, deterministic=deterministic)
+
+
+class TransformerLayer(nn.Module):
+  """Post-LN BERT layer: x + attn -> LN -> x + FFN(GELU) -> LN."""
+  hidden_size: int
+  num_heads: int
+  intermediate_size: int
+  dropout_rate: float
+  attention_dropout_rate: float
+  dtype: Any
+
+  @nn.compact
+  def __call__(self, x, attention_mask, deterministic):
+    attn = SelfAttention(self.hidden_size, self.num_heads, self.dropout_rate,
+                         self.attention_dropout_rate, self.dtype, name='attention')(
+                             x, attention_mask, deterministic)
+    x = _layer_norm('attention_LayerNorm')(x + attn).astype(self.dtype)
+    h = _dense(self.intermediate_size, self.dtype, 'intermediate')(x)
+    h = nn.gelu(h, approximate=False)
+    h = _dense(self.hidden_size, self.dtype, 'output')(h)
+    h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
+    return _layer_norm('output_LayerNorm')(x + h).astype(self.dtype)
+
+
+class Encoder(nn.Module):
+  """Embedding dropout, optional E->H projection and the transformer stack of one network."""
+  cfg: ModelConfig
+  hidden_size: int
+  num_heads: int
+  intermediate_size: int
+
+  @nn.compact
+  def __call__(self, embedded, attention_mask, deterministic):
+    cfg = self.cfg
+    x = nn.Dropout(cfg.dropout_rate)(embedded, deterministic=deterministic).astype(cfg.dtype)
+    if cfg.embedding_size != self.hidden_size:
+      x = _dense(self.hidden_size, cfg.dtype, 'embeddings_project')(x)
+    for i in range(cfg.num_layers):
+      x = TransformerLayer(self.hidden_size, self.num_heads, self.intermediate_size,
+                           cfg.dropout_rate, cfg.attention_dropout_rate, cfg.dtype,
+                           name=f'layer_{i}')(x, attention_mask, deterministic)
+    return x
+
+
+class GeneratorHead(nn.Module):
+  """dense(H_G -> E) + GELU + LayerNorm; logits come from the tied embeddings plus a bias."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, hidden):
+    h = _dense(self.cfg.embedding_size, self.cfg.dtype, 'dense')(hidden)
+    h = nn.gelu(h, approximate=False)
+    return _layer_norm('LayerNorm')(h)
+
+
+class DiscriminatorHead(nn.Module):
+  """dense(H -> H) + GELU + dense(H -> 1): one replaced/original logit per token."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, hidden):
+    h = _dense(self.cfg.hidden_size, self.cfg.dtype, 'dense')(hidden)
+    h = nn.gelu(h, approximate=False)
+    logits = _dense(1, self.cfg.dtype, 'dense_prediction')(h)
+    return logits[..., 0].astype(jnp.float32)
+
+
+class Generator(nn.Module):
+  cfg: ModelConfig
+
+  def setup(self):
+    cfg = self.cfg
+    self.encoder = Encoder(cfg, cfg.generator_hidden_size, cfg.generator_num_heads,
+                           cfg.generator_intermediate_size)
+    self.head = GeneratorHead(cfg)
+    self.output_bias = self.param('output_bias', nn.initializers.zeros, (cfg.vocab_size,),
+                                  jnp.float32)
+
+  def __call__(self, embedded, attention_mask, masked_positions, embeddings, deterministic):
+    hidden = self.encoder(embedded, attention_mask, deterministic)
+    # Gather the masked positions first: the vocab projection is the costliest matmul.
+    hidden = jnp.take_along_axis(hidden, masked_positions[..., None], axis=1)
+    return embeddings.attend(self.head(hidden)) + self.output_bias
+
+
+class Discriminator(nn.Module):
+  cfg: ModelConfig
+
+  def setup(self):
+    cfg = self.cfg
+    self.encoder = Encoder(cfg, cfg.hidden_size, cfg.num_heads, cfg.intermediate_size)
+    self.head = DiscriminatorHead(cfg)
+
+  def hidden_states(self, embedded, attention_mask, deterministic):
+    return self.encoder(embedded, attention_mask, deterministic)
+
+  def __call__(self, embedded, attention_mask, deterministic):
+    return self.head(self.encoder(embedded, attention_mask, deterministic))
+
+
+class Electra(nn.Module):
+  """Generator and discriminator over one shared embedding table."""
+  cfg: ModelConfig
+
+  def setup(self):
+    self.embeddings = Embeddings(self.cfg)
+    self.generator = Generator(self.cfg)
+    self.discriminator = Discriminator(self.cfg)
+
+  def __call__(self, input_ids, segment_ids, input_mask, masked_positions, deterministic=True):
+    """Runs both networks on the same ids; used to initialise every parameter."""
+    gen = self.generator_logits(input_ids, segment_ids, input_mask, masked_positions,
+                                deterministic)
+    disc = self.discriminator_logits(input_ids, segment_ids, input_mask, deterministic)
+    return gen, disc
+
+  def generator_logits(self, masked_ids, segment_ids, input_mask, masked_positions,
+                       deterministic=True):
+    """MLM logits [B, P, vocab] (float32) at `masked_positions` [B, P]."""
+    embedded = self.embeddings(masked_ids, segment_ids)
+    return self.generator(embedded, input_mask.astype(bool), masked_positions,
+                          self.embeddings, deterministic)
+
+  def discriminator_logits(self, input_ids, segment_ids, input_mask, deterministic=True):
+    """Replaced-token logits [B, S] (float32)."""
+    embedded = self.embeddings(input_ids, segment_ids)
+    return self.discriminator(embedded, input_mask.astype(bool), deterministic)
+
+  def discriminator_hidden(self, input_ids, segment_ids, input_mask, deterministic=True):
+    """Final discriminator hidden states [B, S, H]: what fine-tuning heads read."""
+    embedded = self.embeddings(input_ids, segment_ids)
+    return self.discriminator.hidden_states(embedded, input_mask.astype(bool), deterministic)
+
+
+def init_params(model: Electra, rng, max_seq_length: int, max_predictions: int):
+  """Initialises every parameter from shapes alone (works under jit / eval_shape)."""
+  ids = jnp.zeros((1, max_seq_length), jnp.int32)
+  positions = jnp.zeros((1, max_predictions), jnp.int32)
+  return model.init({'params': rng}, ids, ids, jnp.ones_like(ids), positions)['params']

@@ -1,0 +1,156 @@
+"""The ELECTRA objective: mask, generate, sample (Gumbel-max), discriminate; losses and metrics.
+
+`ElectraObjective` is a pure function of (params, batch, rng). Metrics come out as sums
+(numerators and denominators) so that steps, devices and eval batches combine exactly;
+`summarize` turns them into the reported ratios.
+"""
+import dataclasses
+from typing import Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from electra_jax import masking
+from electra_jax.model import Electra
+
+AUC_BINS = 1024
+AUC_LOGIT_RANGE = 16.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ElectraObjective:
+  """loss = gen_weight * MLM(G) + disc_weight * RTD(D), with G's samples as D's input."""
+  model: Electra
+  special_ids: Sequence[int]
+  mask_id: int
+  vocab_size: int
+  mask_prob: float
+  max_predictions: int
+  mask_token_prob: float = 0.85
+  random_token_prob: float = 0.0
+  temperature: float = 1.0
+  gen_weight: float = 1.0
+  disc_weight: float = 50.0
+
+  @classmethod
+  def from_config(cls, model, c, special_ids, mask_id):
+    return cls(model=model, special_ids=tuple(special_ids), mask_id=mask_id,
+               vocab_size=c.vocab_size, mask_prob=c.mask_prob,
+               max_predictions=c.max_predictions_per_seq, mask_token_prob=c.mask_token_prob,
+               random_token_prob=c.random_token_prob, temperature=c.temperature,
+               gen_weight=c.gen_weight, disc_weight=c.disc_weight)
+
+  def __call__(self, params, batch: Mapping[str, jax.Array], rng, deterministic=False):
+    """Returns (loss, metric sums)."""
+    mask_rng, gen_rng, sample_rng, disc_rng = jax.random.split(rng, 4)
+    input_ids, segment_ids = batch['input_ids'], batch['segment_ids']
+    input_mask = batch['input_mask']
+    m = masking.mask_batch(
+        mask_rng, input_ids, input_mask, special_ids=self.special_ids, mask_id=self.mask_id,
+        vocab_size=self.vocab_size, mask_prob=self.mask_prob,
+        max_predictions=self.max_predictions, mask_token_prob=self.mask_token_prob,
+        random_token_prob=self.random_token_prob)
+    variables = {'params': params}
+
+    gen_logits = self.model.apply(
+        variables, m.masked_ids, segment_ids, input_mask, m.masked_positions, deterministic,
+        method=Electra.generator_logits, rngs={'dropout': gen_rng})
+    mlm_losses = optax.softmax_cross_entropy_with_integer_labels(gen_logits, m.masked_lm_ids)
+    mlm_loss = weighted_mean(mlm_losses, m.masked_weights)
+
+    # The samples are constants for the rest of the step: no gradient reaches G through them.
+    sampled = gumbel_sample(sample_rng, jax.lax.stop_gradient(gen_logits), self.temperature)
+    corrupted = masking.scatter_positions(input_ids, m.masked_positions, sampled,
+                                          m.masked_weights)
+    # A sample that equals the original token counts as original.
+    real = input_mask.astype(jnp.float32)
+    labels = (corrupted != input_ids).astype(jnp.float32) * real
+
+    disc_logits = self.model.apply(
+        variables, corrupted, segment_ids, input_mask, deterministic,
+        method=Electra.discriminator_logits, rngs={'dropout': disc_rng})
+    disc_losses = optax.sigmoid_binary_cross_entropy(disc_logits, labels)
+    disc_loss = weighted_mean(disc_losses, real)
+
+    loss = self.gen_weight * mlm_loss + self.disc_weight * disc_loss
+    metrics = electra_metric_sums(
+        gen_logits=gen_logits, masked_lm_ids=m.masked_lm_ids, masked_weights=m.masked_weights,
+        mlm_losses=mlm_losses, sampled=sampled, disc_logits=disc_logits,
+        disc_losses=disc_losses, labels=labels, real=real)
+    return loss, metrics
+
+
+def gumbel_sample(rng, logits, temperature: float):
+  """Gumbel-max sampling with the official release's noise formula."""
+  u = jax.random.uniform(rng, logits.shape, jnp.float32)
+  gumbel = -jnp.log(-jnp.log(u + 1e-9) + 1e-9)
+  return jnp.argmax(logits / temperature + gumbel, axis=-1).astype(jnp.int32)
+
+
+def weighted_mean(values, weights):
+  return jnp.sum(values * weights) / (jnp.sum(weights) + 1e-6)
+
+
+def electra_metric_sums(*, gen_logits, masked_lm_ids, masked_weights, mlm_losses, sampled,
+                        disc_logits, disc_losses, labels, real):
+  """Numerators and denominators of every reported metric (summed over the batch)."""
+  predicted_replaced = (disc_logits > 0).astype(jnp.float32) * real
+  pos_hist, neg_hist = auc_histograms(disc_logits, labels, real)
+  return {
+      'mlm_loss_sum': jnp.sum(mlm_losses * masked_weights),
+      'mlm_count': jnp.sum(masked_weights),
+      'mlm_correct': jnp.sum((jnp.argmax(gen_logits, -1) == masked_lm_ids) * masked_weights),
+      'sampled_correct': jnp.sum((sampled == masked_lm_ids) * masked_weights),
+      'disc_loss_sum': jnp.sum(disc_losses * real),
+      'disc_count': jnp.sum(real),
+      'disc_correct': jnp.sum((predicted_replaced == labels) * real),
+      'disc_true_positive': jnp.sum(predicted_replaced * labels),
+      'disc_predicted_positive': jnp.sum(predicted_replaced),
+      'disc_label_positive': jnp.sum(labels),
+      'auc_pos_hist': pos_hist,
+      'auc_neg_hist': neg_hist,
+  }
+
+
+def auc_histograms(logits, labels, weights):
+  """Histograms of D's logits for replaced and original tokens: sufficient for ROC AUC."""
+  scaled = (jnp.clip(logits, -AUC_LOGIT_RANGE, AUC_LOGIT_RANGE) + AUC_LOGIT_RANGE) / (
+      2 * AUC_LOGIT_RANGE)
+  bins = jnp.clip((scaled * AUC_BINS).astype(jnp.int32), 0, AUC_BINS - 1).reshape(-1)
+  pos = (labels * weights).reshape(-1)
+  neg = ((1.0 - labels) * weights).reshape(-1)
+  zeros = jnp.zeros((AUC_BINS,), jnp.float32)
+  return zeros.at[bins].add(pos), zeros.at[bins].add(neg)
+
+
+def auc_from_histograms(pos_hist, neg_hist) -> float:
+  """P(score of a replaced token > score of an original one), ties counted half."""
+  pos_hist = np.asarray(pos_hist, np.float64)
+  neg_hist = np.asarray(neg_hist, np.float64)
+  n_pos, n_neg = pos_hist.sum(), neg_hist.sum()
+  if n_pos == 0 or n_neg == 0:
+    return float('nan')
+  neg_below = np.cumsum(neg_hist) - neg_hist
+  return float(np.sum(pos_hist * (neg_below + 0.5 * neg_hist)) / (n_pos * n_neg))
+
+
+def summarize(sums: Mapping[str, np.ndarray], gen_weight: float, disc_weight: float) -> dict:
+  """Metric sums -> the reported ratios (floats)."""
+  s = {k: np.asarray(v, np.float64) for k, v in sums.items()}
+  ratio = lambda a, b: float(s[a] / s[b]) if s[b] > 0 else float('nan')
+  mlm_loss = ratio('mlm_loss_sum', 'mlm_count')
+  disc_loss = ratio('disc_loss_sum', 'disc_count')
+  return {
+      'loss': gen_weight * mlm_loss + disc_weight * disc_loss,
+      'mlm_loss': mlm_loss,
+      'disc_loss': disc_loss,
+      'mlm_accuracy': ratio('mlm_correct', 'mlm_count'),
+      'sampled_accuracy': ratio('sampled_correct', 'mlm_count'),
+      'disc_accuracy': ratio('disc_correct', 'disc_count'),
+      'disc_precision': ratio('disc_true_positive', 'disc_predicted_positive'),
+      'disc_recall': ratio('disc_true_positive', 'disc_label_positive'),
+      'disc_auc': auc_from_histograms(s['auc_pos_hist'], s['auc_neg_hist']),
+      'replaced_fraction': ratio('disc_label_positive', 'disc_count'),
+  }

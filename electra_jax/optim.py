@@ -1,0 +1,33 @@
+"""Optimizer: global-norm clipping then AdamW with warmup + linear decay, all optax."""
+import jax
+import optax
+
+# Parameters named like this are LayerNorm scales/offsets or biases: never weight-decayed.
+NO_DECAY_NAMES = ('bias', 'scale', 'output_bias')
+
+
+def learning_rate_schedule(peak: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
+  """The official release's schedule: linear warmup, then peak * (1 - step / total_steps)."""
+  if warmup_steps == 0:
+    return optax.linear_schedule(peak, 0.0, total_steps)
+  after_warmup = peak * (1.0 - warmup_steps / total_steps)
+  return optax.join_schedules(
+      [optax.linear_schedule(0.0, peak, warmup_steps),
+       optax.linear_schedule(after_warmup, 0.0, max(total_steps - warmup_steps, 1))],
+      [warmup_steps])
+
+
+def weight_decay_mask(params):
+  """True for every parameter that gets weight decay (embeddings included)."""
+  def decays(path, _):
+    return getattr(path[-1], 'key', None) not in NO_DECAY_NAMES
+  return jax.tree_util.tree_map_with_path(decays, params)
+
+
+def make_optimizer(c) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  schedule = learning_rate_schedule(c.learning_rate, c.num_warmup_steps, c.num_train_steps)
+  adamw = optax.adamw(schedule, b1=c.adam_b1, b2=c.adam_b2, eps=c.adam_epsilon,
+                      weight_decay=c.weight_decay_rate, mask=weight_decay_mask)
+  if c.max_grad_norm > 0:
+    return optax.chain(optax.clip_by_global_norm(c.max_grad_norm), adamw), schedule
+  return adamw, schedule

@@ -1,0 +1,184 @@
+"""Pretrain ELECTRA.
+
+  python -m electra_jax.train --config=configs/demo.py --workdir=/tmp/electra_demo \
+      [--config.num_train_steps=200 --config.train_batch_size=16 ...]
+
+Re-running the same command on the same workdir resumes from the latest checkpoint. Writes
+WORKDIR/{config.json, metrics.jsonl, eval_metrics.jsonl, checkpoints/, tensorboard/}; the
+last stdout line is a JSON summary of the run.
+"""
+import signal
+import sys
+import time
+
+import jax
+import numpy as np
+import tqdm
+from absl import flags
+from ml_collections import config_flags
+
+from electra_jax import checkpoint
+from electra_jax import cli
+from electra_jax import evaluate
+from electra_jax import experiment as experiment_lib
+from electra_jax import metric_writer
+from electra_jax import objective as objective_lib
+from electra_jax import parallel
+from electra_jax import train_state as ts
+from electra_jax.data import pipeline
+
+config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
+                                'override any key with --config.KEY=VALUE.', lock_config=True)
+flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and TensorBoard logs.')
+FLAGS = flags.FLAGS
+
+
+class _StopRequest:
+  """Set by SIGTERM/SIGINT: finish the current step, save, exit cleanly."""
+
+  def __init__(self):
+    self.signal = None
+
+  def __call__(self, signum, frame):
+    del frame
+    self.signal = signum
+
+  def install(self):
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      signal.signal(sig, self)
+
+
+def _add(a, b):
+  return jax.tree.map(lambda x, y: x + y, a, b)
+
+
+def train_and_evaluate(config, workdir: str) -> dict:
+  """Trains (or resumes) to config.num_train_steps; returns the run summary."""
+  start_time = time.time()
+  exp = experiment_lib.Experiment.create(config)
+  c, mesh = exp.config, exp.mesh
+  workdir = experiment_lib.prepare_workdir(workdir)
+  changed = experiment_lib.check_saved_config_matches(workdir, c)
+  is_chief = jax.process_index() == 0
+  say = print if is_chief else (lambda *a, **k: None)
+
+  train_iter = pipeline.make_train_iterator(c, exp.tokenizer, jax.process_index(),
+                                            jax.process_count())
+  ckpt = checkpoint.Checkpointer(f'{workdir}/checkpoints', keep=c.keep_checkpoint_max)
+  latest = ckpt.latest_step()
+  if latest is not None:
+    state = ckpt.restore(latest, exp.abstract_state(), train_iter)
+    say(f'Resuming from step {latest} in {ckpt.directory}'
+        + (f' (config keys changed since: {", ".join(changed)})' if changed else ''))
+  else:
+    state = exp.init_state()
+  if is_chief:
+    experiment_lib.write_config(workdir, c)
+  num_params = sum(x.size for x in jax.tree.leaves(state.params))
+  say(f'Writing to {workdir} | {num_params / 1e6:.2f}M parameters (G+D) | '
+      f'{mesh.devices.size} device(s) {jax.devices()[0].platform} | '
+      f'batch {c.train_batch_size} x {c.max_seq_length} tokens', flush=True)
+
+  train_step = ts.jit_train_step(ts.make_train_step(exp.objective, exp.tx), mesh)
+  eval_step = ts.jit_eval_step(ts.make_eval_step(exp.objective), mesh)
+  base_rng = jax.random.key(c.seed)
+  writer = metric_writer.MetricWriter(workdir, enabled=is_chief)
+  stop = _StopRequest()
+  stop.install()
+
+  step = int(jax.device_get(state.step))
+  first_step = step
+  tokens_per_step = c.train_batch_size * c.max_seq_length
+  train_metrics, eval_metrics, last_eval_step = {}, {}, None
+  window, window_start, window_steps = None, time.time(), 0
+  bar = tqdm.tqdm(total=c.num_train_steps, initial=step, unit='step', file=sys.stderr,
+                  disable=not (is_chief and c.progress_bar), dynamic_ncols=True,
+                  mininterval=1.0 if sys.stderr.isatty() else 30.0)
+  train_seconds = 0.0
+
+  def run_eval():
+    nonlocal eval_metrics, window_start, last_eval_step
+    last_eval_step = step
+    t = time.time()
+    eval_metrics = evaluate.evaluate_params(state.params, eval_step, c, exp.tokenizer, mesh,
+                                            num_batches=c.num_eval_steps)
+    if eval_metrics:
+      writer.write('eval_metrics', step, eval_metrics)
+      bar.write(f'eval  step {step:>7d} | loss {eval_metrics["loss"]:.4f} | mlm_acc '
+                f'{eval_metrics["mlm_accuracy"]:.3f} | disc_auc {eval_metrics["disc_auc"]:.4f}'
+                f' | {time.time() - t:.1f}s', file=sys.stdout)
+    window_start += time.time() - t  # Evaluation time does not count as training time.
+
+  if step >= c.num_train_steps:
+    say(f'Already at step {step} of {c.num_train_steps}: nothing to train. Raise '
+        '--config.num_train_steps to continue.')
+  while step < c.num_train_steps:
+    batch = parallel.global_batch(next(train_iter), mesh)
+    state, sums = train_step(state, batch, base_rng)
+    step += 1
+    window_steps += 1
+    window = sums if window is None else _add(window, sums)
+    bar.update(1)
+
+    if step % c.log_every_steps == 0 or step == c.num_train_steps:
+      window = jax.device_get(window)
+      elapsed = time.time() - window_start
+      train_seconds += elapsed
+      train_metrics = objective_lib.summarize(window, c.gen_weight, c.disc_weight)
+      train_metrics.update(
+          grad_norm=float(window['grad_norm_sum'] / window['num_steps']),
+          learning_rate=float(exp.schedule(step - 1)),
+          tokens_per_sec=window_steps * tokens_per_step / max(elapsed, 1e-9),
+          steps_per_sec=window_steps / max(elapsed, 1e-9))
+      writer.write('metrics', step, train_metrics)
+      bar.set_postfix(loss=f'{train_metrics["loss"]:.3f}',
+                      tok_s=f'{train_metrics["tokens_per_sec"]:.0f}', refresh=False)
+      bar.write(f'train step {step:>7d} | loss {train_metrics["loss"]:.4f} | mlm_acc '
+                f'{train_metrics["mlm_accuracy"]:.3f} | disc_auc '
+                f'{train_metrics["disc_auc"]:.4f} | lr {train_metrics["learning_rate"]:.2e} | '
+                f'{train_metrics["tokens_per_sec"]:.0f} tok/s', file=sys.stdout)
+      window, window_start, window_steps = None, time.time(), 0
+
+    if c.eval_every_steps and step % c.eval_every_steps == 0:
+      run_eval()
+    preempted = ckpt.reached_preemption(step) or stop.signal is not None
+    if step % c.save_checkpoints_steps == 0 or step == c.num_train_steps or preempted:
+      ckpt.save(step, state, train_iter, force=True)
+    if preempted and step < c.num_train_steps:
+      ckpt.close()
+      bar.close()
+      writer.close()
+      say(f'Stopped at step {step} (signal {stop.signal or "preemption"}); checkpoint saved in '
+          f'{ckpt.directory}/{step}. Re-run the same command to resume.', flush=True)
+      return dict(status='interrupted', step=step, workdir=workdir,
+                  checkpoint=f'{ckpt.directory}/{step}')
+
+  bar.close()
+  ckpt.close()
+  if c.eval_every_steps and last_eval_step != step:
+    run_eval()
+  writer.close()
+  steps_run = step - first_step
+  summary = dict(status='completed', step=step, workdir=workdir,
+                 checkpoint=f'{ckpt.directory}/{ckpt.latest_step()}', steps_run=steps_run)
+  summary.update(train_metrics)
+  if steps_run:
+    summary['tokens_per_sec'] = steps_run * tokens_per_step / max(train_seconds, 1e-9)
+  summary.update({f'eval_{k}': v for k, v in eval_metrics.items()})
+  summary['wall_time_sec'] = round(time.time() - start_time, 2)
+  return summary
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise cli.UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
+  cli.print_result(train_and_evaluate(FLAGS.config, FLAGS.workdir))
+
+
+def run():
+  flags.mark_flags_as_required(['config', 'workdir'])
+  cli.run(main)
+
+
+if __name__ == '__main__':
+  run()

@@ -1,0 +1,71 @@
+import pytest
+
+from configs import base, base_config, demo, large, small
+from electra_jax import config as config_lib
+from electra_jax.errors import UserError
+
+
+def test_presets_fill_only_unset_size_keys():
+  c = small.get_config()
+  c.num_layers = 6
+  r = config_lib.resolve(c)
+  assert (r.hidden_size, r.num_heads, r.intermediate_size, r.embedding_size) == (256, 4, 1024, 128)
+  assert r.num_layers == 6
+
+
+def test_max_predictions_follows_official_formula():
+  assert config_lib.resolve(small.get_config()).max_predictions_per_seq == 19
+  assert config_lib.resolve(large.get_config()).max_predictions_per_seq == int(0.255 * 512)
+
+
+@pytest.mark.parametrize('module,expected', [
+    (small, dict(learning_rate=5e-4, train_batch_size=128, max_seq_length=128,
+                 num_train_steps=1_000_000, mask_prob=0.15, generator_hidden_size=0.25)),
+    (base, dict(learning_rate=2e-4, train_batch_size=256, max_seq_length=512,
+                num_train_steps=766_000, mask_prob=0.15, generator_hidden_size=1 / 3)),
+    (large, dict(learning_rate=2e-4, train_batch_size=2048, max_seq_length=512,
+                 num_train_steps=400_000, mask_prob=0.25, generator_hidden_size=0.25)),
+])
+def test_paper_configs_carry_paper_hyperparameters(module, expected):
+  c = config_lib.resolve(module.get_config())
+  for key, value in expected.items():
+    assert c[key] == pytest.approx(value), key
+  shared = dict(num_warmup_steps=10_000, weight_decay_rate=0.01, adam_epsilon=1e-6,
+                adam_b1=0.9, adam_b2=0.999, dropout_rate=0.1, attention_dropout_rate=0.1,
+                max_grad_norm=1.0, disc_weight=50.0, gen_weight=1.0, temperature=1.0,
+                mask_token_prob=0.85, random_token_prob=0.0)
+  for key, value in shared.items():
+    assert c[key] == value, key
+
+
+def test_paper_configs_change_only_paper_keys():
+  allowed = {'model_size', 'generator_hidden_size', 'mask_prob', 'learning_rate',
+             'train_batch_size', 'max_seq_length', 'num_train_steps', 'num_warmup_steps'}
+  defaults = base_config.get_config().to_dict()
+  for module in (small, base, large):
+    cfg = module.get_config().to_dict()
+    changed = {k for k in cfg if cfg[k] != defaults[k]}
+    assert changed <= allowed, (module.__name__, changed - allowed)
+
+
+@pytest.mark.parametrize('overrides,needle', [
+    (dict(model_size='huge'), "model_size='huge'"),
+    (dict(hidden_size=100, num_heads=3), 'hidden_size=100'),
+    (dict(max_seq_length=1024), 'max_seq_length=1024'),
+    (dict(dtype='float16'), "dtype='float16'"),
+    (dict(mask_token_prob=0.9, random_token_prob=0.2), 'random_token_prob=0.2'),
+    (dict(num_warmup_steps=2000, num_train_steps=1000), 'num_warmup_steps=2000'),
+    (dict(generator_hidden_size=1.5), 'generator_hidden_size=1.5'),
+])
+def test_invalid_values_fail_with_one_line_naming_the_key(overrides, needle):
+  c = demo.get_config()
+  c.update(overrides)
+  with pytest.raises(UserError) as e:
+    config_lib.resolve(c)
+  assert needle in str(e.value) and '\n' not in str(e.value)
+
+
+def test_resolved_config_is_locked_against_typos():
+  r = config_lib.resolve(demo.get_config())
+  with pytest.raises(AttributeError):
+    r.hiden_size = 3  # pylint: disable=attribute-defined-outside-init

@@ -1,0 +1,172 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import base, large, small
+from electra_jax import config as config_lib
+from electra_jax import model as model_lib
+from electra_jax import objective as objective_lib
+from electra_jax import optim
+from tests.conftest import tiny_config
+
+SPECIAL, MASK = (0, 2, 3, 4), 4
+
+
+def build(**overrides):
+  c = config_lib.resolve(tiny_config(**overrides))
+  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+  params = model_lib.init_params(model, jax.random.key(0), c.max_seq_length,
+                                 c.max_predictions_per_seq)
+  obj = objective_lib.ElectraObjective.from_config(model, c, SPECIAL, MASK)
+  return c, model, params, obj
+
+
+def toy_batch(c, seed=0, token_range=(5, None)):
+  rng = np.random.default_rng(seed)
+  hi = token_range[1] or c.vocab_size
+  ids = rng.integers(token_range[0], hi, (c.train_batch_size, c.max_seq_length)).astype(np.int32)
+  mask = np.ones_like(ids)
+  ids[:, 0] = 2
+  ids[:, -1] = 3
+  ids[: c.train_batch_size // 2, 20:] = 0  # padded rows
+  ids[: c.train_batch_size // 2, 19] = 3
+  mask[ids == 0] = 0
+  return dict(input_ids=jnp.asarray(ids), input_mask=jnp.asarray(mask),
+              segment_ids=jnp.zeros_like(ids))
+
+
+def grads_of(objective, params, batch):
+  return jax.jit(jax.grad(lambda p: objective(p, batch, jax.random.key(1))[0]))(params)
+
+
+def leaves_by_path(tree):
+  return {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+@pytest.mark.parametrize('module,expected_millions', [(small, 14), (base, 110), (large, 335)])
+def test_discriminator_parameter_counts_match_paper(module, expected_millions):
+  c = module.get_config()
+  c.vocab_size = 30522  # the paper's WordPiece vocabulary
+  c = config_lib.resolve(c)
+  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+  shapes = jax.eval_shape(lambda r: model_lib.init_params(model, r, 128, 19), jax.random.key(0))
+  count = lambda t: sum(x.size for x in jax.tree.leaves(t))
+  disc = count(shapes['embeddings']) + count(shapes['discriminator'])
+  assert abs(disc / 1e6 - expected_millions) / expected_millions < 0.05, disc
+
+
+@pytest.fixture(scope='module')
+def split_grads():
+  """Gradients of the MLM-only and the RTD-only loss (compiled once for the module)."""
+  c, _, params, obj = build()
+  batch = toy_batch(c)
+  only = lambda g, d: obj.__class__(**{**obj.__dict__, 'gen_weight': g, 'disc_weight': d})
+  return c, params, grads_of(only(1.0, 0.0), params, batch), grads_of(only(0.0, 1.0), params,
+                                                                         batch)
+
+
+def test_token_embeddings_are_one_array_used_by_both_networks(split_grads):
+  c, params, mlm_grads, disc_grads = split_grads
+  assert set(params) == {'embeddings', 'generator', 'discriminator'}
+  table_shape = (c.vocab_size, c.embedding_size)
+  tables = [k for k, v in leaves_by_path(params).items() if v.shape == table_shape]
+  assert tables == ["['embeddings']['word_embeddings']"]
+  for grads in (mlm_grads, disc_grads):
+    assert float(jnp.abs(grads['embeddings']['word_embeddings']).sum()) > 0
+
+
+def test_discriminator_loss_sends_no_gradient_into_the_generator(split_grads):
+  _, _, mlm_grads, disc_grads = split_grads
+  assert all(float(jnp.abs(g).max()) == 0.0 for g in jax.tree.leaves(disc_grads['generator']))
+  assert float(jnp.abs(disc_grads['discriminator']['head']['dense']['kernel']).max()) > 0
+  assert float(jnp.abs(mlm_grads['generator']['output_bias']).max()) > 0
+  assert all(float(jnp.abs(g).max()) == 0.0 for g in jax.tree.leaves(mlm_grads['discriminator']))
+
+
+def test_generator_logits_exist_only_at_masked_positions():
+  c, model, params, _ = build()
+  batch = toy_batch(c)
+  positions = jnp.tile(jnp.arange(c.max_predictions_per_seq)[None], (c.train_batch_size, 1))
+  logits = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
+                       batch['input_mask'], positions, method=model_lib.Electra.generator_logits)
+  assert logits.shape == (c.train_batch_size, c.max_predictions_per_seq, c.vocab_size)
+
+
+def test_sample_equal_to_original_is_labelled_original():
+  # A generator whose output bias overwhelms everything always samples token 9.
+  c, _, params, obj = build(temperature=0.01)
+  params = jax.tree.map(lambda x: x, params)
+  params['generator']['output_bias'] = params['generator']['output_bias'].at[9].set(1e4)
+  all_nines = toy_batch(c, token_range=(9, 10))
+  _, sums = obj(params, all_nines, jax.random.key(0))
+  assert float(sums['sampled_correct']) == float(sums['mlm_count']) > 0
+  assert float(sums['disc_label_positive']) == 0.0
+  no_nines = toy_batch(c, token_range=(10, None))
+  _, sums = obj(params, no_nines, jax.random.key(0))
+  assert float(sums['sampled_correct']) == 0.0
+  assert float(sums['disc_label_positive']) == float(sums['mlm_count'])
+
+
+def test_padding_never_counts_in_the_discriminator_loss():
+  c, _, params, obj = build()
+  batch = toy_batch(c)
+  _, sums = obj(params, batch, jax.random.key(0))
+  assert float(sums['disc_count']) == float(batch['input_mask'].sum())
+  # Changing what sits under the padding changes nothing.
+  garbage = dict(batch, input_ids=jnp.where(batch['input_mask'] > 0, batch['input_ids'], 17))
+  loss_a, _ = obj(params, batch, jax.random.key(0), deterministic=True)
+  loss_b, _ = obj(params, garbage, jax.random.key(0), deterministic=True)
+  np.testing.assert_allclose(loss_a, loss_b, rtol=1e-5)
+
+
+def test_gumbel_max_samples_follow_the_softmax():
+  logits = jnp.log(jnp.array([0.5, 0.3, 0.15, 0.05]))
+  samples = objective_lib.gumbel_sample(jax.random.key(0), jnp.tile(logits, (20000, 1)), 1.0)
+  freq = np.bincount(np.asarray(samples), minlength=4) / 20000
+  np.testing.assert_allclose(freq, [0.5, 0.3, 0.15, 0.05], atol=0.015)
+  cold = objective_lib.gumbel_sample(jax.random.key(1), jnp.tile(logits, (1000, 1)), 0.01)
+  assert np.all(np.asarray(cold) == 0)
+
+
+def test_binned_auc_matches_exact_mann_whitney():
+  rng = np.random.default_rng(0)
+  labels = (rng.random(5000) < 0.15).astype(np.float32)
+  logits = rng.normal(size=5000) + 2.0 * labels - 2.0
+  pos, neg = objective_lib.auc_histograms(jnp.asarray(logits), jnp.asarray(labels),
+                                          jnp.ones(5000))
+  binned = objective_lib.auc_from_histograms(pos, neg)
+  p, n = logits[labels == 1], logits[labels == 0]
+  exact = np.mean(p[:, None] > n[None, :]) + 0.5 * np.mean(p[:, None] == n[None, :])
+  assert abs(binned - exact) < 2e-3
+  assert binned > 0.8
+
+
+def test_learning_rate_schedule_warms_up_then_decays_to_zero_like_the_official_code():
+  s = optim.learning_rate_schedule(1e-3, 100, 1000)
+  assert float(s(0)) == 0.0
+  np.testing.assert_allclose(float(s(50)), 5e-4, rtol=1e-6)
+  np.testing.assert_allclose(float(s(100)), 1e-3 * (1 - 100 / 1000), rtol=1e-6)
+  np.testing.assert_allclose(float(s(550)), 1e-3 * (1 - 550 / 1000), rtol=1e-5)
+  assert float(s(1000)) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_weight_decay_skips_layer_norm_and_biases_but_not_embeddings():
+  _, _, params, _ = build()
+  mask = leaves_by_path(optim.weight_decay_mask(params))
+  assert mask["['embeddings']['word_embeddings']"]
+  assert mask["['embeddings']['position_embeddings']"]
+  assert not mask["['embeddings']['LayerNorm']['scale']"]
+  assert not mask["['generator']['output_bias']"]
+  assert mask["['discriminator']['encoder']['layer_0']['attention']['query']['kernel']"]
+  assert not mask["['discriminator']['encoder']['layer_0']['attention']['query']['bias']"]
+
+
+def test_bfloat16_compute_keeps_float32_params_and_close_loss():
+  c32, _, params, obj32 = build()
+  _, _, _, obj16 = build(dtype='bfloat16')
+  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(params))
+  batch = toy_batch(c32)
+  l32, _ = obj32(params, batch, jax.random.key(0))
+  l16, _ = obj16(params, batch, jax.random.key(0))
+  assert abs(float(l32) - float(l16)) / float(l32) < 0.02

@@ -1,0 +1,138 @@
+"""End to end: the train and evaluate commands as a user runs them, in subprocesses."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+# A 1-layer model on a slice of the bundled corpus: the whole CLI path in a few seconds.
+TINY_FLAGS = [
+    '--config.num_layers=1', '--config.hidden_size=32', '--config.embedding_size=16',
+    '--config.intermediate_size=64', '--config.num_heads=2', '--config.max_seq_length=32',
+    '--config.train_batch_size=8', '--config.eval_batch_size=8', '--config.num_eval_steps=2',
+    '--config.num_warmup_steps=2', '--config.log_every_steps=2', '--config.eval_every_steps=4',
+    '--config.save_checkpoints_steps=3', '--config.progress_bar=false',
+]
+
+
+def run_cli(module, *flags, check=True):
+  env = dict(os.environ, PYTHONUNBUFFERED='1', JAX_PLATFORMS='cpu')
+  proc = subprocess.run([sys.executable, '-m', module, *flags], cwd=REPO_ROOT, env=env,
+                        capture_output=True, text=True, timeout=600)
+  if check and proc.returncode != 0:
+    raise AssertionError(f'{module} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}')
+  return proc
+
+
+def last_json(stdout):
+  return json.loads(stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope='module')
+def small_corpus(tmp_path_factory):
+  """The first ~40 KB of two bundled training files, so data building takes no time."""
+  root = tmp_path_factory.mktemp('corpus')
+  src = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'train')
+  for name in sorted(os.listdir(src))[:2]:
+    with open(os.path.join(src, name), encoding='utf-8') as f:
+      text = f.read(40_000)
+    (root / name).write_text(text.rsplit('\n', 1)[0] + '\n', encoding='utf-8')
+  return str(root / '*.txt')
+
+
+def read_jsonl(path):
+  with open(path, encoding='utf-8') as f:
+    return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory, small_corpus):
+  """A 6-step run, then the same command with 8 steps (a resume), and an uninterrupted 8."""
+  base = tmp_path_factory.mktemp('runs')
+  flags = ['--config=configs/demo.py', f'--config.train_files={small_corpus}', *TINY_FLAGS]
+  resumed = str(base / 'resumed')
+  first = run_cli('electra_jax.train', *flags, f'--workdir={resumed}',
+                  '--config.num_train_steps=6')
+  second = run_cli('electra_jax.train', *flags, f'--workdir={resumed}',
+                   '--config.num_train_steps=8')
+  straight = str(base / 'straight')
+  third = run_cli('electra_jax.train', *flags, f'--workdir={straight}',
+                  '--config.num_train_steps=8')
+  return dict(flags=flags, resumed=resumed, straight=straight, first=first, second=second,
+              third=third)
+
+
+def test_train_writes_checkpoints_metrics_config_and_a_json_summary(trained):
+  workdir = trained['resumed']
+  summary = last_json(trained['first'].stdout)
+  assert summary['status'] == 'completed' and summary['step'] == 6
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['3', '6']
+  with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
+    saved = json.load(f)
+  assert saved['num_layers'] == 1 and saved['max_predictions_per_seq'] == 4
+  rows = read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
+  required = {'step', 'loss', 'mlm_loss', 'disc_loss', 'mlm_accuracy', 'sampled_accuracy',
+              'disc_accuracy', 'disc_precision', 'disc_recall', 'disc_auc', 'learning_rate',
+              'tokens_per_sec'}
+  assert [r['step'] for r in rows] == [2, 4, 6, 8]
+  for r in rows:
+    assert required <= set(r)
+    assert np.isfinite(r['loss']) and r['tokens_per_sec'] > 0
+  assert [r['step'] for r in read_jsonl(os.path.join(workdir, 'eval_metrics.jsonl'))] == [4, 6,
+                                                                                          8]
+  assert any(name.startswith('events.out.tfevents')
+             for name in os.listdir(os.path.join(workdir, 'tensorboard')))
+
+
+def test_rerunning_the_same_command_resumes_where_it_stopped(trained):
+  assert 'Resuming from step 6' in trained['second'].stdout
+  assert last_json(trained['second'].stdout)['steps_run'] == 2
+
+
+def test_resumed_run_matches_an_uninterrupted_run_exactly(trained):
+  resumed = read_jsonl(os.path.join(trained['resumed'], 'metrics.jsonl'))
+  straight = read_jsonl(os.path.join(trained['straight'], 'metrics.jsonl'))
+  keys = ('loss', 'mlm_loss', 'disc_loss', 'disc_auc', 'grad_norm', 'learning_rate')
+  assert [[r[k] for k in keys] for r in resumed] == [[r[k] for k in keys] for r in straight]
+
+
+def test_evaluate_restores_the_latest_checkpoint_and_reports_json(trained):
+  proc = run_cli('electra_jax.evaluate', '--config=configs/demo.py',
+                 f'--workdir={trained["resumed"]}', *trained['flags'][2:], '--num_batches=3')
+  result = last_json(proc.stdout)
+  assert result['step'] == 8 and result['num_batches'] == 3
+  for key in ('loss', 'mlm_accuracy', 'disc_auc', 'disc_precision', 'unigram_baseline_accuracy'):
+    assert key in result
+  assert 0 < result['unigram_baseline_accuracy'] < 0.2
+  # Evaluation is deterministic: the same checkpoint gives the same numbers.
+  again = last_json(run_cli('electra_jax.evaluate', '--config=configs/demo.py',
+                            f'--workdir={trained["resumed"]}', *trained['flags'][2:],
+                            '--num_batches=3').stdout)
+  assert again['loss'] == result['loss']
+
+
+def test_unknown_config_key_is_an_error_naming_it(tmp_path):
+  proc = run_cli('electra_jax.train', '--config=configs/demo.py', f'--workdir={tmp_path}',
+                 '--config.hiden_size=64', check=False)
+  assert proc.returncode != 0
+  assert 'hiden_size' in proc.stderr
+
+
+def test_bad_value_is_a_one_line_error_without_traceback(tmp_path):
+  proc = run_cli('electra_jax.train', '--config=configs/demo.py', f'--workdir={tmp_path}',
+                 '--config.max_seq_length=1024', check=False)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines()[-1].startswith('error: config.max_seq_length=1024')
+  assert 'Traceback' not in proc.stderr
+  assert not os.listdir(tmp_path)  # nothing written
+
+
+def test_resume_with_other_model_shapes_is_refused(trained):
+  proc = run_cli('electra_jax.train', *trained['flags'], f'--workdir={trained["straight"]}',
+                 '--config.num_train_steps=10', '--config.hidden_size=64', check=False)
+  assert proc.returncode == 2
+  assert 'hidden_size: 32 -> 64' in proc.stderr
