@@ -52,8 +52,9 @@ def get_config():
   c.eval_files = 'data/demo_corpus/eval/*.txt'
   # Tokens per example including [CLS] and [SEP]s.
   c.max_seq_length = 128
-  # Probability of packing an example shorter than max_seq_length (official release: 0.1).
-  c.short_seq_prob = 0.1
+  # Probability that an example targets a random length in [5, max_seq_length] instead of
+  # max_seq_length (official release: 0.05).
+  c.short_seq_prob = 0.05
 
   # --- Masking and objective ---------------------------------------------------------------
   # Fraction of real tokens chosen for prediction (paper: 0.15; 0.25 for Large).

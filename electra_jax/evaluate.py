@@ -8,17 +8,13 @@ and the unigram baseline: the MLM accuracy of always guessing the most frequent 
 """
 import time
 
-import jax
-import numpy as np
 from absl import flags
 from ml_collections import config_flags
 
 from electra_jax import cli
-from electra_jax import objective as objective_lib
-from electra_jax import parallel
+from electra_jax import eval_loop
 from electra_jax import experiment as experiment_lib
 from electra_jax import train_state as ts
-from electra_jax.data import pipeline
 
 config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py).',
                                 lock_config=True)
@@ -27,35 +23,6 @@ flags.DEFINE_string('eval_files', None, 'Glob of held-out text (default: config.
 flags.DEFINE_integer('num_batches', 0, 'Evaluate at most this many batches (0: all).')
 flags.DEFINE_integer('step', None, 'Checkpoint step to restore (default: the latest).')
 FLAGS = flags.FLAGS
-
-EVAL_SEED_SALT = 0x45564C  # Fixed masking/sampling randomness for every evaluation.
-
-
-def evaluate_params(params, eval_step, c, tokenizer, mesh, num_batches=None, files=None):
-  """Metrics of `params` on the eval set; identical masking every call (comparable over time)."""
-  rng = jax.random.fold_in(jax.random.key(c.seed), EVAL_SEED_SALT)
-  sums, num_batches_done = None, 0
-  batches = pipeline.make_eval_iterator(c, tokenizer, jax.process_index(), jax.process_count(),
-                                        num_batches=num_batches or None, files=files)
-  for i, local_batch in enumerate(batches):
-    batch = parallel.global_batch(local_batch, mesh)
-    step_sums = eval_step(params, batch, jax.random.fold_in(rng, i))
-    sums = step_sums if sums is None else jax.tree.map(lambda a, b: a + b, sums, step_sums)
-    num_batches_done += 1
-  if sums is None:
-    return {}
-  metrics = objective_lib.summarize(jax.device_get(sums), c.gen_weight, c.disc_weight)
-  metrics['num_batches'] = num_batches_done
-  metrics['num_tokens'] = int(np.asarray(jax.device_get(sums['disc_count'])))
-  return metrics
-
-
-def unigram_baseline_accuracy(c, tokenizer, files=None) -> float:
-  """MLM accuracy of always predicting the most frequent maskable token."""
-  counts = np.asarray(pipeline.count_token_frequencies(c, tokenizer, files=files), np.float64)
-  counts[list(tokenizer.special_ids)] = 0
-  return float(counts.max() / counts.sum()) if counts.sum() else float('nan')
-
 
 def main(argv):
   del argv
@@ -74,11 +41,11 @@ def main(argv):
   ckpt.close()
   eval_step = ts.jit_eval_step(ts.make_eval_step(run.objective), run.mesh)
   files = FLAGS.eval_files or run.config.eval_files
-  metrics = evaluate_params(state.params, eval_step, run.config, run.tokenizer, run.mesh,
+  metrics = eval_loop.evaluate_params(state.params, eval_step, run.config, run.tokenizer, run.mesh,
                             num_batches=FLAGS.num_batches, files=files)
   if not metrics:
     raise cli.UserError(f"eval files '{files}' produced no examples; check --eval_files")
-  metrics['unigram_baseline_accuracy'] = unigram_baseline_accuracy(run.config, run.tokenizer,
+  metrics['unigram_baseline_accuracy'] = eval_loop.unigram_baseline_accuracy(run.config, run.tokenizer,
                                                                    files)
   for key, value in metrics.items():
     print(f'  {key:28s} {value:.4f}' if isinstance(value, float) else f'  {key:28s} {value}')

@@ -12,14 +12,13 @@ import sys
 import time
 
 import jax
-import numpy as np
 import tqdm
 from absl import flags
 from ml_collections import config_flags
 
 from electra_jax import checkpoint
 from electra_jax import cli
-from electra_jax import evaluate
+from electra_jax import eval_loop
 from electra_jax import experiment as experiment_lib
 from electra_jax import metric_writer
 from electra_jax import objective as objective_lib
@@ -100,7 +99,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     nonlocal eval_metrics, window_start, last_eval_step
     last_eval_step = step
     t = time.time()
-    eval_metrics = evaluate.evaluate_params(state.params, eval_step, c, exp.tokenizer, mesh,
+    eval_metrics = eval_loop.evaluate_params(state.params, eval_step, c, exp.tokenizer, mesh,
                                             num_batches=c.num_eval_steps)
     if eval_metrics:
       writer.write('eval_metrics', step, eval_metrics)

@@ -1,0 +1,1 @@
+"""Text sources, tokenizers and the input pipeline."""

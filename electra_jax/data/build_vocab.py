@@ -1,0 +1,52 @@
+"""Train a sentencepiece vocabulary for ELECTRA.
+
+  python -m electra_jax.data.build_vocab --input='corpus/*.txt' --vocab_size=30522 \
+      --output=vocab/spm
+
+Writes PREFIX.model and PREFIX.vocab with [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0..4; the last
+stdout line is a JSON summary. Point --config.vocab_file at PREFIX.model and set
+--config.vocab_size to the same N.
+"""
+import time
+
+from absl import flags
+
+from electra_jax import cli
+from electra_jax.data import sources
+from electra_jax.data import tokenizer as tokenizer_lib
+
+flags.DEFINE_string('input', None, 'Glob of UTF-8 training text (comma-separated globs allowed).')
+flags.DEFINE_integer('vocab_size', 8000, 'Vocabulary size, including the 5 special tokens.')
+flags.DEFINE_string('output', None, 'Output prefix: writes PREFIX.model and PREFIX.vocab.')
+flags.DEFINE_enum('model_type', 'unigram', ['unigram', 'bpe'], 'Sentencepiece model type.')
+flags.DEFINE_integer('max_sentences', 2_000_000,
+                     'At most this many randomly sampled lines train the vocabulary.')
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  del argv  # Unused.
+  start = time.time()
+  files = sources.list_files(FLAGS.input)
+  # Sentencepiece silently skips what it cannot decode: fail first, naming the bad file.
+  num_lines = sum(len(doc) for doc in sources.read_documents(files))
+  print(f'Training a {FLAGS.vocab_size}-token {FLAGS.model_type} vocabulary on {len(files)} '
+        f'file(s), {num_lines} lines; writing {FLAGS.output}.model and {FLAGS.output}.vocab',
+        flush=True)
+  model_file = tokenizer_lib.train_sentencepiece(files, FLAGS.vocab_size, FLAGS.output,
+                                                 FLAGS.model_type, FLAGS.max_sentences)
+  vocab_size = tokenizer_lib.load_tokenizer(model_file).vocab_size
+  print(f'Wrote {model_file} ({vocab_size} tokens) in {time.time() - start:.1f}s; use '
+        f'--config.vocab_file={model_file} --config.vocab_size={vocab_size}', flush=True)
+  cli.print_result({'model': model_file, 'vocab': FLAGS.output + '.vocab',
+                    'vocab_size': vocab_size, 'num_input_files': len(files)})
+
+
+def run():
+  """Console entry point (electra-build-vocab)."""
+  flags.mark_flags_as_required(['input', 'output'])
+  cli.run(main)
+
+
+if __name__ == '__main__':
+  run()

@@ -1,0 +1,251 @@
+"""Text -> packed ELECTRA examples -> shuffled, per-host batches (grain), checkpointable.
+
+Examples are built as the official release's ExampleBuilder builds them: consecutive lines of
+a document accumulate until a target length, then split into segments A and B and become
+`[CLS] A [SEP] B [SEP]`. The global batch of step s is a pure function of (files, vocabulary,
+seed, s); host h reads rows [h*B/H, (h+1)*B/H) of it, so training does not depend on how many
+hosts share the work.
+"""
+import functools
+import itertools
+import sys
+from typing import Iterator
+
+import grain
+import numpy as np
+
+from electra_jax.data import sources
+from electra_jax.errors import UserError
+
+FEATURES = ('input_ids', 'input_mask', 'segment_ids')
+SINGLE_SEGMENT_PROB = 0.1  # Official: some examples have only segment A, like classification.
+MIN_RANDOM_LENGTH = 5      # Official: a random-length target is drawn from [5, max_seq_length].
+TOKENIZE_CHUNK_LINES = 4096  # Lines per batched (multi-threaded) sentencepiece call.
+EVAL_SEED = 1234           # Eval examples must never change between runs.
+
+Example = tuple[list[int], int]  # (tokens incl. [CLS]/[SEP]s, length of `[CLS] A [SEP]`)
+
+
+class ExampleBuilder:
+  """Packs the tokenized lines of documents into two-segment examples (official logic).
+
+  Two differences from the official code, neither of which changes the random draws: a line
+  longer than `max_length` tokens is split into `max_length`-token pieces that each fill an
+  example (the official code makes one example of it and drops the rest); and once segment B
+  has begun, later lines stay in B (the official code moves a later short line back into A,
+  so A and B were not always contiguous text). Targets, truncation and the choice of the split
+  point are the official ones.
+  """
+
+  def __init__(self, max_length: int, cls_id: int, sep_id: int, short_seq_prob: float,
+               rng: np.random.Generator):
+    self._max_length, self._cls_id, self._sep_id = max_length, cls_id, sep_id
+    self._short_seq_prob, self._rng = short_seq_prob, rng
+    self._lines, self._length, self._target_length = [], 0, max_length
+
+  def add_line(self, ids: list[int]) -> list[Example]:
+    """Adds one tokenized line; returns the examples completed by it (usually none or one)."""
+    examples = []
+    for start in range(0, len(ids), self._max_length):
+      piece = ids[start:start + self._max_length]
+      self._lines.append(piece)
+      self._length += len(piece)
+      if self._length >= self._target_length:
+        examples.append(self._create_example())
+    return examples
+
+  def end_document(self) -> list[Example]:
+    """Emits what has accumulated: examples never span documents."""
+    return [self._create_example()] if self._length else []
+
+  def _create_example(self) -> Example:
+    if self._rng.random() < SINGLE_SEGMENT_PROB:
+      first_target = sys.maxsize
+    else:
+      first_target = (self._target_length - 3) // 2  # -3: [CLS] and two [SEP]s.
+    first, second = [], []
+    for line in self._lines:
+      # Until B begins, a line joins A if A is empty, if it fits A's target, or (half the
+      # time) if it is the line that crosses A's target. So A and B split at a line boundary.
+      if not second and (not first or len(first) + len(line) < first_target
+                         or (len(first) < first_target and self._rng.random() < 0.5)):
+        first += line
+      else:
+        second += line
+    first = first[:self._max_length - 2]
+    second = second[:max(0, self._max_length - len(first) - 3)]
+    self._lines, self._length = [], 0
+    if self._rng.random() < self._short_seq_prob:
+      self._target_length = int(self._rng.integers(MIN_RANDOM_LENGTH, self._max_length + 1))
+    else:
+      self._target_length = self._max_length
+    tokens = [self._cls_id, *first, self._sep_id]
+    num_first = len(tokens)
+    if second:
+      tokens += [*second, self._sep_id]
+    return tokens, num_first
+
+
+def _tokenized_documents(files: list[str], tokenizer) -> Iterator[list[list[int]]]:
+  """Documents as lists of token-id lines, tokenized many lines per call for speed."""
+  documents = sources.read_documents(files)
+  while True:
+    chunk, num_lines = [], 0
+    for doc in documents:
+      chunk.append(doc)
+      num_lines += len(doc)
+      if num_lines >= TOKENIZE_CHUNK_LINES:
+        break
+    if not chunk:
+      return
+    ids = iter(tokenizer.encode_batch([line for doc in chunk for line in doc]))
+    for doc in chunk:
+      yield [next(ids) for _ in doc]
+
+
+def iter_examples(files: list[str], tokenizer, max_seq_length: int, short_seq_prob: float,
+                  seed: int) -> Iterator[Example]:
+  """Streams the examples of `files` in corpus order; deterministic given `seed`."""
+  if max_seq_length < MIN_RANDOM_LENGTH:
+    raise UserError(f'max_seq_length={max_seq_length} is too short for [CLS] A [SEP] B [SEP]; '
+                    f'use at least {MIN_RANDOM_LENGTH}')
+  builder = ExampleBuilder(max_seq_length, tokenizer.cls_id, tokenizer.sep_id, short_seq_prob,
+                           np.random.default_rng(seed))
+  for doc in _tokenized_documents(files, tokenizer):
+    for line in doc:
+      yield from builder.add_line(line)
+    yield from builder.end_document()
+
+
+def _to_arrays(examples: list[Example], max_seq_length: int,
+               num_rows: int | None = None) -> dict[str, np.ndarray]:
+  """int32 [num_rows, max_seq_length] features; rows past len(examples) are all zero."""
+  num_rows = len(examples) if num_rows is None else num_rows
+  input_ids = np.zeros((num_rows, max_seq_length), np.int32)
+  lengths = np.zeros((num_rows, 1), np.int32)
+  num_first = np.zeros((num_rows, 1), np.int32)
+  for i, (tokens, first) in enumerate(examples):
+    input_ids[i, :len(tokens)] = tokens
+    lengths[i], num_first[i] = len(tokens), first
+  positions = np.arange(max_seq_length, dtype=np.int32)
+  return {
+      'input_ids': input_ids,
+      'input_mask': (positions < lengths).astype(np.int32),
+      'segment_ids': ((positions >= num_first) & (positions < lengths)).astype(np.int32),
+  }
+
+
+def build_examples(files_pattern: str, tokenizer, max_seq_length: int, short_seq_prob: float,
+                   seed: int) -> dict[str, np.ndarray]:
+  """All examples of a corpus as int32 arrays [N, max_seq_length] (FEATURES)."""
+  files = sources.list_files(files_pattern)
+  examples = list(iter_examples(files, tokenizer, max_seq_length, short_seq_prob, seed))
+  if not examples:
+    raise UserError(f"'{files_pattern}' produced no examples; check the files contain text")
+  return _to_arrays(examples, max_seq_length)
+
+
+def _local_batch_size(config, key: str, process_index: int, process_count: int) -> int:
+  global_batch = config[key]
+  if not 0 <= process_index < process_count:
+    raise UserError(f'process_index={process_index} is outside [0, {process_count}); check '
+                    'the multi-host launch')
+  if global_batch <= 0 or global_batch % process_count:
+    raise UserError(f'config.{key}={global_batch} is not a positive multiple of the '
+                    f'{process_count} processes; set --config.{key} to a multiple of '
+                    f'{process_count}')
+  return global_batch // process_count
+
+
+class HostRowsMapDataset(grain.MapDataset):
+  """One host's rows of a stream cut into global batches: element i of this host is element
+  s*B + h*Bl + j of the parent (s = i // Bl, j = i % Bl), so hosts' batches concatenated in
+  host order are exactly the single-host global batch."""
+
+  def __init__(self, parent: grain.MapDataset, global_batch: int, process_index: int,
+               process_count: int):
+    super().__init__(parent)
+    self._global_batch = global_batch
+    self._local_batch = global_batch // process_count
+    self._offset = process_index * self._local_batch
+
+  def __len__(self) -> int:
+    return len(self._parent) // self._global_batch * self._local_batch
+
+  def __getitem__(self, index):
+    if isinstance(index, slice):
+      return self.slice(index)
+    step, row = divmod(index, self._local_batch)
+    return self._parent[step * self._global_batch + self._offset + row]
+
+  def __str__(self) -> str:
+    return (f'HostRowsMapDataset(global_batch={self._global_batch}, '
+            f'rows=[{self._offset}, {self._offset + self._local_batch}))')
+
+
+def _gather(examples: dict[str, np.ndarray], indices: np.ndarray) -> dict[str, np.ndarray]:
+  # One fancy-index copy per feature and batch, rather than stacking row by row.
+  return {name: array[indices] for name, array in examples.items()}
+
+
+def make_train_iterator(config, tokenizer, process_index: int = 0, process_count: int = 1):
+  """Infinite, checkpointable grain iterator over this host's slice of each global batch.
+
+  Yields {'input_ids', 'input_mask', 'segment_ids'}: int32 [train_batch_size // process_count,
+  max_seq_length]; every epoch is reshuffled, deterministically from config.seed.
+  """
+  local_batch = _local_batch_size(config, 'train_batch_size', process_index, process_count)
+  examples = build_examples(config.train_files, tokenizer, config.max_seq_length,
+                            config.short_seq_prob, config.seed)
+  num_examples = len(examples['input_ids'])
+  # Indices into `examples`, in global order; elements are resolved only when a batch is read.
+  order = grain.MapDataset.range(num_examples).shuffle(seed=config.seed).repeat(None)
+  rows = HostRowsMapDataset(order, config.train_batch_size, process_index, process_count)
+  batches = rows.batch(local_batch).map(functools.partial(_gather, examples))
+  # A small read-ahead on one thread overlaps the copy with the train step; no processes.
+  read_options = grain.ReadOptions(num_threads=1, prefetch_buffer_size=4)
+  return iter(batches.to_iter_dataset(read_options))
+
+
+def make_eval_iterator(config, tokenizer, process_index: int = 0, process_count: int = 1,
+                       num_batches: int | None = None,
+                       files: str | None = None) -> Iterator[dict[str, np.ndarray]]:
+  """The eval set in file order: this host's slice of each global batch of eval_batch_size.
+
+  The same examples every call (no shuffle, short_seq_prob 0, fixed seed). The last batch is
+  filled with all-zero rows (input_mask 0) so shapes stay static; `num_batches` (None or 0:
+  all) stops early, and only what it needs is tokenized.
+  """
+  local_batch = _local_batch_size(config, 'eval_batch_size', process_index, process_count)
+  pattern = files or config.eval_files
+  file_list = sources.list_files(pattern)  # Fail here, not at the first next().
+  return _eval_batches(file_list, pattern, tokenizer, config.max_seq_length,
+                       config.eval_batch_size, local_batch, process_index, num_batches)
+
+
+def _eval_batches(files, pattern, tokenizer, max_seq_length, global_batch, local_batch,
+                  process_index, num_batches):
+  examples = iter_examples(files, tokenizer, max_seq_length, 0.0, EVAL_SEED)
+  start = process_index * local_batch
+  for step in itertools.count():
+    if num_batches and step >= num_batches:
+      return
+    batch = list(itertools.islice(examples, global_batch))
+    if not batch:
+      if step == 0:
+        raise UserError(f"'{pattern}' produced no examples; check the files contain text")
+      return
+    yield _to_arrays(batch[start:start + local_batch], max_seq_length, local_batch)
+
+
+def count_token_frequencies(config, tokenizer, files: str | None = None) -> np.ndarray:
+  """Counts [vocab_size] of each token over the eval examples' real, non-special tokens."""
+  pattern = files or config.eval_files
+  examples = iter_examples(sources.list_files(pattern), tokenizer, config.max_seq_length, 0.0,
+                           EVAL_SEED)
+  counts = np.zeros(tokenizer.vocab_size, np.int64)
+  while chunk := list(itertools.islice(examples, 4096)):
+    tokens = np.fromiter(itertools.chain.from_iterable(t for t, _ in chunk), np.int64)
+    counts += np.bincount(tokens, minlength=tokenizer.vocab_size)
+  counts[list(tokenizer.special_ids)] = 0
+  return counts

@@ -1,0 +1,110 @@
+"""Sentencepiece vocabularies with ELECTRA's special tokens at fixed ids 0..4.
+
+Fixed ids let the model, the masking code and exported checkpoints agree on [PAD] [CLS] [SEP]
+[MASK] without reading the vocabulary; [CLS] [SEP] [MASK] are sentencepiece *control* symbols,
+so no raw text (not even the literal string "[MASK]") can ever encode to them.
+"""
+import os
+
+import sentencepiece as spm
+
+from electra_jax.data import paths
+from electra_jax.errors import UserError
+
+SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
+PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(SPECIAL_TOKENS))
+# Sentencepiece skips longer training lines; paragraph-per-line prose reaches ~15 KB.
+MAX_TRAINING_LINE_BYTES = 1 << 16
+
+
+def train_sentencepiece(input_files: list[str], vocab_size: int, output_prefix: str,
+                        model_type: str = 'unigram', max_sentences: int = 2_000_000,
+                        num_threads: int | None = None) -> str:
+  """Trains PREFIX.model/.vocab on UTF-8 text files; returns the model path.
+
+  Casing is kept (ELECTRA's cased setting); NFKC normalisation only folds compatibility
+  characters (ligatures, full-width forms). At most `max_sentences` randomly chosen lines are
+  used, so a large corpus still trains in minutes.
+  """
+  if vocab_size <= len(SPECIAL_TOKENS):
+    raise UserError(f'vocab_size={vocab_size} leaves no room for text pieces; use at least '
+                    f'{len(SPECIAL_TOKENS) + 100}')
+  os.makedirs(os.path.dirname(os.path.abspath(output_prefix)), exist_ok=True)
+  try:
+    spm.SentencePieceTrainer.train(
+        input=list(input_files), model_prefix=output_prefix, vocab_size=vocab_size,
+        model_type=model_type, character_coverage=0.9999,
+        normalization_rule_name='nmt_nfkc', split_digits=True, byte_fallback=False,
+        pad_id=PAD_ID, pad_piece=SPECIAL_TOKENS[PAD_ID],
+        unk_id=UNK_ID, unk_piece=SPECIAL_TOKENS[UNK_ID],
+        bos_id=-1, eos_id=-1, control_symbols=list(SPECIAL_TOKENS[CLS_ID:]),
+        input_sentence_size=max_sentences, shuffle_input_sentence=True,
+        max_sentence_length=MAX_TRAINING_LINE_BYTES,
+        num_threads=num_threads or os.cpu_count() or 1, minloglevel=2)
+  except RuntimeError as e:
+    # Typically "Vocabulary size too high (N). Please set it to a value <= M."
+    raise UserError(f'sentencepiece could not build a {vocab_size}-token vocabulary: '
+                    f'{str(e).strip()}') from None
+  model_file = output_prefix + '.model'
+  _check_special_ids(spm.SentencePieceProcessor(model_file=model_file), model_file)
+  return model_file
+
+
+def _check_special_ids(processor, vocab_file: str):
+  pieces = tuple(processor.id_to_piece(i)
+                 for i in range(min(len(SPECIAL_TOKENS), processor.get_piece_size())))
+  if pieces != SPECIAL_TOKENS:
+    raise UserError(f"vocab_file '{vocab_file}' has {pieces} at ids 0..4, not "
+                    f'{SPECIAL_TOKENS}; build one with python -m electra_jax.data.build_vocab')
+
+
+class SentencePieceTokenizer:
+  """Text <-> ids with a sentencepiece model whose special tokens sit at ids 0..4."""
+
+  pad_id, unk_id, cls_id, sep_id, mask_id = PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID
+  # The tokens that are never masked and never counted as text ([UNK] is real text).
+  special_ids = tuple(sorted((PAD_ID, CLS_ID, SEP_ID, MASK_ID)))
+
+  def __init__(self, model_file: str):
+    self.model_file = model_file
+    self.processor = spm.SentencePieceProcessor(model_file=model_file)
+
+  @property
+  def vocab_size(self) -> int:
+    return self.processor.get_piece_size()
+
+  def encode(self, text: str) -> list[int]:
+    return self.processor.encode(text)
+
+  def encode_batch(self, texts: list[str]) -> list[list[int]]:
+    """Encodes many lines at once on all cores (sentencepiece's own thread pool)."""
+    return self.processor.encode(list(texts), num_threads=os.cpu_count() or 1)
+
+  def decode(self, ids) -> str:
+    return self.processor.decode([int(i) for i in ids])
+
+  def id_to_piece(self, i: int) -> str:
+    return self.processor.id_to_piece(int(i))
+
+  def __repr__(self) -> str:
+    return f'SentencePieceTokenizer({self.model_file!r}, vocab_size={self.vocab_size})'
+
+
+def load_tokenizer(vocab_file: str, vocab_size: int | None = None) -> SentencePieceTokenizer:
+  """Loads a vocabulary and checks it against the config's vocab_size (None: no check)."""
+  path = paths.resolve_path(vocab_file)
+  if not os.path.isfile(path):
+    raise UserError(f"vocab_file '{vocab_file}' not found; build one with python -m "
+                    'electra_jax.data.build_vocab --input=GLOB --vocab_size=N --output=PREFIX '
+                    'and pass --config.vocab_file=PREFIX.model')
+  try:
+    tokenizer = SentencePieceTokenizer(path)
+  except (RuntimeError, OSError) as e:
+    raise UserError(f"vocab_file '{vocab_file}' is not a sentencepiece model ({e}); pass the "
+                    '*.model file written by python -m electra_jax.data.build_vocab') from None
+  _check_special_ids(tokenizer.processor, vocab_file)
+  if vocab_size is not None and vocab_size != tokenizer.vocab_size:
+    raise UserError(f"config.vocab_size={vocab_size} but vocab_file '{vocab_file}' has "
+                    f'{tokenizer.vocab_size} tokens; set --config.vocab_size='
+                    f'{tokenizer.vocab_size}')
+  return tokenizer

@@ -1,0 +1,35 @@
+"""Held-out evaluation shared by train (periodic) and evaluate (CLI)."""
+import jax
+import numpy as np
+
+from electra_jax import objective as objective_lib
+from electra_jax import parallel
+from electra_jax.data import pipeline
+
+EVAL_SEED_SALT = 0x45564C  # Fixed masking/sampling randomness for every evaluation.
+
+
+def evaluate_params(params, eval_step, c, tokenizer, mesh, num_batches=None, files=None):
+  """Metrics of `params` on the eval set; identical masking every call (comparable over time)."""
+  rng = jax.random.fold_in(jax.random.key(c.seed), EVAL_SEED_SALT)
+  sums, num_batches_done = None, 0
+  batches = pipeline.make_eval_iterator(c, tokenizer, jax.process_index(), jax.process_count(),
+                                        num_batches=num_batches or None, files=files)
+  for i, local_batch in enumerate(batches):
+    batch = parallel.global_batch(local_batch, mesh)
+    step_sums = eval_step(params, batch, jax.random.fold_in(rng, i))
+    sums = step_sums if sums is None else jax.tree.map(lambda a, b: a + b, sums, step_sums)
+    num_batches_done += 1
+  if sums is None:
+    return {}
+  metrics = objective_lib.summarize(jax.device_get(sums), c.gen_weight, c.disc_weight)
+  metrics['num_batches'] = num_batches_done
+  metrics['num_tokens'] = int(np.asarray(jax.device_get(sums['disc_count'])))
+  return metrics
+
+
+def unigram_baseline_accuracy(c, tokenizer, files=None) -> float:
+  """MLM accuracy of always predicting the most frequent maskable token."""
+  counts = np.asarray(pipeline.count_token_frequencies(c, tokenizer, files=files), np.float64)
+  counts[list(tokenizer.special_ids)] = 0
+  return float(counts.max() / counts.sum()) if counts.sum() else float('nan')

@@ -1,0 +1,440 @@
+"""The data package: vocabularies, text sources, example packing and the train/eval iterators."""
+import collections
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import ml_collections
+import numpy as np
+import pytest
+
+from electra_jax.data import paths
+from electra_jax.data import pipeline
+from electra_jax.data import sources
+from electra_jax.data import tokenizer as tok
+from electra_jax.errors import UserError
+from tests.conftest import REPO_ROOT
+
+DEMO_MODEL = os.path.join(REPO_ROOT, 'data', 'demo_spm.model')
+PERSUASION = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'eval', 'persuasion.txt')
+TINY_VOCAB = 300
+SEQ = 32
+
+
+def write_docs(path, docs):
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write('\n\n'.join('\n'.join(doc) for doc in docs) + '\n')
+
+
+@pytest.fixture(scope='module')
+def corpus(tmp_path_factory):
+  """Chapters of the bundled Persuasion in three files: 'big' ones and a 'small' one."""
+  root = tmp_path_factory.mktemp('corpus')
+  docs = list(sources.read_documents([PERSUASION]))
+  write_docs(root / 'a.txt', docs[0:2])
+  write_docs(root / 'b.txt', docs[2:4])
+  write_docs(root / 'small.txt', [docs[4][:2], docs[5][:2]])
+  return root
+
+
+@pytest.fixture(scope='module')
+def tiny_tokenizer(corpus, tmp_path_factory):
+  prefix = str(tmp_path_factory.mktemp('vocab') / 'tiny')
+  model = tok.train_sentencepiece([str(corpus / 'a.txt'), str(corpus / 'b.txt')], TINY_VOCAB,
+                                  prefix)
+  return tok.load_tokenizer(model, TINY_VOCAB)
+
+
+def make_config(corpus, **overrides):
+  c = ml_collections.ConfigDict(dict(
+      vocab_file='unused', vocab_size=TINY_VOCAB, train_files=str(corpus / 'small.txt'),
+      eval_files=str(corpus / 'b.txt'), max_seq_length=SEQ, short_seq_prob=0.1,
+      train_batch_size=8, eval_batch_size=8, seed=0))
+  c.update(overrides)
+  return c
+
+
+# --- Vocabulary ---------------------------------------------------------------------------
+
+
+def test_special_tokens_are_ids_0_to_4_in_a_freshly_trained_vocab(tiny_tokenizer):
+  assert [tiny_tokenizer.id_to_piece(i) for i in range(5)] == list(tok.SPECIAL_TOKENS)
+  assert tiny_tokenizer.vocab_size == TINY_VOCAB
+  assert (tiny_tokenizer.pad_id, tiny_tokenizer.unk_id, tiny_tokenizer.cls_id,
+          tiny_tokenizer.sep_id, tiny_tokenizer.mask_id) == (0, 1, 2, 3, 4)
+  assert tiny_tokenizer.special_ids == (0, 2, 3, 4)
+
+
+def test_special_tokens_are_ids_0_to_4_in_the_bundled_demo_vocab():
+  tk = tok.load_tokenizer(DEMO_MODEL, 8000)
+  assert [tk.id_to_piece(i) for i in range(5)] == list(tok.SPECIAL_TOKENS)
+
+
+@pytest.mark.parametrize('model', ['tiny', 'demo'])
+def test_raw_text_never_encodes_to_cls_sep_or_mask(tiny_tokenizer, model):
+  tk = tiny_tokenizer if model == 'tiny' else tok.load_tokenizer(DEMO_MODEL)
+  ids = tk.encode('[MASK] [CLS] [SEP] [PAD] <mask> Anne [MASK]ed it.')
+  ids += sum(tk.encode_batch(['[MASK]', '[CLS][SEP]']), [])
+  assert ids and not {2, 3, 4} & set(ids)
+
+
+def test_encode_batch_matches_encode_and_decode_round_trips(tiny_tokenizer):
+  texts = ['Sir Walter Elliot, of Kellynch Hall.', 'Anne was nobody.']
+  assert tiny_tokenizer.encode_batch(texts) == [tiny_tokenizer.encode(t) for t in texts]
+  assert tiny_tokenizer.decode(tiny_tokenizer.encode(texts[1])) == texts[1]
+
+
+def test_load_tokenizer_missing_file_says_how_to_build_one(tmp_path):
+  with pytest.raises(UserError, match=r"'nope/spm.model' not found.*build_vocab"):
+    tok.load_tokenizer('nope/spm.model')
+
+
+def test_load_tokenizer_vocab_size_mismatch_names_both_numbers(tiny_tokenizer):
+  with pytest.raises(UserError) as e:
+    tok.load_tokenizer(tiny_tokenizer.model_file, 8000)
+  assert '8000' in str(e.value) and f'--config.vocab_size={TINY_VOCAB}' in str(e.value)
+
+
+def test_load_tokenizer_rejects_a_file_that_is_not_a_sentencepiece_model(tmp_path):
+  path = tmp_path / 'spm.model'
+  path.write_text('not a model')
+  with pytest.raises(UserError, match='not a sentencepiece model'):
+    tok.load_tokenizer(str(path))
+
+
+def test_load_tokenizer_rejects_a_vocab_without_the_special_tokens(corpus, tmp_path):
+  import sentencepiece as spm  # pylint: disable=import-outside-toplevel
+  spm.SentencePieceTrainer.train(input=str(corpus / 'a.txt'), model_prefix=str(tmp_path / 'x'),
+                                 vocab_size=100, minloglevel=2)
+  with pytest.raises(UserError, match=r'at ids 0\.\.4'):
+    tok.load_tokenizer(str(tmp_path / 'x.model'))
+
+
+def test_train_sentencepiece_vocab_too_large_for_the_corpus_is_a_user_error(corpus, tmp_path):
+  with pytest.raises(UserError, match='50000'):
+    tok.train_sentencepiece([str(corpus / 'small.txt')], 50000, str(tmp_path / 'big'))
+
+
+def test_relative_paths_resolve_from_the_repo_root_when_not_in_the_cwd(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  assert tok.load_tokenizer('data/demo_spm.model', 8000).vocab_size == 8000
+  assert sources.list_files('data/demo_corpus/eval/*.txt') == [PERSUASION]
+
+
+def test_relative_paths_in_the_cwd_win_over_the_repo_root(tiny_tokenizer, tmp_path, monkeypatch):
+  os.makedirs(tmp_path / 'data')
+  shutil.copy(tiny_tokenizer.model_file, tmp_path / 'data' / 'demo_spm.model')
+  monkeypatch.chdir(tmp_path)
+  assert paths.resolve_path('data/demo_spm.model') == 'data/demo_spm.model'
+  assert tok.load_tokenizer('data/demo_spm.model').vocab_size == TINY_VOCAB
+
+
+# --- Sources ------------------------------------------------------------------------------
+
+
+def test_documents_split_on_blank_lines_and_file_boundaries(tmp_path):
+  (tmp_path / 'a.txt').write_text('a1\n  a2  \r\n\n \n\nb1\n')
+  (tmp_path / 'b.txt').write_text('\ufeffc1\nc2\n\n')
+  files = sources.list_files(str(tmp_path / '*.txt'))
+  assert list(sources.read_documents(files)) == [['a1', 'a2'], ['b1'], ['c1', 'c2']]
+
+
+def test_gz_files_are_read_transparently(tmp_path):
+  with gzip.open(tmp_path / 'a.txt.gz', 'wt', encoding='utf-8') as f:
+    f.write('x1\nx2\n\ny1\n')
+  assert list(sources.read_documents([str(tmp_path / 'a.txt.gz')])) == [['x1', 'x2'], ['y1']]
+
+
+def test_empty_file_error_names_the_file(tmp_path):
+  (tmp_path / 'empty.txt').write_text('\n \n')
+  with pytest.raises(UserError, match='empty.txt.* is empty'):
+    list(sources.read_documents([str(tmp_path / 'empty.txt')]))
+
+
+@pytest.mark.parametrize('content,offset', [(b'abc\xff', 3), (b'hello\nab\xe9c\n', 8)])
+def test_non_utf8_error_names_the_file_and_byte_offset(tmp_path, content, offset):
+  (tmp_path / 'latin1.txt').write_bytes(content)
+  with pytest.raises(UserError, match=f'latin1.txt.*not UTF-8.*byte offset {offset}\\)'):
+    list(sources.read_documents([str(tmp_path / 'latin1.txt')]))
+
+
+def test_binary_file_error_names_the_file(tmp_path):
+  (tmp_path / 'data.bin').write_bytes(b'text\n\x00\x01\x02')
+  with pytest.raises(UserError, match='data.bin.*binary'):
+    list(sources.read_documents([str(tmp_path / 'data.bin')]))
+
+
+def test_glob_matching_nothing_names_the_pattern(tmp_path):
+  with pytest.raises(UserError, match="no files match 'nowhere/\\*.txt'"):
+    sources.list_files('nowhere/*.txt')
+
+
+def test_comma_separated_globs_are_sorted_and_deduplicated(tmp_path):
+  for name in ('b.txt', 'a.txt', 'c.md'):
+    (tmp_path / name).write_text('x\n')
+  got = sources.list_files(f'{tmp_path}/b.txt, {tmp_path}/*.txt,{tmp_path}/*.md')
+  assert got == [str(tmp_path / n) for n in ('a.txt', 'b.txt', 'c.md')]
+
+
+# --- Example packing ----------------------------------------------------------------------
+
+
+def assert_well_formed(ex, max_len, cls_id=2, sep_id=3, pad_id=0):
+  ids, mask, seg = ex['input_ids'], ex['input_mask'], ex['segment_ids']
+  assert ids.dtype == mask.dtype == seg.dtype == np.int32
+  assert ids.shape == mask.shape == seg.shape and ids.shape[1] == max_len
+  for row_ids, row_mask, row_seg in zip(ids, mask, seg):
+    n = int(row_mask.sum())
+    assert 3 <= n <= max_len
+    assert (row_mask[:n] == 1).all() and (row_mask[n:] == 0).all()  # A prefix of ones.
+    real = row_ids[:n]
+    assert real[0] == cls_id and real[-1] == sep_id and (row_ids[n:] == pad_id).all()
+    assert pad_id not in real and cls_id not in real[1:]
+    seps = np.flatnonzero(real == sep_id)
+    assert len(seps) in (1, 2)
+    first_sep = seps[0]
+    assert (row_seg[:first_sep + 1] == 0).all() and (row_seg[first_sep + 1:n] == 1).all()
+    assert (row_seg[n:] == 0).all()
+    if len(seps) == 2:
+      assert seps[1] == n - 1 and seps[1] > first_sep + 1  # B is never empty between [SEP]s.
+
+
+def test_packed_examples_are_well_formed(corpus, tiny_tokenizer):
+  for short_seq_prob in (0.0, 0.5):
+    ex = pipeline.build_examples(f'{corpus}/a.txt,{corpus}/b.txt', tiny_tokenizer, SEQ,
+                                 short_seq_prob, seed=3)
+    assert len(ex['input_ids']) > 200
+    assert_well_formed(ex, SEQ)
+
+
+def test_most_examples_are_full_length_when_documents_are_long(corpus, tiny_tokenizer):
+  ex = pipeline.build_examples(f'{corpus}/a.txt', tiny_tokenizer, SEQ, 0.05, seed=0)
+  assert (ex['input_mask'].sum(1) == SEQ).mean() > 0.8
+
+
+def test_short_seq_prob_makes_shorter_targets(corpus, tiny_tokenizer):
+  full = pipeline.build_examples(f'{corpus}/a.txt', tiny_tokenizer, 128, 0.0, seed=0)
+  short = pipeline.build_examples(f'{corpus}/a.txt', tiny_tokenizer, 128, 1.0, seed=0)
+  assert len(short['input_ids']) > 1.2 * len(full['input_ids'])
+
+
+def test_examples_are_consecutive_lines_of_one_document_split_at_a_line_boundary():
+  """With line ids 100+k*10.., every example must be whole lines from one document, in order."""
+  lines = [list(range(100 + 10 * k, 100 + 10 * k + 3 + k % 5)) for k in range(60)]
+  docs = [lines[:25], lines[25:]]
+  builder = pipeline.ExampleBuilder(24, 2, 3, 0.2, np.random.default_rng(0))
+  examples = []
+  for doc in docs:
+    for line in doc:
+      examples += builder.add_line(line)
+    examples += builder.end_document()
+  starts = {line[0]: (d, i) for d, doc in enumerate(docs) for i, line in enumerate(doc)}
+  for tokens, num_first in examples:
+    assert len(tokens) <= 24 and tokens[0] == 2 and tokens[num_first - 1] == 3
+    a = tokens[1:num_first - 1]
+    b = tokens[num_first:-1]
+    d, i = starts[a[0]]
+    expected = [t for line in docs[d][i:] for t in line]
+    assert a + b == expected[:len(a) + len(b)]  # Consecutive, same document, tail trimmed.
+    if b:
+      assert b[0] in starts and tokens[-1] == 3  # B starts at a line boundary.
+  two_segments = np.mean([num_first < len(tokens) for tokens, num_first in examples])
+  assert 0.3 < two_segments < 0.9  # Official: 10 % single-segment, the rest split when possible.
+  covered = {t for tokens, _ in examples for t in tokens}
+  assert len(covered & {line[0] for line in lines}) > 0.5 * len(lines)
+
+
+def test_long_lines_are_split_instead_of_dropped():
+  builder = pipeline.ExampleBuilder(32, 2, 3, 0.0, np.random.default_rng(0))
+  long_line = list(range(10, 110))  # 100 tokens, max_length 32.
+  examples = builder.add_line(long_line) + builder.end_document()
+  kept = [t for tokens, _ in examples for t in tokens if t >= 10]
+  assert len(examples) == 4 and kept == sorted(kept)
+  assert len(kept) >= 100 - 2 * 4  # At most [CLS]+[SEP] worth of tokens lost per piece.
+
+
+def test_example_building_is_deterministic_given_the_seed(corpus, tiny_tokenizer):
+  build = lambda seed: pipeline.build_examples(f'{corpus}/a.txt', tiny_tokenizer, SEQ, 0.1, seed)
+  first, again, other = build(7), build(7), build(8)
+  for name in pipeline.FEATURES:
+    np.testing.assert_array_equal(first[name], again[name])
+  assert any(first[n].shape != other[n].shape or (first[n] != other[n]).any()
+             for n in pipeline.FEATURES)
+
+
+def test_a_corpus_without_examples_is_a_user_error(tmp_path, tiny_tokenizer):
+  with pytest.raises(UserError, match='no files match'):
+    pipeline.build_examples(str(tmp_path / '*.txt'), tiny_tokenizer, SEQ, 0.0, 0)
+
+
+# --- Train iterator -----------------------------------------------------------------------
+
+
+def take(iterator, n):
+  return [next(iterator) for _ in range(n)]
+
+
+def row_keys(batch):
+  return [tuple(r) for r in np.concatenate([batch[n] for n in pipeline.FEATURES], axis=1)]
+
+
+@pytest.mark.parametrize('process_count', [2, 4])
+def test_host_batches_concatenated_in_host_order_equal_the_single_host_batch(
+    corpus, tiny_tokenizer, process_count):
+  config = make_config(corpus)
+  num_examples = len(pipeline.build_examples(config.train_files, tiny_tokenizer, SEQ,
+                                             config.short_seq_prob, config.seed)['input_ids'])
+  steps = 12
+  assert num_examples < steps * config.train_batch_size / 2  # Crosses epoch boundaries.
+  single = take(pipeline.make_train_iterator(config, tiny_tokenizer), steps)
+  hosts = [take(pipeline.make_train_iterator(config, tiny_tokenizer, h, process_count), steps)
+           for h in range(process_count)]
+  for step in range(steps):
+    for name in pipeline.FEATURES:
+      assert all(host[step][name].shape == (8 // process_count, SEQ) for host in hosts)
+      merged = np.concatenate([host[step][name] for host in hosts])
+      np.testing.assert_array_equal(merged, single[step][name])
+
+
+def test_train_iterator_yields_every_example_once_per_epoch_reshuffled(corpus, tiny_tokenizer):
+  config = make_config(corpus)
+  examples = pipeline.build_examples(config.train_files, tiny_tokenizer, SEQ,
+                                     config.short_seq_prob, config.seed)
+  n = len(examples['input_ids'])
+  batches = take(pipeline.make_train_iterator(config, tiny_tokenizer), -(-3 * n // 8))
+  rows = [r for b in batches for r in row_keys(b)]
+  assert_well_formed({k: np.stack([b[k] for b in batches]).reshape(-1, SEQ)
+                      for k in pipeline.FEATURES}, SEQ)
+  expected = collections.Counter(row_keys(examples))
+  epochs = [rows[e * n:(e + 1) * n] for e in range(3)]
+  assert all(collections.Counter(epoch) == expected for epoch in epochs)
+  assert epochs[0] != epochs[1] != epochs[2]
+  assert epochs[0] != row_keys(examples)  # Shuffled, not file order.
+
+
+def test_train_iterator_shape_dtype_and_seed_dependence(corpus, tiny_tokenizer):
+  config = make_config(corpus)
+  batch = next(pipeline.make_train_iterator(config, tiny_tokenizer))
+  assert set(batch) == set(pipeline.FEATURES)
+  assert all(v.shape == (8, SEQ) and v.dtype == np.int32 for v in batch.values())
+  other = next(pipeline.make_train_iterator(make_config(corpus, seed=1), tiny_tokenizer))
+  assert (batch['input_ids'] != other['input_ids']).any()
+
+
+def test_train_iterator_resumes_from_its_checkpoint_state(corpus, tiny_tokenizer):
+  config = make_config(corpus)
+  it = pipeline.make_train_iterator(config, tiny_tokenizer)
+  take(it, 3)
+  state = it.get_state()
+  expected = take(it, 3)
+  resumed = pipeline.make_train_iterator(config, tiny_tokenizer)
+  resumed.set_state(state)
+  for want, got in zip(expected, take(resumed, 3)):
+    for name in pipeline.FEATURES:
+      np.testing.assert_array_equal(want[name], got[name])
+  json.dumps(state)  # Small and serialisable: it goes into every checkpoint.
+
+
+def test_batch_not_divisible_by_process_count_is_a_user_error(corpus, tiny_tokenizer):
+  with pytest.raises(UserError, match=r'train_batch_size=8 .*multiple of 3'):
+    pipeline.make_train_iterator(make_config(corpus), tiny_tokenizer, 0, 3)
+  with pytest.raises(UserError, match=r'eval_batch_size=8 .*multiple of 3'):
+    pipeline.make_eval_iterator(make_config(corpus), tiny_tokenizer, 0, 3)
+
+
+# --- Eval iterator ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope='module')
+def eval_config(corpus, tiny_tokenizer):
+  """An eval batch size that leaves a partial last batch."""
+  n = len(pipeline.build_examples(str(corpus / 'b.txt'), tiny_tokenizer, SEQ, 0.0,
+                                  pipeline.EVAL_SEED)['input_ids'])
+  batch = next(b for b in (12, 16, 20, 24, 28) if n % b)
+  return make_config(corpus, eval_batch_size=batch), n
+
+
+def test_eval_iterator_is_deterministic_static_and_zero_padded(eval_config, tiny_tokenizer):
+  config, n = eval_config
+  b = config.eval_batch_size
+  first = list(pipeline.make_eval_iterator(config, tiny_tokenizer))
+  again = list(pipeline.make_eval_iterator(config, tiny_tokenizer))
+  assert len(first) == -(-n // b)
+  for x, y in zip(first, again):
+    for name in pipeline.FEATURES:
+      assert x[name].shape == (b, SEQ) and x[name].dtype == np.int32
+      np.testing.assert_array_equal(x[name], y[name])
+  last = first[-1]
+  padding = last['input_mask'].sum(1) == 0
+  assert padding.sum() == b - n % b and not padding[:n % b].any()
+  assert all((last[name][padding] == 0).all() for name in pipeline.FEATURES)
+  real = {k: np.concatenate([x[k] for x in first])[:n] for k in pipeline.FEATURES}
+  assert_well_formed(real, SEQ)
+
+
+def test_eval_iterator_respects_num_batches_and_matches_the_full_run(eval_config,
+                                                                    tiny_tokenizer):
+  config, _ = eval_config
+  full = list(pipeline.make_eval_iterator(config, tiny_tokenizer))
+  for num_batches in (0, None):
+    assert len(list(pipeline.make_eval_iterator(config, tiny_tokenizer,
+                                                num_batches=num_batches))) == len(full)
+  two = list(pipeline.make_eval_iterator(config, tiny_tokenizer, num_batches=2))
+  assert len(two) == 2
+  np.testing.assert_array_equal(two[1]['input_ids'], full[1]['input_ids'])
+  other = list(pipeline.make_eval_iterator(config, tiny_tokenizer, num_batches=1,
+                                           files=config.train_files))
+  assert (other[0]['input_ids'] != full[0]['input_ids']).any()
+
+
+def test_eval_host_slices_concatenate_to_the_single_host_batch(eval_config, tiny_tokenizer):
+  config, _ = eval_config
+  single = list(pipeline.make_eval_iterator(config, tiny_tokenizer))
+  hosts = [list(pipeline.make_eval_iterator(config, tiny_tokenizer, h, 2)) for h in range(2)]
+  assert len(hosts[0]) == len(hosts[1]) == len(single)
+  for step, batch in enumerate(single):
+    merged = np.concatenate([hosts[0][step]['input_ids'], hosts[1][step]['input_ids']])
+    np.testing.assert_array_equal(merged, batch['input_ids'])
+
+
+def test_token_frequencies_count_real_non_special_eval_tokens(eval_config, tiny_tokenizer):
+  config, _ = eval_config
+  counts = pipeline.count_token_frequencies(config, tiny_tokenizer)
+  assert counts.shape == (TINY_VOCAB,)
+  assert (counts[list(tiny_tokenizer.special_ids)] == 0).all()
+  ids = np.concatenate([b['input_ids'][b['input_mask'] == 1]
+                        for b in pipeline.make_eval_iterator(config, tiny_tokenizer)])
+  ids = ids[~np.isin(ids, tiny_tokenizer.special_ids)]
+  np.testing.assert_array_equal(counts, np.bincount(ids, minlength=TINY_VOCAB))
+
+
+# --- build_vocab CLI ----------------------------------------------------------------------
+
+
+def run_build_vocab(*flags):
+  env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+  return subprocess.run([sys.executable, '-m', 'electra_jax.data.build_vocab', *flags],
+                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_build_vocab_cli_writes_the_model_and_ends_with_a_json_line(corpus, tmp_path):
+  proc = run_build_vocab(f'--input={corpus}/a.txt,{corpus}/b.txt', '--vocab_size=250',
+                         f'--output={tmp_path}/out/spm')
+  assert proc.returncode == 0, proc.stderr
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert summary == {'model': f'{tmp_path}/out/spm.model', 'vocab': f'{tmp_path}/out/spm.vocab',
+                     'vocab_size': 250, 'num_input_files': 2}
+  assert os.path.exists(summary['vocab'])
+  tk = tok.load_tokenizer(summary['model'], 250)
+  assert [tk.id_to_piece(i) for i in range(5)] == list(tok.SPECIAL_TOKENS)
+
+
+def test_build_vocab_cli_bad_input_is_one_error_line_and_exit_code_2(tmp_path):
+  proc = run_build_vocab(f'--input={tmp_path}/none/*.txt', f'--output={tmp_path}/spm')
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines() == [f"error: no files match '{tmp_path}/none/*.txt'; "
+                                              'fix the glob (relative paths are tried from the '
+                                              'current directory, then the repository root)']

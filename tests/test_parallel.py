@@ -1,0 +1,54 @@
+"""Data parallelism: the same steps on 1 and on 8 (forced host) devices give the same numbers."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+SCRIPT = r'''
+import json, sys
+import jax, numpy as np
+sys.path.insert(0, sys.argv[1])
+from electra_jax import config as config_lib, model as model_lib, objective as objective_lib
+from electra_jax import optim, parallel, train_state as ts
+from tests.conftest import tiny_config
+from tests.test_model_objective import toy_batch
+c = config_lib.resolve(tiny_config(dropout_rate=0.1, attention_dropout_rate=0.1))
+model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+obj = objective_lib.ElectraObjective.from_config(model, c, (0, 2, 3, 4), 4)
+tx, _ = optim.make_optimizer(c)
+mesh = parallel.make_mesh()
+state = ts.init_state(mesh, jax.random.key(0), model, tx, c.max_seq_length,
+                      c.max_predictions_per_seq)
+step = ts.jit_train_step(ts.make_train_step(obj, tx), mesh)
+losses = []
+for i in range(4):
+  batch = parallel.global_batch(jax.device_get(toy_batch(c, seed=i)), mesh)
+  assert len(batch['input_ids'].sharding.device_set) == jax.device_count()
+  state, sums = step(state, batch, jax.random.key(1))
+  losses.append(objective_lib.summarize(jax.device_get(sums), 1.0, 50.0))
+kernel = np.asarray(state.params['discriminator']['head']['dense']['kernel'])
+print(json.dumps(dict(devices=jax.device_count(), losses=losses, kernel=kernel.ravel()[:64].tolist())))
+'''
+
+
+def run_on(num_devices):
+  env = dict(os.environ, JAX_PLATFORMS='cpu',
+             XLA_FLAGS=f'--xla_force_host_platform_device_count={num_devices}')
+  out = subprocess.run([sys.executable, '-c', SCRIPT, REPO_ROOT], env=env, cwd=REPO_ROOT,
+                       capture_output=True, text=True, timeout=300, check=True)
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_one_and_eight_devices_give_the_same_steps():
+  one, eight = run_on(1), run_on(8)
+  assert (one['devices'], eight['devices']) == (1, 8)
+  # Masking, sampling and dropout are drawn for the global batch: only the order of float
+  # reductions differs between layouts.
+  for a, b in zip(one['losses'], eight['losses']):
+    for key in ('loss', 'mlm_loss', 'disc_loss', 'disc_auc', 'replaced_fraction'):
+      assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+  assert one['kernel'] == pytest.approx(eight['kernel'], rel=1e-3, abs=1e-5)
