@@ -29,6 +29,9 @@ from electra_jax.data import pipeline
 config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
                                 'override any key with --config.KEY=VALUE.', lock_config=True)
 flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and TensorBoard logs.')
+flags.DEFINE_integer('stop_after_steps', None, 'Save and exit after this many steps in this '
+                     'invocation (e.g. to fit a job time limit); the schedule still runs to '
+                     'config.num_train_steps and the same command resumes.')
 FLAGS = flags.FLAGS
 
 
@@ -51,7 +54,7 @@ def _add(a, b):
   return jax.tree.map(lambda x, y: x + y, a, b)
 
 
-def train_and_evaluate(config, workdir: str) -> dict:
+def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None) -> dict:
   """Trains (or resumes) to config.num_train_steps; returns the run summary."""
   start_time = time.time()
   exp = experiment_lib.Experiment.create(config)
@@ -118,8 +121,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
     window_steps += 1
     window = sums if window is None else _add(window, sums)
     bar.update(1)
+    budget_spent = stop_after_steps is not None and step - first_step >= stop_after_steps
+    preempted = ckpt.reached_preemption(step) or stop.signal is not None or budget_spent
 
-    if step % c.log_every_steps == 0 or step == c.num_train_steps:
+    # Metrics of the last window are logged before any stop, so none are lost.
+    if step % c.log_every_steps == 0 or step == c.num_train_steps or preempted:
       window = jax.device_get(window)
       elapsed = time.time() - window_start
       train_seconds += elapsed
@@ -140,15 +146,16 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
     if c.eval_every_steps and step % c.eval_every_steps == 0:
       run_eval()
-    preempted = ckpt.reached_preemption(step) or stop.signal is not None
     if step % c.save_checkpoints_steps == 0 or step == c.num_train_steps or preempted:
       ckpt.save(step, state, train_iter, force=True)
     if preempted and step < c.num_train_steps:
       ckpt.close()
       bar.close()
       writer.close()
-      say(f'Stopped at step {step} (signal {stop.signal or "preemption"}); checkpoint saved in '
-          f'{ckpt.directory}/{step}. Re-run the same command to resume.', flush=True)
+      reason = (f'signal {stop.signal}' if stop.signal is not None else
+                '--stop_after_steps' if budget_spent else 'preemption notice')
+      say(f'Stopped at step {step} ({reason}); checkpoint saved in {ckpt.directory}/{step}. '
+          'Re-run the same command to resume.', flush=True)
       return dict(status='interrupted', step=step, workdir=workdir,
                   checkpoint=f'{ckpt.directory}/{step}')
 
@@ -171,7 +178,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
-  cli.print_result(train_and_evaluate(FLAGS.config, FLAGS.workdir))
+  cli.print_result(train_and_evaluate(FLAGS.config, FLAGS.workdir, FLAGS.stop_after_steps))
 
 
 def run():

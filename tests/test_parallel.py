@@ -12,18 +12,10 @@ SCRIPT = r'''
 import json, sys
 import jax, numpy as np
 sys.path.insert(0, sys.argv[1])
-from electra_jax import config as config_lib, model as model_lib, objective as objective_lib
-from electra_jax import optim, parallel, train_state as ts
-from tests.conftest import tiny_config
+from electra_jax import objective as objective_lib, parallel
+from tests.conftest import tiny_trainer
 from tests.test_model_objective import toy_batch
-c = config_lib.resolve(tiny_config(dropout_rate=0.1, attention_dropout_rate=0.1))
-model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
-obj = objective_lib.ElectraObjective.from_config(model, c, (0, 2, 3, 4), 4)
-tx, _ = optim.make_optimizer(c)
-mesh = parallel.make_mesh()
-state = ts.init_state(mesh, jax.random.key(0), model, tx, c.max_seq_length,
-                      c.max_predictions_per_seq)
-step = ts.jit_train_step(ts.make_train_step(obj, tx), mesh)
+c, _, state, step, mesh = tiny_trainer(dropout_rate=0.1, attention_dropout_rate=0.1)
 losses = []
 for i in range(4):
   batch = parallel.global_batch(jax.device_get(toy_batch(c, seed=i)), mesh)

@@ -4,7 +4,9 @@ import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from tests.conftest import REPO_ROOT
@@ -51,26 +53,29 @@ def read_jsonl(path):
 
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory, small_corpus):
-  """A 6-step run, then the same command with 8 steps (a resume), and an uninterrupted 8."""
+  """An 8-step run stopped after 5 steps then resumed by the same command; an uninterrupted 8."""
   base = tmp_path_factory.mktemp('runs')
-  flags = ['--config=configs/demo.py', f'--config.train_files={small_corpus}', *TINY_FLAGS]
+  flags = ['--config=configs/demo.py', f'--config.train_files={small_corpus}', *TINY_FLAGS,
+           '--config.num_train_steps=8']
   resumed = str(base / 'resumed')
-  first = run_cli('electra_jax.train', *flags, f'--workdir={resumed}',
-                  '--config.num_train_steps=6')
-  second = run_cli('electra_jax.train', *flags, f'--workdir={resumed}',
-                   '--config.num_train_steps=8')
+  first = run_cli('electra_jax.train', *flags, f'--workdir={resumed}', '--stop_after_steps=5')
+  checkpoints_after_first = sorted(os.listdir(os.path.join(resumed, 'checkpoints')), key=int)
+  second = run_cli('electra_jax.train', *flags, f'--workdir={resumed}')
   straight = str(base / 'straight')
-  third = run_cli('electra_jax.train', *flags, f'--workdir={straight}',
-                  '--config.num_train_steps=8')
+  third = run_cli('electra_jax.train', *flags, f'--workdir={straight}')
   return dict(flags=flags, resumed=resumed, straight=straight, first=first, second=second,
-              third=third)
+              third=third, checkpoints_after_first=checkpoints_after_first)
 
 
 def test_train_writes_checkpoints_metrics_config_and_a_json_summary(trained):
   workdir = trained['resumed']
-  summary = last_json(trained['first'].stdout)
-  assert summary['status'] == 'completed' and summary['step'] == 6
-  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['3', '6']
+  first = last_json(trained['first'].stdout)
+  assert first['status'] == 'interrupted' and first['step'] == 5
+  assert 'Stopped at step 5' in trained['first'].stdout
+  # Every 3 steps plus the stop at 5; then 6 and the final 8, keeping the last 2 (demo config).
+  assert trained['checkpoints_after_first'] == ['3', '5']
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints')), key=int) == ['6', '8']
+  assert last_json(trained['second'].stdout)['status'] == 'completed'
   with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
     saved = json.load(f)
   assert saved['num_layers'] == 1 and saved['max_predictions_per_seq'] == 4
@@ -78,26 +83,39 @@ def test_train_writes_checkpoints_metrics_config_and_a_json_summary(trained):
   required = {'step', 'loss', 'mlm_loss', 'disc_loss', 'mlm_accuracy', 'sampled_accuracy',
               'disc_accuracy', 'disc_precision', 'disc_recall', 'disc_auc', 'learning_rate',
               'tokens_per_sec'}
-  assert [r['step'] for r in rows] == [2, 4, 6, 8]
+  assert [r['step'] for r in rows] == [2, 4, 5, 6, 8]  # 5: logged before stopping
   for r in rows:
     assert required <= set(r)
     assert np.isfinite(r['loss']) and r['tokens_per_sec'] > 0
-  assert [r['step'] for r in read_jsonl(os.path.join(workdir, 'eval_metrics.jsonl'))] == [4, 6,
-                                                                                          8]
+  assert [r['step'] for r in read_jsonl(os.path.join(workdir, 'eval_metrics.jsonl'))] == [4, 8]
   assert any(name.startswith('events.out.tfevents')
              for name in os.listdir(os.path.join(workdir, 'tensorboard')))
 
 
 def test_rerunning_the_same_command_resumes_where_it_stopped(trained):
-  assert 'Resuming from step 6' in trained['second'].stdout
-  assert last_json(trained['second'].stdout)['steps_run'] == 2
+  assert 'Resuming from step 5' in trained['second'].stdout
+  assert last_json(trained['second'].stdout)['steps_run'] == 3
 
 
 def test_resumed_run_matches_an_uninterrupted_run_exactly(trained):
-  resumed = read_jsonl(os.path.join(trained['resumed'], 'metrics.jsonl'))
-  straight = read_jsonl(os.path.join(trained['straight'], 'metrics.jsonl'))
-  keys = ('loss', 'mlm_loss', 'disc_loss', 'disc_auc', 'grad_norm', 'learning_rate')
-  assert [[r[k] for k in keys] for r in resumed] == [[r[k] for k in keys] for r in straight]
+  def final_state(workdir):
+    path = os.path.join(workdir, 'checkpoints', '8', 'state')
+    with ocp.StandardCheckpointer() as checkpointer:
+      return checkpointer.restore(path)
+
+  resumed, straight = final_state(trained['resumed']), final_state(trained['straight'])
+  flat_resumed = jax.tree_util.tree_leaves_with_path(resumed)
+  flat_straight = jax.tree_util.tree_leaves_with_path(straight)
+  assert [p for p, _ in flat_resumed] == [p for p, _ in flat_straight]
+  assert len(flat_resumed) > 20  # params and optimizer state
+  for (path, a), (_, b) in zip(flat_resumed, flat_straight):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(path))
+  # Metrics of windows that both runs logged whole are identical too.
+  by_step = lambda w: {r['step']: r for r in read_jsonl(os.path.join(w, 'metrics.jsonl'))}
+  rows_resumed, rows_straight = by_step(trained['resumed']), by_step(trained['straight'])
+  for step in (2, 4, 8):
+    for key in ('loss', 'disc_auc', 'grad_norm', 'learning_rate'):
+      assert rows_resumed[step][key] == rows_straight[step][key], (step, key)
 
 
 def test_evaluate_restores_the_latest_checkpoint_and_reports_json(trained):
@@ -133,6 +151,6 @@ def test_bad_value_is_a_one_line_error_without_traceback(tmp_path):
 
 def test_resume_with_other_model_shapes_is_refused(trained):
   proc = run_cli('electra_jax.train', *trained['flags'], f'--workdir={trained["straight"]}',
-                 '--config.num_train_steps=10', '--config.hidden_size=64', check=False)
+                 '--config.hidden_size=64', check=False)
   assert proc.returncode == 2
   assert 'hidden_size: 32 -> 64' in proc.stderr

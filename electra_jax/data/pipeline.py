@@ -29,12 +29,11 @@ Example = tuple[list[int], int]  # (tokens incl. [CLS]/[SEP]s, length of `[CLS] 
 class ExampleBuilder:
   """Packs the tokenized lines of documents into two-segment examples (official logic).
 
-  Two differences from the official code, neither of which changes the random draws: a line
-  longer than `max_length` tokens is split into `max_length`-token pieces that each fill an
-  example (the official code makes one example of it and drops the rest); and once segment B
-  has begun, later lines stay in B (the official code moves a later short line back into A,
-  so A and B were not always contiguous text). Targets, truncation and the choice of the split
-  point are the official ones.
+  Two differences from the official code. A line longer than `max_length` tokens is split into
+  `max_length`-token pieces that each fill an example (the official code makes one example of
+  it and drops the rest). Once segment B has begun, later lines stay in B (the official code
+  moves a later short line back into A, so A and B were not always contiguous text; the random
+  draws are unchanged). Targets, truncation and the choice of the split point are official.
   """
 
   def __init__(self, max_length: int, cls_id: int, sep_id: int, short_seq_prob: float,
@@ -158,9 +157,11 @@ def _local_batch_size(config, key: str, process_index: int, process_count: int) 
 
 
 class HostRowsMapDataset(grain.MapDataset):
-  """One host's rows of a stream cut into global batches: element i of this host is element
-  s*B + h*Bl + j of the parent (s = i // Bl, j = i % Bl), so hosts' batches concatenated in
-  host order are exactly the single-host global batch."""
+  """One host's contiguous rows of each global batch of the parent stream.
+
+  Element i of host h is parent element s*B + h*Bl + j (s = i // Bl, j = i % Bl), so the hosts'
+  batches concatenated in host order are exactly the single-host global batch.
+  """
 
   def __init__(self, parent: grain.MapDataset, global_batch: int, process_index: int,
                process_count: int):
@@ -188,7 +189,8 @@ def _gather(examples: dict[str, np.ndarray], indices: np.ndarray) -> dict[str, n
   return {name: array[indices] for name, array in examples.items()}
 
 
-def make_train_iterator(config, tokenizer, process_index: int = 0, process_count: int = 1):
+def make_train_iterator(config, tokenizer, process_index: int = 0,
+                        process_count: int = 1) -> grain.DatasetIterator:
   """Infinite, checkpointable grain iterator over this host's slice of each global batch.
 
   Yields {'input_ids', 'input_mask', 'segment_ids'}: int32 [train_batch_size // process_count,
