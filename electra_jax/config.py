@@ -11,7 +11,7 @@ from electra_jax.errors import UserError
 
 # The paper's architectures (ELECTRA.md) plus a demo size that trains in minutes on a CPU.
 MODEL_SIZES = {
-    'demo': dict(embedding_size=128, hidden_size=128, num_layers=4, num_heads=2,
+    'demo': dict(embedding_size=128, hidden_size=128, num_layers=2, num_heads=2,
                  intermediate_size=512),
     'small': dict(embedding_size=128, hidden_size=256, num_layers=12, num_heads=4,
                   intermediate_size=1024),
