@@ -15,9 +15,6 @@ import optax
 from electra_jax import masking
 from electra_jax.model import Electra
 
-AUC_BINS = 1024
-AUC_LOGIT_RANGE = 16.0
-
 
 @dataclasses.dataclass(frozen=True)
 class ElectraObjective:
@@ -97,7 +94,7 @@ def electra_metric_sums(*, gen_logits, masked_lm_ids, masked_weights, mlm_losses
                         disc_logits, disc_losses, labels, real):
   """Numerators and denominators of every reported metric (summed over the batch)."""
   predicted_replaced = (disc_logits > 0).astype(jnp.float32) * real
-  pos_hist, neg_hist = auc_histograms(disc_logits, labels, real)
+  auc_numerator, auc_pairs = auc_pair_counts(disc_logits, labels, real)
   return {
       'mlm_loss_sum': jnp.sum(mlm_losses * masked_weights),
       'mlm_count': jnp.sum(masked_weights),
@@ -109,31 +106,28 @@ def electra_metric_sums(*, gen_logits, masked_lm_ids, masked_weights, mlm_losses
       'disc_true_positive': jnp.sum(predicted_replaced * labels),
       'disc_predicted_positive': jnp.sum(predicted_replaced),
       'disc_label_positive': jnp.sum(labels),
-      'auc_pos_hist': pos_hist,
-      'auc_neg_hist': neg_hist,
+      'auc_numerator': auc_numerator,
+      'auc_pairs': auc_pairs,
   }
 
 
-def auc_histograms(logits, labels, weights):
-  """Histograms of D's logits for replaced and original tokens: sufficient for ROC AUC."""
-  scaled = (jnp.clip(logits, -AUC_LOGIT_RANGE, AUC_LOGIT_RANGE) + AUC_LOGIT_RANGE) / (
-      2 * AUC_LOGIT_RANGE)
-  bins = jnp.clip((scaled * AUC_BINS).astype(jnp.int32), 0, AUC_BINS - 1).reshape(-1)
-  pos = (labels * weights).reshape(-1)
-  neg = ((1.0 - labels) * weights).reshape(-1)
-  zeros = jnp.zeros((AUC_BINS,), jnp.float32)
-  return zeros.at[bins].add(pos), zeros.at[bins].add(neg)
+def auc_pair_counts(logits, labels, weights):
+  """Exact ROC AUC sufficient statistics over the (replaced, original) token pairs of a batch.
 
-
-def auc_from_histograms(pos_hist, neg_hist) -> float:
-  """P(score of a replaced token > score of an original one), ties counted half."""
-  pos_hist = np.asarray(pos_hist, np.float64)
-  neg_hist = np.asarray(neg_hist, np.float64)
-  n_pos, n_neg = pos_hist.sum(), neg_hist.sum()
-  if n_pos == 0 or n_neg == 0:
-    return float('nan')
-  neg_below = np.cumsum(neg_hist) - neg_hist
-  return float(np.sum(pos_hist * (neg_below + 0.5 * neg_hist)) / (n_pos * n_neg))
+  Returns (sum over replaced tokens of #originals scored lower + half the ties, #pairs); summing
+  both over batches gives the AUC over all within-batch pairs. A sort, not a histogram: a young
+  discriminator's logits differ by far less than any fixed bin width.
+  """
+  s = logits.reshape(-1).astype(jnp.float32)
+  order = jnp.argsort(s)
+  s = s[order]
+  pos = (labels * weights).reshape(-1)[order]
+  neg = ((1.0 - labels) * weights).reshape(-1)[order]
+  neg_before = jnp.concatenate([jnp.zeros((1,), jnp.float32), jnp.cumsum(neg)])
+  first = jnp.searchsorted(s, s, side='left')
+  last = jnp.searchsorted(s, s, side='right')
+  below, tied = neg_before[first], neg_before[last] - neg_before[first]
+  return jnp.sum(pos * (below + 0.5 * tied)), jnp.sum(pos) * jnp.sum(neg)
 
 
 def summarize(sums: Mapping[str, np.ndarray], gen_weight: float, disc_weight: float) -> dict:
@@ -151,6 +145,6 @@ def summarize(sums: Mapping[str, np.ndarray], gen_weight: float, disc_weight: fl
       'disc_accuracy': ratio('disc_correct', 'disc_count'),
       'disc_precision': ratio('disc_true_positive', 'disc_predicted_positive'),
       'disc_recall': ratio('disc_true_positive', 'disc_label_positive'),
-      'disc_auc': auc_from_histograms(s['auc_pos_hist'], s['auc_neg_hist']),
+      'disc_auc': ratio('auc_numerator', 'auc_pairs'),
       'replaced_fraction': ratio('disc_label_positive', 'disc_count'),
   }
