@@ -25,6 +25,7 @@ from electra_jax import objective as objective_lib
 from electra_jax import parallel
 from electra_jax import train_state as ts
 from electra_jax.data import pipeline
+from electra_jax.data import sources
 
 config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
                                 'override any key with --config.KEY=VALUE.', lock_config=True)
@@ -66,6 +67,8 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
 
   train_iter = pipeline.make_train_iterator(c, exp.tokenizer, jax.process_index(),
                                             jax.process_count())
+  if c.eval_every_steps:
+    sources.list_files(c.eval_files)  # A bad eval glob fails now, not after hours of training.
   ckpt = checkpoint.Checkpointer(f'{workdir}/checkpoints', keep=c.keep_checkpoint_max)
   latest = ckpt.latest_step()
   if latest is not None:
