@@ -9,8 +9,6 @@ from typing import Iterator
 
 from electra_jax.errors import UserError
 
-READ_CHUNK = 1024  # Records decoded per call while streaming a whole split.
-
 
 def _build_hint(name: str, data_dir: str | None) -> str:
   where = f' --data_dir={data_dir}' if data_dir else ''
@@ -34,15 +32,11 @@ class TfdsTextSource:
     return len(self.data_source)
 
   def texts(self, start: int = 0, stop: int | None = None) -> Iterator[str]:
-    """The text of records [start, stop), decoded in chunks."""
+    """The text of records [start, stop) (bytes from real data, str from tfds mocks)."""
     stop = len(self) if stop is None else min(stop, len(self))
-    getitems = getattr(self.data_source, '__getitems__', None)
-    for chunk_start in range(start, stop, READ_CHUNK):
-      indices = range(chunk_start, min(chunk_start + READ_CHUNK, stop))
-      records = getitems(indices) if getitems else [self.data_source[i] for i in indices]
-      for record in records:
-        text = record[self.text_key]
-        yield text.decode('utf-8', errors='replace') if isinstance(text, bytes) else str(text)
+    for i in range(start, stop):
+      text = self.data_source[i][self.text_key]
+      yield text.decode('utf-8', errors='replace') if isinstance(text, bytes) else str(text)
 
   def documents(self) -> Iterator[list[str]]:
     """Each record as its non-empty stripped lines, in the split's stored order."""
@@ -70,21 +64,21 @@ def open_text_source(name: str, split: str, text_key: str,
     raise UserError(f"cannot load TFDS dataset '{name}': {type(e).__name__}: "
                     f"{str(e).splitlines()[0] if str(e) else ''}; {_build_hint(name, data_dir)}"
                     ) from None
-  if not builder.is_prepared():
-    raise UserError(f"TFDS dataset '{name}' is not prepared in {builder.data_dir}; "
-                    f'{_build_hint(name, data_dir)}')
-  file_format = getattr(builder.info.file_format, 'value', builder.info.file_format)
-  if file_format != 'array_record':
-    raise UserError(f"TFDS dataset '{name}' in {builder.data_dir} is stored as {file_format}, "
-                    'which has no random access without TensorFlow; rebuild it with '
-                    f'`tfds build {name} --file_format=array_record`')
   features = sorted(builder.info.features.keys())
   if text_key not in features:
     raise UserError(f"config.tfds_text_key={text_key!r} is not a feature of TFDS dataset "
                     f"'{name}'; its features are {features}")
   try:
     data_source = builder.as_data_source(split=split)
-  except (ValueError, KeyError) as e:
+  except Exception as e:  # pylint: disable=broad-except
+    if not builder.is_prepared():
+      raise UserError(f"TFDS dataset '{name}' is not prepared in {builder.data_dir}; "
+                      f'{_build_hint(name, data_dir)}') from None
+    file_format = getattr(builder.info.file_format, 'value', builder.info.file_format)
+    if file_format != 'array_record':
+      raise UserError(f"TFDS dataset '{name}' in {builder.data_dir} is stored as "
+                      f'{file_format}, which has no random access without TensorFlow; rebuild '
+                      f'it with `tfds build {name} --file_format=array_record`') from None
     raise UserError(f"config.tfds_split={split!r} does not work for TFDS dataset '{name}' "
                     f'({str(e).splitlines()[0]}); its splits are {sorted(builder.info.splits)}'
                     ) from None
