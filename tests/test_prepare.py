@@ -213,3 +213,17 @@ def test_bad_lines_fail_by_default_and_are_skipped_and_counted_when_asked(tmp_pa
   assert 'skipped 2 line(s)' in caplog.text and 'mixed.txt' in caplog.text
   config = config_for(str(tmp_path / 'mixed.txt'), skip_bad_lines=True)
   assert len(pipeline.build_train_examples(config, tokenizer)['input_ids']) == 1
+
+
+def test_train_runs_on_prepared_shards_and_checkpoints_the_consumed_position(corpus, prepared,
+                                                                             tmp_path):
+  from electra_jax import train  # pylint: disable=import-outside-toplevel
+  config = config_for(corpus, train_data_dir=prepared[0], num_train_steps=3, num_warmup_steps=1,
+                      eval_every_steps=0, log_every_steps=3, save_checkpoints_steps=3,
+                      progress_bar=False)
+  summary = train.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert summary['status'] == 'completed' and summary['step'] == 3
+  plain = pipeline.make_train_iterator(config, tok.load_tokenizer(DEMO_MODEL, 8000))
+  take(plain, 3)
+  with open(tmp_path / 'run' / 'checkpoints' / '3' / 'data' / 'process_0-of-1.json') as f:
+    assert json.load(f) == plain.get_state()

@@ -24,13 +24,6 @@ from electra_jax.data import sources
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
 
-config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
-                                'override any key with --config.KEY=VALUE.', lock_config=True)
-flags.DEFINE_string('output', None, 'Directory to write the shards and metadata into (created; '
-                    'must not already hold prepared data).')
-flags.DEFINE_integer('examples_per_shard', 100_000, 'Examples per ArrayRecord shard (100k '
-                     'examples of 128 tokens are about 26 MB).')
-FLAGS = flags.FLAGS
 
 
 def _output_dir(output: str) -> str:
@@ -103,13 +96,24 @@ def prepare(config, output: str, examples_per_shard: int = 100_000,
 def main(argv):
   if len(argv) > 1:
     raise UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
-  cli.print_result(prepare(FLAGS.config, FLAGS.output, FLAGS.examples_per_shard,
-                           progress=True))
+  f = flags.FLAGS
+  cli.print_result(prepare(f.config, f.output, f.examples_per_shard, progress=True))
+
+
+def _define_flags():
+  # Defined here, not at import, so other commands (the data benchmark) can import prepare().
+  config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
+                                  'override any key with --config.KEY=VALUE.', lock_config=True)
+  flags.DEFINE_string('output', None, 'Directory to write the shards and metadata into '
+                      '(created; must not already hold prepared data).')
+  flags.DEFINE_integer('examples_per_shard', 100_000, 'Examples per ArrayRecord shard (100k '
+                       'examples of 128 tokens are about 26 MB).')
+  flags.mark_flags_as_required(['config', 'output'])
 
 
 def run():
   """Console entry point (electra-prepare-data)."""
-  flags.mark_flags_as_required(['config', 'output'])
+  _define_flags()
   cli.run(main)
 
 
