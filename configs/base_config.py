@@ -49,8 +49,9 @@ def get_config():
   # Glob (comma-separated globs allowed) of UTF-8 training text: one sentence or paragraph per
   # line, documents separated by blank lines.
   c.train_files = 'data/demo_corpus/train/*.txt'
-  # TFDS text dataset to pretrain on instead of train_files, e.g. 'wikipedia/20230601.en' or
-  # 'c4/en', prepared as ArrayRecord (`tfds build NAME --file_format=array_record`); '' = off.
+  # TFDS text dataset to pretrain on instead of train_files (eval still reads eval_files), e.g.
+  # 'wikipedia/20230601.en', prepared as ArrayRecord (`tfds build NAME --file_format=array_record`);
+  # '' = off.
   c.tfds_name = ''
   # TFDS split to read (slices such as 'train[:90%]' work).
   c.tfds_split = 'train'

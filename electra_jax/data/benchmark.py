@@ -15,7 +15,6 @@ import os
 import tempfile
 import time
 
-import numpy as np
 from absl import flags
 from ml_collections import config_flags
 

@@ -4,7 +4,8 @@ Examples are built as the official release's ExampleBuilder builds them: consecu
 a document accumulate until a target length, then split into segments A and B and become
 `[CLS] A [SEP] B [SEP]`. The global batch of step s is a pure function of (files, vocabulary,
 seed, s); host h reads rows [h*B/H, (h+1)*B/H) of it, so training does not depend on how many
-hosts share the work.
+hosts share the work. The corpus is text files or a TFDS dataset packed at start-up, or the
+shards `prepare` packed once (shards.py): both give the same examples in the same order.
 """
 import itertools
 import sys
