@@ -91,8 +91,8 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
       f'batch {c.train_batch_size} x {c.max_seq_length} tokens', flush=True)
 
   state_sharding = exp.state_sharding()
-  train_step = ts.jit_train_step(ts.make_train_step(exp.objective, exp.tx, c.grad_accum_steps),
-                                 mesh, state_sharding)
+  train_step = ts.jit_train_step(
+      ts.make_train_step(exp.objective, exp.tx, c.grad_accum_steps, mesh), mesh, state_sharding)
   eval_step = ts.jit_eval_step(ts.make_eval_step(exp.objective), mesh, state_sharding.params)
   base_rng = jax.random.key(c.seed)
   writer = metric_writer.MetricWriter(workdir, enabled=is_chief)

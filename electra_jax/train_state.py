@@ -25,14 +25,17 @@ def create_train_state(rng, model: model_lib.Electra, tx: optax.GradientTransfor
 
 
 def make_train_step(objective: Callable, tx: optax.GradientTransformation,
-                    grad_accum_steps: int = 1):
+                    grad_accum_steps: int = 1, mesh=None):
   """(state, batch, base_rng) -> (state, metric sums); step k's randomness is fold_in(rng, k).
 
   With grad_accum_steps = k the batch runs as k micro-batches (a lax.scan) whose gradients sum
   to the whole batch's: micro-batch i holds rows i, i+k, i+2k, ... (so every device keeps its
   rows), each row keeps its global index for its randomness, and losses are normalised by the
   whole batch's counts. Metric sums add up; only disc_auc counts pairs within micro-batches.
+  On a mesh with an 'fsdp' axis the parameters, sharded at rest, are gathered for the forward
+  and backward pass; their gradients flow back into the sharded optimizer update.
   """
+  fsdp = mesh is not None and parallel.FSDP_AXIS in mesh.axis_names
 
   def grads_and_sums(params, batch, rng):
     if grad_accum_steps == 1:
@@ -63,7 +66,10 @@ def make_train_step(objective: Callable, tx: optax.GradientTransformation,
 
   def train_step(state: TrainState, batch, base_rng):
     rng = jax.random.fold_in(base_rng, state.step)
-    grads, sums = grads_and_sums(state.params, batch, rng)
+    params = state.params
+    if fsdp:
+      params = jax.lax.with_sharding_constraint(params, parallel.replicated(mesh))
+    grads, sums = grads_and_sums(params, batch, rng)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     sums = dict(sums, grad_norm_sum=optax.tree.norm(grads), num_steps=jnp.float32(1))
