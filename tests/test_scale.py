@@ -2,10 +2,11 @@
 checkpoints that reshard, the --dry_run plan, analytic FLOPs and clear batch-split errors.
 
 Topology runs are subprocesses of tests/scale_worker.py (device count fixed at process start):
-8 devices with FSDP 4x2 (saves a checkpoint), 8 devices with accumulation 2, 1 device (the
-reference, then restores the 8-device checkpoint), 1 device with accumulation 4, and 2 processes
-x 4 devices joined by jax.distributed on localhost (also restores the checkpoint). All use
-dropout 0.1, so per-example dropout is exercised too.
+8 devices with FSDP 4x2 (saves a checkpoint), 1 device (the reference, then restores the
+8-device checkpoint), 1 device with accumulation 4 x 4 rows, and 2 processes x 4 devices joined
+by jax.distributed on localhost with accumulation 2 (also restores the checkpoint). All use
+dropout 0.1, so per-example dropout is exercised too. XLA's CPU backend optimisations are
+turned off in the workers: it halves compile time and every run shares the same flags.
 """
 import json
 import os
@@ -38,7 +39,8 @@ LOSS_KEYS = ('loss', 'mlm_loss', 'disc_loss', 'mlm_accuracy', 'sampled_accuracy'
 
 def start(spec, num_devices):
   env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT,
-             XLA_FLAGS=f'--xla_force_host_platform_device_count={num_devices}')
+             XLA_FLAGS=f'--xla_force_host_platform_device_count={num_devices} '
+             '--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true')
   return subprocess.Popen([sys.executable, WORKER, REPO_ROOT, json.dumps(spec)], env=env,
                           cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True)
@@ -58,11 +60,10 @@ def runs(tmp_path_factory):
   out = {'fsdp8': finish(start(dict(spec, fsdp=2, save=ckpt), 8))}
   port = portpicker.pick_unused_port()
   procs = {
-      'accum8': start(dict(spec, accum=2), 8),
       'one': start(dict(spec, restore=ckpt), 1),
       'accum1': start(dict(spec, accum=4), 1),
-      'proc0': start(dict(spec, restore=ckpt, process=[f'localhost:{port}', 2, 0]), 4),
-      'proc1': start(dict(spec, restore=ckpt, process=[f'localhost:{port}', 2, 1]), 4),
+      'proc0': start(dict(spec, accum=2, restore=ckpt, process=[f'localhost:{port}', 2, 0]), 4),
+      'proc1': start(dict(spec, accum=2, restore=ckpt, process=[f'localhost:{port}', 2, 1]), 4),
   }
   out.update({name: finish(p) for name, p in procs.items()})
   return out
@@ -77,12 +78,12 @@ def assert_same_losses(a, b):
 
 def test_runs_used_the_intended_topologies(runs):
   assert runs['fsdp8']['mesh'] == {'data': 4, 'fsdp': 2}
-  assert (runs['accum8']['devices'], runs['one']['devices']) == (8, 1)
+  assert (runs['fsdp8']['devices'], runs['one']['devices']) == (8, 1)
   assert (runs['proc0']['devices'], runs['proc0']['processes']) == (8, 2)
   assert runs['proc0']['mesh'] == {'data': 8}
 
 
-@pytest.mark.parametrize('name', ['fsdp8', 'accum8', 'accum1', 'proc0', 'proc1'])
+@pytest.mark.parametrize('name', ['fsdp8', 'accum1', 'proc0', 'proc1'])
 def test_losses_match_one_device_step_by_step(runs, name):
   assert_same_losses(runs[name]['losses'], runs['one']['losses'])
   np.testing.assert_allclose(runs[name]['fingerprint'], runs['one']['fingerprint'],
@@ -99,8 +100,9 @@ def test_steps_differ_from_each_other(runs):
 def test_checkpoint_from_8_devices_restores_on_other_topologies(runs, name):
   run = runs[name]
   assert run['restored_sharding_ok']
+  # Fingerprints are sums, reduced in a layout-dependent order.
   np.testing.assert_allclose(run['restored_fingerprint'], runs['fsdp8']['saved_fingerprint'],
-                             rtol=1e-6)
+                             rtol=1e-5, atol=1e-6)
   # Resumed steps equal the uninterrupted run's.
   resumed = run['restored_losses']
   assert sorted(resumed) == [str(s) for s in range(SAVE_STEP + 1, STEPS + 1)]
