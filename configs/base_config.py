@@ -110,8 +110,16 @@ def get_config():
   c.adam_epsilon = 1e-6
   # Clip gradients to this global norm (0 disables).
   c.max_grad_norm = 1.0
+  # Split each global batch into this many micro-batches whose gradients are summed before one
+  # optimizer step (same result as the whole batch; trades time for memory). 1 = off.
+  c.grad_accum_steps = 1
   # Seed for initialisation, data order, masking, sampling and dropout.
   c.seed = 0
+
+  # --- Parallelism -------------------------------------------------------------------------
+  # Devices per group sharing one copy of parameters and optimizer state (FSDP): the mesh is
+  # (devices / fsdp_axis_size) x fsdp_axis_size over ('data', 'fsdp'). 1 = pure data parallel.
+  c.fsdp_axis_size = 1
 
   # --- Loop, evaluation and checkpoints ----------------------------------------------------
   # Write metrics (metrics.jsonl, TensorBoard, progress line) every N steps.

@@ -49,7 +49,8 @@ def _validate(c):
   for key in ('embedding_size', 'hidden_size', 'num_layers', 'num_heads', 'intermediate_size',
               'vocab_size', 'max_seq_length', 'train_batch_size', 'eval_batch_size',
               'num_train_steps', 'log_every_steps', 'max_predictions_per_seq',
-              'keep_checkpoint_max', 'save_checkpoints_steps'):
+              'keep_checkpoint_max', 'save_checkpoints_steps', 'grad_accum_steps',
+              'fsdp_axis_size'):
     _check(c[key] > 0, f'config.{key}={c[key]} must be a positive integer')
   for key in ('num_warmup_steps', 'eval_every_steps', 'num_eval_steps', 'seed'):
     _check(c[key] >= 0, f'config.{key}={c[key]} must be >= 0')

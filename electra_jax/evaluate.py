@@ -12,6 +12,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from electra_jax import cli
+from electra_jax import distributed
 from electra_jax import eval_loop
 from electra_jax import experiment as experiment_lib
 from electra_jax import train_state as ts
@@ -30,6 +31,7 @@ def main(argv):
     raise cli.UserError('both --config and --workdir are required, e.g. '
                         '--config=configs/demo.py --workdir=/tmp/electra_demo')
   start = time.time()
+  distributed.initialize_from_flags()
   run = experiment_lib.Experiment.create(FLAGS.config)
   experiment_lib.check_saved_config_matches(FLAGS.workdir, run.config)
   ckpt, latest = experiment_lib.open_checkpoints(FLAGS.workdir)
@@ -39,7 +41,8 @@ def main(argv):
                         f'available: {ckpt.all_steps()}')
   state = ckpt.restore(step, run.abstract_state())
   ckpt.close()
-  eval_step = ts.jit_eval_step(ts.make_eval_step(run.objective), run.mesh)
+  eval_step = ts.jit_eval_step(ts.make_eval_step(run.objective), run.mesh,
+                               run.state_sharding().params)
   files = FLAGS.eval_files or run.config.eval_files
   metrics = eval_loop.evaluate_params(state.params, eval_step, run.config, run.tokenizer, run.mesh,
                             num_batches=FLAGS.num_batches, files=files)

@@ -38,8 +38,9 @@ class Experiment:
   def create(cls, config, devices=None) -> 'Experiment':
     c = config_lib.resolve(config)
     tokenizer = tokenizer_lib.load_tokenizer(c.vocab_file, c.vocab_size)
-    mesh = parallel.make_mesh(devices)
-    parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size')
+    mesh = parallel.make_mesh(devices, c.fsdp_axis_size)
+    parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size',
+                                 c.grad_accum_steps)
     parallel.check_batch_divides(c.eval_batch_size, mesh, 'eval_batch_size')
     model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
     objective = objective_lib.ElectraObjective.from_config(model, c, tokenizer.special_ids,
@@ -56,6 +57,10 @@ class Experiment:
     c = self.config
     return ts.abstract_state(self.mesh, self.model, self.tx, c.max_seq_length,
                              c.max_predictions_per_seq)
+
+  def state_sharding(self) -> ts.TrainState:
+    """Per-leaf shardings of the train state on this mesh."""
+    return jax.tree.map(lambda x: x.sharding, self.abstract_state())
 
 
 def config_path(workdir: str) -> str:

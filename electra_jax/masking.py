@@ -1,9 +1,11 @@
 """Dynamic masking inside the jitted step, as the official ELECTRA code does it.
 
 Each sequence gets exactly clip(round(n_real * mask_prob), 1, max_predictions) positions chosen
-uniformly among its real, non-special tokens. Randomness is drawn for the global batch, so the
-result does not depend on how the batch is split over devices.
+uniformly among its real, non-special tokens. Randomness is drawn per example, from a key
+derived from the example's index in the global batch (`example_keys`), so the result depends
+neither on how the batch is split over devices nor on gradient-accumulation micro-batches.
 """
+import functools
 from typing import NamedTuple, Sequence
 
 import jax
@@ -17,34 +19,69 @@ class MaskedBatch(NamedTuple):
   masked_weights: jax.Array    # [B, P] float32, 1 for real predictions, 0 for padding slots
 
 
+def example_keys(rng, batch_size: int, example_ids=None):
+  """One key per example: fold_in(rng, global example index); example_ids default 0..B-1."""
+  if example_ids is None:
+    example_ids = jnp.arange(batch_size)
+  return jax.vmap(jax.random.fold_in, (None, 0))(rng, example_ids)
+
+
 def mask_batch(rng, input_ids, input_mask, *, special_ids: Sequence[int], mask_id: int,
                vocab_size: int, mask_prob: float, max_predictions: int,
                mask_token_prob: float = 0.85, random_token_prob: float = 0.0) -> MaskedBatch:
-  """Chooses positions to predict and corrupts them ([MASK] / random token / keep)."""
-  select_rng, replace_rng, random_rng = jax.random.split(rng, 3)
+  """Chooses positions to predict and corrupts them ([MASK] / random token / keep).
+
+  `rng` is one key (row b then uses fold_in(rng, b)) or a [B] array of per-example keys.
+  """
+  keys = rng if rng.ndim else example_keys(rng, input_ids.shape[0])
+  one = functools.partial(
+      _mask_example, special_ids=tuple(special_ids), mask_id=mask_id, vocab_size=vocab_size,
+      mask_prob=mask_prob, max_predictions=max_predictions, mask_token_prob=mask_token_prob,
+      random_token_prob=random_token_prob)
+  return jax.vmap(one)(keys, input_ids, input_mask)
+
+
+def _prediction_slots(input_ids, input_mask, special_ids, mask_prob, max_predictions):
+  """(candidates [..., S], number of positions to predict [...]) of a sequence or batch."""
   input_mask = input_mask.astype(bool)
   candidates = input_mask
   for special in special_ids:
     candidates &= input_ids != special
-
   n_real = input_mask.sum(axis=-1).astype(jnp.float32)
   num_to_predict = jnp.clip(jnp.round(n_real * mask_prob).astype(jnp.int32), 1,
                             max_predictions)
+  return candidates, num_to_predict
+
+
+def num_predictions(input_ids, input_mask, *, special_ids: Sequence[int], mask_prob: float,
+                    max_predictions: int):
+  """How many positions mask_batch predicts in the whole batch (no randomness needed)."""
+  candidates, num_to_predict = _prediction_slots(input_ids, input_mask, special_ids, mask_prob,
+                                                 max_predictions)
+  return jnp.sum(jnp.minimum(num_to_predict, candidates.sum(axis=-1))).astype(jnp.float32)
+
+
+def _mask_example(rng, input_ids, input_mask, *, special_ids, mask_id, vocab_size, mask_prob,
+                  max_predictions, mask_token_prob, random_token_prob) -> MaskedBatch:
+  """mask_batch for one sequence [S]."""
+  select_rng, replace_rng, random_rng = jax.random.split(rng, 3)
+  candidates, num_to_predict = _prediction_slots(input_ids, input_mask, special_ids, mask_prob,
+                                                 max_predictions)
   # A random score per candidate; the top `max_predictions` are a uniformly random subset in
   # random order, and the first `num_to_predict` of them are the ones we use.
   scores = jnp.where(candidates, jax.random.uniform(select_rng, input_ids.shape), -1.0)
   top_scores, positions = jax.lax.top_k(scores, max_predictions)
-  slot = jnp.arange(max_predictions)[None, :]
-  weights = (slot < num_to_predict[:, None]) & (top_scores >= 0.0)
+  weights = (jnp.arange(max_predictions) < num_to_predict) & (top_scores >= 0.0)
   positions = jnp.where(weights, positions, 0).astype(jnp.int32)
-  original = jnp.take_along_axis(input_ids, positions, axis=-1)
+  original = input_ids[positions]
 
   u = jax.random.uniform(replace_rng, positions.shape)
   random_ids = random_token_ids(random_rng, positions.shape, vocab_size, special_ids)
   replacement = jnp.where(u < mask_token_prob, mask_id,
                           jnp.where(u < mask_token_prob + random_token_prob, random_ids,
                                     original))
-  masked_ids = scatter_positions(input_ids, positions, replacement, weights)
+  masked_ids = scatter_positions(input_ids[None], positions[None], replacement[None],
+                                 weights[None])[0]
   return MaskedBatch(masked_ids, positions, original.astype(jnp.int32),
                      weights.astype(jnp.float32))
 

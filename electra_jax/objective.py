@@ -39,44 +39,76 @@ class ElectraObjective:
                random_token_prob=c.random_token_prob, temperature=c.temperature,
                gen_weight=c.gen_weight, disc_weight=c.disc_weight)
 
-  def __call__(self, params, batch: Mapping[str, jax.Array], rng, deterministic=False):
-    """Returns (loss, metric sums)."""
-    mask_rng, gen_rng, sample_rng, disc_rng = jax.random.split(rng, 4)
+  def __call__(self, params, batch: Mapping[str, jax.Array], rng, deterministic=False,
+               example_ids=None, denominators=None):
+    """Returns (loss, metric sums).
+
+    Randomness is drawn per example from fold_in(rng, example_ids[b]) (default: the row index),
+    so a batch split into micro-batches with their global `example_ids` draws the same masks,
+    samples and dropout as the whole batch. `denominators` (from `loss_denominators` of the
+    whole batch) make each micro-batch's loss its share of the whole batch's loss.
+    """
     input_ids, segment_ids = batch['input_ids'], batch['segment_ids']
     input_mask = batch['input_mask']
+    keys = masking.example_keys(rng, input_ids.shape[0], example_ids)
+    mask_keys, gen_keys, sample_keys, disc_keys = jnp.moveaxis(
+        jax.vmap(lambda k: jax.random.split(k, 4))(keys), 1, 0)
     m = masking.mask_batch(
-        mask_rng, input_ids, input_mask, special_ids=self.special_ids, mask_id=self.mask_id,
+        mask_keys, input_ids, input_mask, special_ids=self.special_ids, mask_id=self.mask_id,
         vocab_size=self.vocab_size, mask_prob=self.mask_prob,
         max_predictions=self.max_predictions, mask_token_prob=self.mask_token_prob,
         random_token_prob=self.random_token_prob)
-    variables = {'params': params}
 
-    gen_logits = self.model.apply(
-        variables, m.masked_ids, segment_ids, input_mask, m.masked_positions, deterministic,
-        method=Electra.generator_logits, rngs={'dropout': gen_rng})
+    gen_logits = self._apply(params, Electra.generator_logits, gen_keys, deterministic,
+                             m.masked_ids, segment_ids, input_mask, m.masked_positions)
     mlm_losses = optax.softmax_cross_entropy_with_integer_labels(gen_logits, m.masked_lm_ids)
-    mlm_loss = weighted_mean(mlm_losses, m.masked_weights)
 
     # The samples are constants for the rest of the step: no gradient reaches G through them.
-    sampled = gumbel_sample(sample_rng, jax.lax.stop_gradient(gen_logits), self.temperature)
+    sampled = jax.vmap(gumbel_sample, (0, 0, None))(
+        sample_keys, jax.lax.stop_gradient(gen_logits), self.temperature)
     corrupted = masking.scatter_positions(input_ids, m.masked_positions, sampled,
                                           m.masked_weights)
     # A sample that equals the original token counts as original.
     real = input_mask.astype(jnp.float32)
     labels = (corrupted != input_ids).astype(jnp.float32) * real
 
-    disc_logits = self.model.apply(
-        variables, corrupted, segment_ids, input_mask, deterministic,
-        method=Electra.discriminator_logits, rngs={'dropout': disc_rng})
+    disc_logits = self._apply(params, Electra.discriminator_logits, disc_keys, deterministic,
+                              corrupted, segment_ids, input_mask)
     disc_losses = optax.sigmoid_binary_cross_entropy(disc_logits, labels)
-    disc_loss = weighted_mean(disc_losses, real)
 
+    if denominators is None:
+      denominators = {'mlm_count': jnp.sum(m.masked_weights), 'disc_count': jnp.sum(real)}
+    mlm_loss = weighted_mean(mlm_losses, m.masked_weights, denominators['mlm_count'])
+    disc_loss = weighted_mean(disc_losses, real, denominators['disc_count'])
     loss = self.gen_weight * mlm_loss + self.disc_weight * disc_loss
     metrics = electra_metric_sums(
         gen_logits=gen_logits, masked_lm_ids=m.masked_lm_ids, masked_weights=m.masked_weights,
         mlm_losses=mlm_losses, sampled=sampled, disc_logits=disc_logits,
         disc_losses=disc_losses, labels=labels, real=real)
     return loss, metrics
+
+  def loss_denominators(self, batch: Mapping[str, jax.Array]) -> dict:
+    """The whole batch's masked-position and real-token counts (no randomness involved)."""
+    return {
+        'mlm_count': masking.num_predictions(
+            batch['input_ids'], batch['input_mask'], special_ids=self.special_ids,
+            mask_prob=self.mask_prob, max_predictions=self.max_predictions),
+        'disc_count': jnp.sum(batch['input_mask'].astype(jnp.float32)),
+    }
+
+  def _apply(self, params, method, keys, deterministic, *inputs):
+    """model.apply(method) with dropout drawn per example from `keys` (vmapped over rows)."""
+    variables = {'params': params}
+    cfg = self.model.cfg
+    if deterministic or (cfg.dropout_rate == 0 and cfg.attention_dropout_rate == 0):
+      return self.model.apply(variables, *inputs, True, method=method)
+
+    def one(key, *row):
+      row = [x[None] for x in row]
+      return self.model.apply(variables, *row, False, method=method,
+                              rngs={'dropout': key})[0]
+
+    return jax.vmap(one)(keys, *inputs)
 
 
 def gumbel_sample(rng, logits, temperature: float):
@@ -86,8 +118,10 @@ def gumbel_sample(rng, logits, temperature: float):
   return jnp.argmax(logits / temperature + gumbel, axis=-1).astype(jnp.int32)
 
 
-def weighted_mean(values, weights):
-  return jnp.sum(values * weights) / (jnp.sum(weights) + 1e-6)
+def weighted_mean(values, weights, denominator=None):
+  """sum(values * weights) / sum(weights), or over a given denominator (the whole batch's)."""
+  denominator = jnp.sum(weights) if denominator is None else denominator
+  return jnp.sum(values * weights) / (denominator + 1e-6)
 
 
 def electra_metric_sums(*, gen_logits, masked_lm_ids, masked_weights, mlm_losses, sampled,

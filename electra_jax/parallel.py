@@ -1,7 +1,10 @@
-"""Device mesh and batch placement: one global jit program, batch sharded on the 'data' axis.
+"""Device mesh, shardings and batch placement: one global jit program over every device.
 
-Each process builds only its own slice of the global batch; `global_batch` stitches the slices
-into one global array, so the same code runs on 1 CPU, 8 GPUs or a TPU pod.
+The mesh spans all devices of all processes: ('data',) by default, or ('data', 'fsdp') when
+config.fsdp_axis_size > 1, which also splits parameters and optimizer state over 'fsdp'. The
+batch is sharded over every mesh axis. Each process builds only its own slice of the global
+batch; `global_batch` stitches the slices into one global array, so the same code runs on 1 CPU,
+8 GPUs or a TPU pod.
 """
 from typing import Mapping
 
@@ -12,32 +15,73 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from electra_jax.errors import UserError
 
 DATA_AXIS = 'data'
+FSDP_AXIS = 'fsdp'
 
 
-def make_mesh(devices=None) -> Mesh:
+def make_mesh(devices=None, fsdp_axis_size: int = 1) -> Mesh:
+  """('data',) over all devices, or ('data', 'fsdp') with fsdp_axis_size devices per group."""
   devices = list(devices if devices is not None else jax.devices())
-  return jax.make_mesh((len(devices),), (DATA_AXIS,),
-                       axis_types=(jax.sharding.AxisType.Auto,), devices=devices)
+  if fsdp_axis_size <= 1:
+    return jax.make_mesh((len(devices),), (DATA_AXIS,),
+                         axis_types=(jax.sharding.AxisType.Auto,), devices=devices)
+  if len(devices) % fsdp_axis_size:
+    raise UserError(f'config.fsdp_axis_size={fsdp_axis_size} does not divide the '
+                    f'{len(devices)} devices; use a divisor of {len(devices)}')
+  return jax.make_mesh((len(devices) // fsdp_axis_size, fsdp_axis_size),
+                       (DATA_AXIS, FSDP_AXIS), axis_types=(jax.sharding.AxisType.Auto,) * 2,
+                       devices=devices)
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
-  return NamedSharding(mesh, P(DATA_AXIS))
+  """Batch rows split over every mesh axis (data, and fsdp when present)."""
+  return NamedSharding(mesh, P(mesh.axis_names))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
-def check_batch_divides(global_batch: int, mesh: Mesh, key: str):
-  """A global batch must split evenly over devices (and hence over processes)."""
+def leaf_sharding(mesh: Mesh, shape) -> NamedSharding:
+  """FSDP rule: split the largest dimension divisible by the 'fsdp' axis; else replicate."""
+  if FSDP_AXIS not in mesh.axis_names:
+    return replicated(mesh)
+  size = mesh.shape[FSDP_AXIS]
+  divisible = [d for d in range(len(shape)) if shape[d] % size == 0]
+  if not divisible:
+    return replicated(mesh)
+  dim = max(divisible, key=lambda d: shape[d])
+  spec = [None] * len(shape)
+  spec[dim] = FSDP_AXIS
+  return NamedSharding(mesh, P(*spec))
+
+
+def tree_shardings(mesh: Mesh, abstract_tree):
+  """Per-leaf shardings of a pytree of arrays / ShapeDtypeStructs (params, optimizer state)."""
+  return jax.tree.map(lambda x: leaf_sharding(mesh, x.shape), abstract_tree)
+
+
+def check_batch_divides(global_batch: int, mesh: Mesh, key: str, grad_accum_steps: int = 1):
+  """A global batch must split evenly over devices x accumulation steps (and so over hosts)."""
   num_devices = mesh.devices.size
-  if global_batch % num_devices:
-    raise UserError(f'config.{key}={global_batch} is not divisible by the {num_devices} '
-                    f'devices; use a multiple of {num_devices}')
+  if global_batch % (num_devices * grad_accum_steps):
+    what = f'{num_devices} devices'
+    if grad_accum_steps > 1:
+      what += f' x config.grad_accum_steps={grad_accum_steps}'
+    multiple = num_devices * grad_accum_steps
+    raise UserError(f'config.{key}={global_batch} is not divisible by the {what}; use a '
+                    f'multiple of {multiple}')
 
 
 def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict:
-  """Host-local numpy slices -> global jax.Arrays sharded over the 'data' axis."""
+  """Host-local numpy slices -> global jax.Arrays sharded over the batch axes."""
   sharding = batch_sharding(mesh)
-  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
-          for k, v in local_batch.items()}
+  num_local = len(mesh.local_devices)
+  out = {}
+  for k, v in local_batch.items():
+    v = np.asarray(v)
+    if v.shape[0] % num_local:
+      raise UserError(f'this process holds {v.shape[0]} rows of the batch, not divisible by '
+                      f'its {num_local} local devices; use a global batch divisible by '
+                      f'{mesh.devices.size} with the same device count on every process')
+    out[k] = jax.make_array_from_process_local_data(sharding, v)
+  return out

@@ -18,6 +18,8 @@ from ml_collections import config_flags
 
 from electra_jax import checkpoint
 from electra_jax import cli
+from electra_jax import distributed
+from electra_jax import dry_run
 from electra_jax import eval_loop
 from electra_jax import experiment as experiment_lib
 from electra_jax import metric_writer
@@ -34,6 +36,9 @@ flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and Ten
 flags.DEFINE_integer('stop_after_steps', None, 'Save and exit after this many steps in this '
                      'invocation (e.g. to fit a job time limit); the schedule still runs to '
                      'config.num_train_steps and the same command resumes.')
+flags.DEFINE_bool('dry_run', False, 'Print the mesh, per-host/per-device batch, parameter and '
+                  'optimizer memory per device and FLOPs per step, then exit without training '
+                  'or writing anything.')
 FLAGS = flags.FLAGS
 
 
@@ -65,6 +70,7 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
   changed = experiment_lib.check_saved_config_matches(workdir, c)
   is_chief = jax.process_index() == 0
   say = print if is_chief else (lambda *a, **k: None)
+  write_line = (lambda line: bar.write(line, file=sys.stdout)) if is_chief else say
 
   train_iter = prefetch.to_mesh(pipeline.make_train_iterator(
       c, exp.tokenizer, jax.process_index(), jax.process_count()), mesh)
@@ -85,8 +91,10 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
       f'{mesh.devices.size} device(s) {jax.devices()[0].platform} | '
       f'batch {c.train_batch_size} x {c.max_seq_length} tokens', flush=True)
 
-  train_step = ts.jit_train_step(ts.make_train_step(exp.objective, exp.tx), mesh)
-  eval_step = ts.jit_eval_step(ts.make_eval_step(exp.objective), mesh)
+  state_sharding = exp.state_sharding()
+  train_step = ts.jit_train_step(
+      ts.make_train_step(exp.objective, exp.tx, c.grad_accum_steps, mesh), mesh, state_sharding)
+  eval_step = ts.jit_eval_step(ts.make_eval_step(exp.objective), mesh, state_sharding.params)
   base_rng = jax.random.key(c.seed)
   writer = metric_writer.MetricWriter(workdir, enabled=is_chief)
   stop = _StopRequest()
@@ -110,9 +118,9 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
                                             num_batches=c.num_eval_steps)
     if eval_metrics:
       writer.write('eval_metrics', step, eval_metrics)
-      bar.write(f'eval  step {step:>7d} | loss {eval_metrics["loss"]:.4f} | mlm_acc '
-                f'{eval_metrics["mlm_accuracy"]:.3f} | disc_auc {eval_metrics["disc_auc"]:.4f}'
-                f' | {time.time() - t:.1f}s', file=sys.stdout)
+      write_line(f'eval  step {step:>7d} | loss {eval_metrics["loss"]:.4f} | mlm_acc '
+                 f'{eval_metrics["mlm_accuracy"]:.3f} | disc_auc '
+                 f'{eval_metrics["disc_auc"]:.4f} | {time.time() - t:.1f}s')
     window_start += time.time() - t  # Evaluation time does not count as training time.
 
   if step >= c.num_train_steps:
@@ -142,10 +150,10 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
       writer.write('metrics', step, train_metrics)
       bar.set_postfix(loss=f'{train_metrics["loss"]:.3f}',
                       tok_s=f'{train_metrics["tokens_per_sec"]:.0f}', refresh=False)
-      bar.write(f'train step {step:>7d} | loss {train_metrics["loss"]:.4f} | mlm_acc '
-                f'{train_metrics["mlm_accuracy"]:.3f} | disc_auc '
-                f'{train_metrics["disc_auc"]:.4f} | lr {train_metrics["learning_rate"]:.2e} | '
-                f'{train_metrics["tokens_per_sec"]:.0f} tok/s', file=sys.stdout)
+      write_line(f'train step {step:>7d} | loss {train_metrics["loss"]:.4f} | mlm_acc '
+                 f'{train_metrics["mlm_accuracy"]:.3f} | disc_auc '
+                 f'{train_metrics["disc_auc"]:.4f} | lr {train_metrics["learning_rate"]:.2e} | '
+                 f'{train_metrics["tokens_per_sec"]:.0f} tok/s')
       window, window_start, window_steps = None, time.time(), 0
 
     if c.eval_every_steps and step % c.eval_every_steps == 0:
@@ -182,6 +190,13 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
+  distributed.initialize_from_flags()
+  if FLAGS.dry_run:
+    plan = dry_run.plan(experiment_lib.Experiment.create(FLAGS.config))
+    if jax.process_index() == 0:
+      print(dry_run.describe(plan), flush=True)
+    cli.print_result(plan)
+    return
   cli.print_result(train_and_evaluate(FLAGS.config, FLAGS.workdir, FLAGS.stop_after_steps))
 
 

@@ -24,12 +24,52 @@ def create_train_state(rng, model: model_lib.Electra, tx: optax.GradientTransfor
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
 
-def make_train_step(objective: Callable, tx: optax.GradientTransformation):
-  """(state, batch, base_rng) -> (state, metric sums); step k's randomness is fold_in(rng, k)."""
+def make_train_step(objective: Callable, tx: optax.GradientTransformation,
+                    grad_accum_steps: int = 1, mesh=None):
+  """(state, batch, base_rng) -> (state, metric sums); step k's randomness is fold_in(rng, k).
+
+  With grad_accum_steps = k the batch runs as k micro-batches (a lax.scan) whose gradients sum
+  to the whole batch's: micro-batch i holds rows i, i+k, i+2k, ... (so every device keeps its
+  rows), each row keeps its global index for its randomness, and losses are normalised by the
+  whole batch's counts. Metric sums add up; only disc_auc counts pairs within micro-batches.
+  On a mesh with an 'fsdp' axis the parameters, sharded at rest, are gathered for the forward
+  and backward pass; their gradients flow back into the sharded optimizer update.
+  """
+  fsdp = mesh is not None and parallel.FSDP_AXIS in mesh.axis_names
+
+  def grads_and_sums(params, batch, rng):
+    if grad_accum_steps == 1:
+      (_, sums), grads = jax.value_and_grad(objective, has_aux=True)(params, batch, rng)
+      return grads, sums
+    denominators = objective.loss_denominators(batch)
+    batch_size = batch['input_ids'].shape[0]
+    k = grad_accum_steps
+    # [B, ...] -> [k, B/k, ...] with micro-batch i = rows i, i+k, ...; global row ids alike.
+    split = lambda x: jnp.swapaxes(x.reshape((batch_size // k, k) + x.shape[1:]), 0, 1)
+    micro_batches = jax.tree.map(split, dict(batch))
+    example_ids = split(jnp.arange(batch_size))
+
+    def micro_grads(micro_batch, ids):
+      loss_fn = lambda p: objective(p, micro_batch, rng, example_ids=ids,
+                                    denominators=denominators)
+      (_, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+      return grads, sums
+
+    def micro_step(carry, inputs):
+      return jax.tree.map(jnp.add, carry, micro_grads(*inputs)), None
+
+    first = jax.tree.map(lambda x: x[0], (micro_batches, example_ids))
+    zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype),
+                         jax.eval_shape(micro_grads, *first))
+    (grads, sums), _ = jax.lax.scan(micro_step, zeros, (micro_batches, example_ids))
+    return grads, sums
 
   def train_step(state: TrainState, batch, base_rng):
     rng = jax.random.fold_in(base_rng, state.step)
-    (_, sums), grads = jax.value_and_grad(objective, has_aux=True)(state.params, batch, rng)
+    params = state.params
+    if fsdp:
+      params = jax.lax.with_sharding_constraint(params, parallel.replicated(mesh))
+    grads, sums = grads_and_sums(params, batch, rng)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     sums = dict(sums, grad_norm_sum=optax.tree.norm(grads), num_steps=jnp.float32(1))
@@ -48,27 +88,42 @@ def make_eval_step(objective: Callable):
   return eval_step
 
 
-def jit_train_step(train_step, mesh):
-  """Data-parallel jit: state replicated and donated, batch sharded on 'data'."""
+def jit_train_step(train_step, mesh, state_sharding=None):
+  """One global program: state in `state_sharding` (default replicated) and donated, batch
+  sharded over the mesh's batch axes."""
   rep, data = parallel.replicated(mesh), parallel.batch_sharding(mesh)
-  return jax.jit(train_step, in_shardings=(rep, data, rep), out_shardings=(rep, rep),
-                 donate_argnums=0)
+  state_sharding = rep if state_sharding is None else state_sharding
+  return jax.jit(train_step, in_shardings=(state_sharding, data, rep),
+                 out_shardings=(state_sharding, rep), donate_argnums=0)
 
 
-def jit_eval_step(eval_step, mesh):
+def jit_eval_step(eval_step, mesh, params_sharding=None):
   rep, data = parallel.replicated(mesh), parallel.batch_sharding(mesh)
-  return jax.jit(eval_step, in_shardings=(rep, data, rep), out_shardings=rep)
+  params_sharding = rep if params_sharding is None else params_sharding
+  return jax.jit(eval_step, in_shardings=(params_sharding, data, rep), out_shardings=rep)
+
+
+def state_shapes(model, tx, max_seq_length, max_predictions) -> TrainState:
+  """Shapes and dtypes of the state (jax.eval_shape: nothing is allocated)."""
+  create = lambda r: create_train_state(r, model, tx, max_seq_length, max_predictions)
+  return jax.eval_shape(create, jax.random.key(0))
+
+
+def state_sharding(mesh, shapes: TrainState) -> TrainState:
+  """Per-leaf shardings: params and optimizer state by the FSDP rule, step replicated."""
+  return parallel.tree_shardings(mesh, shapes)
 
 
 def init_state(mesh, rng, model, tx, max_seq_length, max_predictions) -> TrainState:
-  """Initialises the state directly in its (replicated) sharding."""
+  """Initialises the state directly in its sharding (never whole on one device)."""
   create = lambda r: create_train_state(r, model, tx, max_seq_length, max_predictions)
-  return jax.jit(create, out_shardings=parallel.replicated(mesh))(rng)
+  shardings = state_sharding(mesh, state_shapes(model, tx, max_seq_length, max_predictions))
+  return jax.jit(create, out_shardings=shardings)(rng)
 
 
 def abstract_state(mesh, model, tx, max_seq_length, max_predictions) -> TrainState:
   """Shapes, dtypes and shardings of the state, without allocating it (for restoring)."""
-  create = lambda r: create_train_state(r, model, tx, max_seq_length, max_predictions)
-  shapes = jax.eval_shape(create, jax.random.key(0))
-  rep = parallel.replicated(mesh)
-  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=rep), shapes)
+  shapes = state_shapes(model, tx, max_seq_length, max_predictions)
+  shardings = state_sharding(mesh, shapes)
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                      shapes, shardings)

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Pretrain on a Cloud TPU VM slice (e.g. v4-64): create it, install this package on every worker,
+# train on --worker=all with logs, delete it. Copy this script and edit the defaults below.
+set -euo pipefail
+
+NAME="${TPU_NAME:-electra-large}"
+ZONE="${TPU_ZONE:-us-central2-b}"
+ACCELERATOR="${TPU_ACCELERATOR:-v4-64}"
+VERSION="${TPU_VERSION:-tpu-ubuntu2204-base}"
+PROJECT="${TPU_PROJECT:-}"
+CONFIG="configs/large.py"
+WORKDIR="${WORKDIR:-gs://YOUR_BUCKET/electra_large}"
+SPOT=0
+QUEUED=0
+PRINT=0
+EXTRA=()
+
+usage() {
+  cat <<'USAGE'
+Usage: launch/tpu_vm.sh [options] STEP [-- TRAIN_FLAGS...]
+
+Steps (run them in order; each is one gcloud call per line):
+  create    create the TPU VM (or a queued resource with --queued, waiting until ACTIVE)
+  install   copy this repository to every worker and pip install it with JAX for TPU
+  train     run python -m electra_jax.train on --worker=all; output also goes to logs/NAME-*.log
+  delete    delete the TPU VM (or the queued resource)
+
+Options:
+  --name=NAME            TPU name (default $TPU_NAME or electra-large)
+  --zone=ZONE            zone (default $TPU_ZONE or us-central2-b)
+  --accelerator=TYPE     accelerator type, e.g. v4-64, v5litepod-64 (default $TPU_ACCELERATOR or v4-64)
+  --version=VERSION      TPU software version (default $TPU_VERSION or tpu-ubuntu2204-base)
+  --project=PROJECT      GCP project (default: gcloud's configured project)
+  --config=FILE          experiment config (default configs/large.py)
+  --workdir=DIR          training workdir, a gs:// path shared by all workers (default $WORKDIR)
+  --spot                 use Spot capacity (preemptible; training resumes from checkpoints)
+  --queued               obtain the slice through a queued resource
+  --print                print the gcloud commands instead of running them
+  -h, --help             show this help
+
+Every worker runs the same command; jax.distributed.initialize() finds the other workers on its
+own, and the same command resumes from the latest checkpoint after a preemption.
+Example: launch/tpu_vm.sh --workdir=gs://my-bucket/large --spot --queued create
+USAGE
+}
+
+# Runs a command, or with --print shows it (shell-quoted) instead.
+run() {
+  if [[ "${PRINT}" == 1 ]]; then
+    printf '%q ' "$@"
+    printf '\n'
+  else
+    "$@"
+  fi
+}
+
+STEP=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -h|--help) usage; exit 0 ;;
+    --name=*) NAME="${1#*=}" ;;
+    --zone=*) ZONE="${1#*=}" ;;
+    --accelerator=*) ACCELERATOR="${1#*=}" ;;
+    --version=*) VERSION="${1#*=}" ;;
+    --project=*) PROJECT="${1#*=}" ;;
+    --config=*) CONFIG="${1#*=}" ;;
+    --workdir=*) WORKDIR="${1#*=}" ;;
+    --spot) SPOT=1 ;;
+    --queued) QUEUED=1 ;;
+    --print) PRINT=1 ;;
+    --) shift; EXTRA=("$@"); break ;;
+    create|install|train|delete) STEP="$1" ;;
+    *) echo "error: unknown argument '$1'; see --help" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [[ -z "${STEP}" ]]; then
+  echo "error: give a step: create, install, train or delete; see --help" >&2
+  exit 2
+fi
+
+GCLOUD=(gcloud compute tpus)
+LOCATION=(--zone="${ZONE}")
+if [[ -n "${PROJECT}" ]]; then
+  LOCATION+=(--project="${PROJECT}")
+fi
+SSH=("${GCLOUD[@]}" tpu-vm ssh "${NAME}" "${LOCATION[@]}" --worker=all)
+
+case "${STEP}" in
+  create)
+    CAPACITY=()
+    if [[ "${SPOT}" == 1 ]]; then
+      CAPACITY=(--spot)
+    fi
+    if [[ "${QUEUED}" == 1 ]]; then
+      run "${GCLOUD[@]}" queued-resources create "${NAME}" "${LOCATION[@]}" \
+        --node-id="${NAME}" --accelerator-type="${ACCELERATOR}" \
+        --runtime-version="${VERSION}" "${CAPACITY[@]}"
+      if [[ "${PRINT}" == 0 ]]; then
+        echo "Waiting for queued resource ${NAME} to become ACTIVE ..." >&2
+        until [[ "$("${GCLOUD[@]}" queued-resources describe "${NAME}" "${LOCATION[@]}" \
+                   --format='value(state.state)')" == ACTIVE ]]; do
+          sleep 60
+        done
+      fi
+    else
+      run "${GCLOUD[@]}" tpu-vm create "${NAME}" "${LOCATION[@]}" \
+        --accelerator-type="${ACCELERATOR}" --version="${VERSION}" "${CAPACITY[@]}"
+    fi
+    ;;
+  install)
+    REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    ARCHIVE="/tmp/electra_jax-${NAME}.tar.gz"
+    run tar -czf "${ARCHIVE}" -C "${REPO}" --exclude=.git --exclude='*.egg-info' .
+    run "${GCLOUD[@]}" tpu-vm scp "${ARCHIVE}" "${NAME}:electra_jax.tar.gz" "${LOCATION[@]}" \
+      --worker=all
+    run "${SSH[@]}" --command="mkdir -p electra_jax && tar -xzf electra_jax.tar.gz -C electra_jax \
+&& pip install -q -e 'electra_jax[tpu]'"
+    ;;
+  train)
+    printf -v FLAGS ' %q' "${EXTRA[@]}"
+    if [[ ${#EXTRA[@]} -eq 0 ]]; then
+      FLAGS=""
+    fi
+    COMMAND="cd electra_jax && python3 -m electra_jax.train --config=${CONFIG} \
+--workdir=${WORKDIR}${FLAGS}"
+    if [[ "${PRINT}" == 1 ]]; then
+      run "${SSH[@]}" --command="${COMMAND}"
+    else
+      mkdir -p logs
+      LOG="logs/${NAME}-$(date +%Y%m%d-%H%M%S).log"
+      echo "Logging to ${LOG}" >&2
+      run "${SSH[@]}" --command="${COMMAND}" 2>&1 | tee -a "${LOG}"
+    fi
+    ;;
+  delete)
+    if [[ "${QUEUED}" == 1 ]]; then
+      run "${GCLOUD[@]}" queued-resources delete "${NAME}" "${LOCATION[@]}" --force --quiet
+    else
+      run "${GCLOUD[@]}" tpu-vm delete "${NAME}" "${LOCATION[@]}" --quiet
+    fi
+    ;;
+esac

