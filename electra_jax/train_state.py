@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import optax
 
 from electra_jax import model as model_lib
+from electra_jax import nonfinite
 from electra_jax import parallel
 
 
@@ -24,15 +25,24 @@ def create_train_state(rng, model: model_lib.Electra, tx: optax.GradientTransfor
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
 
-def make_train_step(objective: Callable, tx: optax.GradientTransformation):
-  """(state, batch, base_rng) -> (state, metric sums); step k's randomness is fold_in(rng, k)."""
+def make_train_step(objective: Callable, tx: optax.GradientTransformation,
+                    poison_steps: tuple[int, ...] = ()):
+  """(state, batch, base_rng) -> (state, metric sums); step k's randomness is fold_in(rng, k).
+
+  A non-finite step is skipped by tx (optax.apply_if_finite): its sums are zeroed and
+  `consecutive_nonfinite` reports the run of skips. poison_steps: test hook, steps (1-based,
+  as logged) whose loss is made NaN.
+  """
 
   def train_step(state: TrainState, batch, base_rng):
     rng = jax.random.fold_in(base_rng, state.step)
-    (_, sums), grads = jax.value_and_grad(objective, has_aux=True)(state.params, batch, rng)
+    loss_fn = nonfinite.poisoned(objective, poison_steps, state.step + 1)
+    (_, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, rng)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     sums = dict(sums, grad_norm_sum=optax.tree.norm(grads), num_steps=jnp.float32(1))
+    sums = nonfinite.drop_skipped(sums, opt_state)
+    sums['consecutive_nonfinite'] = nonfinite.consecutive_skipped(opt_state)
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), sums
 
   return train_step
