@@ -109,14 +109,16 @@ class Checkpointer:
     try:
       return self._manager.save(step, args=ocp.args.Composite(**items), force=force)
     except Exception as e:  # pylint: disable=broad-except
-      raise self._save_error(step, e) from e
+      raise self._save_error(e) from e
 
-  def _save_error(self, step, error: Exception) -> UserError:
-    good = [s for s in self.all_steps() if s != step]
-    kept = (f'step {max(good)} is intact' if good else 'no earlier checkpoint exists')
-    return UserError(f'saving checkpoint step {step} in {self.directory} failed '
-                     f'({_one_line(error)}); {kept}. Free disk space or fix the directory, then '
-                     're-run the same command to resume')
+  def _save_error(self, error: Exception) -> UserError:
+    # An async save fails at the next save() or close(): name the newest complete step.
+    good = self._manager.all_steps(read=True)
+    kept = (f'the newest complete checkpoint, step {max(good)}, is intact' if good
+            else 'no complete checkpoint exists yet')
+    return UserError(f'saving a checkpoint in {self.directory} failed ({_one_line(error)}); '
+                     f'{kept}. Free disk space or fix the directory, then re-run the same '
+                     'command to resume')
 
   def restore(self, step: int, abstract_state, data_iterator=None, with_loop: bool = False):
     """Restores the state (onto abstract_state's shardings) and, if given, the iterator.
@@ -188,7 +190,7 @@ class Checkpointer:
     try:
       self._manager.wait_until_finished()
     except Exception as e:  # pylint: disable=broad-except
-      raise self._save_error(self._manager.latest_step(), e) from e
+      raise self._save_error(e) from e
     finally:
       self._manager.close()
 
