@@ -77,6 +77,16 @@ def _window_from_json(loop_state):
 
 def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None) -> dict:
   """Trains (or resumes) to config.num_train_steps; returns the run summary."""
+  on_error = []  # Cleanups for a run that fails (e.g. finish pending saves of good states).
+  try:
+    return _train_and_evaluate(config, workdir, stop_after_steps, on_error)
+  except Exception:
+    for cleanup in reversed(on_error):
+      cleanup()
+    raise
+
+
+def _train_and_evaluate(config, workdir, stop_after_steps, on_error) -> dict:
   start_time = time.time()
   exp = experiment_lib.Experiment.create(config)
   c, mesh = exp.config, exp.mesh
@@ -92,6 +102,7 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
   abstract_state = exp.abstract_state()
   checkpoint.check_disk(f'{workdir}/checkpoints', abstract_state)
   ckpt = checkpoint.Checkpointer(f'{workdir}/checkpoints', keep=c.keep_checkpoint_max)
+  on_error.append(ckpt.close_after_error)
   latest, state, loop_state = ckpt.restore_latest_valid(abstract_state, train_iter)
   if latest is not None:
     say(f'Resuming from step {latest} in {ckpt.directory}'
@@ -142,65 +153,59 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
   if step >= c.num_train_steps:
     say(f'Already at step {step} of {c.num_train_steps}: nothing to train. To continue, raise '
         '--config.num_train_steps and pass --config.allow_config_change=num_train_steps.')
-  try:
-    while step < c.num_train_steps:
-      batch = parallel.global_batch(next(train_iter), mesh)
-      state, sums = train_step(state, batch, base_rng)
-      step += 1
-      too_many_nonfinite.push(step, sums.pop('consecutive_nonfinite'))
-      window_steps += 1
-      window = sums if window is None else _add(window, sums)
-      bar.update(1)
-      budget_spent = stop_after_steps is not None and step - first_step >= stop_after_steps
-      preempted = ckpt.reached_preemption(step) or stop.signal is not None or budget_spent
+  while step < c.num_train_steps:
+    batch = parallel.global_batch(next(train_iter), mesh)
+    state, sums = train_step(state, batch, base_rng)
+    step += 1
+    too_many_nonfinite.push(step, sums.pop('consecutive_nonfinite'))
+    window_steps += 1
+    window = sums if window is None else _add(window, sums)
+    bar.update(1)
+    budget_spent = stop_after_steps is not None and step - first_step >= stop_after_steps
+    preempted = ckpt.reached_preemption(step) or stop.signal is not None or budget_spent
 
-      # A stop between logging steps prints the partial window but does not write it to
-      # metrics.jsonl: the window goes into the checkpoint and the resumed run logs it whole,
-      # so its metrics.jsonl matches an uninterrupted run's.
-      log_step = step % c.log_every_steps == 0 or step == c.num_train_steps
-      if log_step or preempted:
-        window = jax.device_get(window)
-        elapsed = time.time() - window_start
-        train_seconds += elapsed
-        train_metrics = objective_lib.summarize(window, c.gen_weight, c.disc_weight)
-        finite_steps = float(window['num_steps'])  # Skipped (non-finite) steps count 0.
-        train_metrics.update(
-            grad_norm=float(window['grad_norm_sum']) / finite_steps if finite_steps else None,
-            learning_rate=float(exp.schedule(step - 1)),
-            skipped_steps=int(nonfinite.total_skipped(state.opt_state)),
-            tokens_per_sec=window_steps * tokens_per_step / max(elapsed, 1e-9),
-            steps_per_sec=window_steps / max(elapsed, 1e-9))
-        if log_step:
-          writer.write('metrics', step, train_metrics)
-        bar.set_postfix(loss=f'{train_metrics["loss"]:.3f}',
-                        tok_s=f'{train_metrics["tokens_per_sec"]:.0f}', refresh=False)
-        bar.write(f'train step {step:>7d} | loss {train_metrics["loss"]:.4f} | mlm_acc '
-                  f'{train_metrics["mlm_accuracy"]:.3f} | disc_auc '
-                  f'{train_metrics["disc_auc"]:.4f} | lr {train_metrics["learning_rate"]:.2e} | '
-                  f'{train_metrics["tokens_per_sec"]:.0f} tok/s', file=sys.stdout)
-        if log_step:
-          window, window_start, window_steps = None, time.time(), 0
+    # A stop between logging steps prints the partial window but does not write it to
+    # metrics.jsonl: the window goes into the checkpoint and the resumed run logs it whole,
+    # so its metrics.jsonl matches an uninterrupted run's.
+    log_step = step % c.log_every_steps == 0 or step == c.num_train_steps
+    if log_step or preempted:
+      window = jax.device_get(window)
+      elapsed = time.time() - window_start
+      train_seconds += elapsed
+      train_metrics = objective_lib.summarize(window, c.gen_weight, c.disc_weight)
+      finite_steps = float(window['num_steps'])  # Skipped (non-finite) steps count 0.
+      train_metrics.update(
+          grad_norm=float(window['grad_norm_sum']) / finite_steps if finite_steps else None,
+          learning_rate=float(exp.schedule(step - 1)),
+          skipped_steps=int(nonfinite.total_skipped(state.opt_state)),
+          tokens_per_sec=window_steps * tokens_per_step / max(elapsed, 1e-9),
+          steps_per_sec=window_steps / max(elapsed, 1e-9))
+      if log_step:
+        writer.write('metrics', step, train_metrics)
+      bar.set_postfix(loss=f'{train_metrics["loss"]:.3f}',
+                      tok_s=f'{train_metrics["tokens_per_sec"]:.0f}', refresh=False)
+      bar.write(f'train step {step:>7d} | loss {train_metrics["loss"]:.4f} | mlm_acc '
+                f'{train_metrics["mlm_accuracy"]:.3f} | disc_auc '
+                f'{train_metrics["disc_auc"]:.4f} | lr {train_metrics["learning_rate"]:.2e} | '
+                f'{train_metrics["tokens_per_sec"]:.0f} tok/s', file=sys.stdout)
+      if log_step:
+        window, window_start, window_steps = None, time.time(), 0
 
-      if c.eval_every_steps and step % c.eval_every_steps == 0:
-        run_eval()
-      if step % c.save_checkpoints_steps == 0 or step == c.num_train_steps or preempted:
-        too_many_nonfinite.check_now()
-        ckpt.save(step, state, train_iter, force=True, loop_state=_window_to_json(window))
-      if preempted and step < c.num_train_steps:
-        ckpt.close()
-        bar.close()
-        writer.close()
-        reason = (f'signal {stop.signal}' if stop.signal is not None else
-                  '--stop_after_steps' if budget_spent else 'preemption notice')
-        say(f'Stopped at step {step} ({reason}); checkpoint saved in {ckpt.directory}/{step}. '
-            'Re-run the same command to resume.', flush=True)
-        return dict(status='interrupted', step=step, workdir=workdir,
-                    checkpoint=f'{ckpt.directory}/{step}')
-  except Exception:
-    ckpt.close_after_error()  # Pending saves of good states still finish.
-    writer.close()
-    bar.close()
-    raise
+    if c.eval_every_steps and step % c.eval_every_steps == 0:
+      run_eval()
+    if step % c.save_checkpoints_steps == 0 or step == c.num_train_steps or preempted:
+      too_many_nonfinite.check_now()
+      ckpt.save(step, state, train_iter, force=True, loop_state=_window_to_json(window))
+    if preempted and step < c.num_train_steps:
+      ckpt.close()
+      bar.close()
+      writer.close()
+      reason = (f'signal {stop.signal}' if stop.signal is not None else
+                '--stop_after_steps' if budget_spent else 'preemption notice')
+      say(f'Stopped at step {step} ({reason}); checkpoint saved in {ckpt.directory}/{step}. '
+          'Re-run the same command to resume.', flush=True)
+      return dict(status='interrupted', step=step, workdir=workdir,
+                  checkpoint=f'{ckpt.directory}/{step}')
 
   bar.close()
   ckpt.close()

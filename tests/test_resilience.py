@@ -140,8 +140,11 @@ def test_sigterm_saves_exits_0_and_resumes_exactly_after_a_failed_save(
   assert os.path.isdir(saved)
 
   # Disk full on the next save (files limited to 100 KB): one line, the checkpoint kept.
+  # (On a copy of the compilation cache: an entry cut short there would not be reused.)
+  cache_copy = str(tmp_path / 'cache')
+  shutil.copytree(cache_dir, cache_copy)
   full = train(cache_dir, small_corpus, workdir, check=False, max_file_kb=100,
-               env=env_for(cache_dir, JAX_ENABLE_COMPILATION_CACHE='false'))
+               env=env_for(cache_copy))
   assert full.returncode == 2
   error = full.stderr.strip().splitlines()[-1]
   assert error.startswith('error: saving a checkpoint in') and 'Free disk space' in error
@@ -213,7 +216,7 @@ def test_a_skipped_step_leaves_params_and_optimizer_state_unchanged():
   from electra_jax import train_state as ts  # pylint: disable=import-outside-toplevel
   from tests.test_model_objective import toy_batch  # pylint: disable=import-outside-toplevel
   from electra_jax import optim, parallel  # pylint: disable=import-outside-toplevel
-  c, objective, state, _, mesh = tiny_trainer()
+  c, objective, state, _, mesh = tiny_trainer(num_layers=1)
   tx, _ = optim.make_optimizer(c)
   step = ts.jit_train_step(ts.make_train_step(objective, tx, poison_steps=(2,)), mesh)
   batch = parallel.global_batch(jax.device_get(toy_batch(c)), mesh)
@@ -317,8 +320,11 @@ def bad_inputs(tmp_path_factory, cache_dir, small_corpus, reference):
     if os.path.isdir(workdir):
       snapshots[name] = {f: open(os.path.join(workdir, f), 'rb').read()
                          for f in ('config.json', 'metrics.jsonl')}
-    own_config = any(a.startswith('--config=') for a in argv)
-    runs.append(dict(argv=[a for a in base if not (own_config and a.startswith('--config='))] + argv, out=os.path.join(tmp, f'{name}.out'),
+    if any(a.startswith('--config=') for a in argv):  # Its own config file, before overrides.
+      full_argv = argv + [a for a in base if not a.startswith('--config=')]
+    else:
+      full_argv = base + argv
+    runs.append(dict(argv=full_argv, out=os.path.join(tmp, f'{name}.out'),
                      err=os.path.join(tmp, f'{name}.err'), workdir=workdir))
   # --verbose: the same mistake with its traceback.
   runs.append(dict(argv=base + ['--config.max_seq_length=1024', '--verbose',
