@@ -19,8 +19,15 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.conftest import REPO_ROOT, tiny_trainer
-from tests.test_train_cli import TINY_FLAGS, last_json, read_jsonl, small_corpus  # pylint: disable=unused-import
+from electra_jax import checkpoint, experiment, metric_writer, optim, parallel
+from electra_jax import config as config_lib
+from electra_jax import train_state as ts
+from electra_jax.errors import UserError
+from tests.conftest import REPO_ROOT, tiny_config, tiny_trainer
+from tests.test_model_objective import toy_batch
+# small_corpus is a fixture used here by name.
+from tests.test_train_cli import (  # pylint: disable=unused-import
+    TINY_FLAGS, last_json, read_jsonl, small_corpus)
 
 NUM_STEPS = 12
 # Checkpoints at 3, 6, 9, 12 (all kept), metrics every 2 steps, evaluation every 4.
@@ -213,9 +220,6 @@ def test_nonfinite_steps_are_skipped_counted_never_saved_and_too_many_stop_the_r
 
 
 def test_a_skipped_step_leaves_params_and_optimizer_state_unchanged():
-  from electra_jax import train_state as ts  # pylint: disable=import-outside-toplevel
-  from tests.test_model_objective import toy_batch  # pylint: disable=import-outside-toplevel
-  from electra_jax import optim, parallel  # pylint: disable=import-outside-toplevel
   c, objective, state, _, mesh = tiny_trainer(num_layers=1)
   tx, _ = optim.make_optimizer(c)
   step = ts.jit_train_step(ts.make_train_step(objective, tx, poison_steps=(2,)), mesh)
@@ -380,9 +384,6 @@ def test_verbose_shows_the_traceback(bad_inputs):
 # --- Units: pieces that need no training -----------------------------------------------------
 
 def test_resume_accepts_harmless_and_allowed_changes_and_refuses_others(tmp_path):
-  from electra_jax import config as config_lib, experiment  # pylint: disable=import-outside-toplevel
-  from electra_jax.errors import UserError  # pylint: disable=import-outside-toplevel
-  from tests.conftest import tiny_config  # pylint: disable=import-outside-toplevel
   workdir = str(tmp_path)
   experiment.write_config(workdir, config_lib.resolve(tiny_config()))
   changed = lambda **kw: experiment.check_resume_config(workdir, config_lib.resolve(
@@ -406,8 +407,6 @@ def test_resume_accepts_harmless_and_allowed_changes_and_refuses_others(tmp_path
 
 
 def test_disk_check_refuses_a_workdir_without_room_for_two_checkpoints(tmp_path, monkeypatch):
-  from electra_jax import checkpoint  # pylint: disable=import-outside-toplevel
-  from electra_jax.errors import UserError  # pylint: disable=import-outside-toplevel
   state = {'w': jax.ShapeDtypeStruct((1024, 1024), np.float32)}  # 4 MiB
   assert checkpoint.size_bytes(state) == 4 * 2**20
   checkpoint.check_disk(str(tmp_path / 'ok'), state)
@@ -417,7 +416,6 @@ def test_disk_check_refuses_a_workdir_without_room_for_two_checkpoints(tmp_path,
 
 
 def test_metrics_after_the_resume_step_and_a_torn_last_line_are_dropped(tmp_path):
-  from electra_jax import metric_writer  # pylint: disable=import-outside-toplevel
   path = str(tmp_path / 'metrics.jsonl')
   rows = ''.join(json.dumps({'step': s, 'loss': 1.0}) + '\n' for s in (2, 4, 6))
   with open(path, 'w', encoding='utf-8') as f:
