@@ -137,4 +137,14 @@ def get_config():
   # Show a tqdm progress bar on stderr (process 0 only).
   c.progress_bar = True
 
+  # --- Resilience (README: "What happens when a run dies") ---------------------------------
+  # Stop with an error after this many consecutive steps with a non-finite loss or gradients
+  # (each such step's update is skipped and counted in `skipped_steps`); 0 never stops.
+  c.max_consecutive_nonfinite = 10
+  # Comma-separated config keys allowed to differ from the workdir's saved config on resume,
+  # e.g. 'learning_rate,num_train_steps' (parameter-shape keys can never change).
+  c.allow_config_change = ''
+  # Test hook: comma-separated step numbers whose loss is made NaN inside the train step.
+  c.debug_nonfinite_steps = ''
+
   return c

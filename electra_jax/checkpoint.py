@@ -1,14 +1,71 @@
 """Orbax checkpoints of the train state plus the data-iterator position, async and atomic.
 
-Layout: WORKDIR/checkpoints/<step>/{state,data}. Orbax writes each step to a temporary
+Layout: WORKDIR/checkpoints/<step>/{state,data,loop}. Orbax writes each step to a temporary
 directory and renames it when complete, so a crash mid-save never hides the previous one.
+On start-up a half-written step is reported and ignored, and an unreadable newest step is moved
+aside to WORKDIR/corrupt_checkpoints/ (never deleted) in favour of the newest readable one.
+A state holding NaN/inf is never written.
 """
+import glob
 import os
+import shutil
+import sys
 
 import grain
+import jax
+import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 from electra_jax.errors import UserError
+
+TMP_MARKER = '.orbax-checkpoint-tmp'
+
+
+def _warn(message: str):
+  print(f'warning: {message}', file=sys.stderr, flush=True)
+
+
+def _one_line(error: Exception, limit: int = 160) -> str:
+  text = (str(error).strip().splitlines() or [''])[0] or type(error).__name__
+  return text if len(text) <= limit else text[:limit] + '...'
+
+
+@jax.jit
+def _all_finite(tree) -> jax.Array:
+  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+            if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+def all_finite(tree) -> bool:
+  """True if no floating-point leaf holds NaN/inf (one jitted reduction, one scalar fetched)."""
+  return bool(_all_finite(tree))
+
+
+def size_bytes(abstract_tree) -> int:
+  """Bytes of every array in a (possibly abstract) pytree: one checkpoint's payload."""
+  return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
+             for x in jax.tree.leaves(abstract_tree))
+
+
+def check_disk(directory: str, abstract_state, copies: int = 2):
+  """UserError unless `directory` is writable and has room for `copies` checkpoints."""
+  os.makedirs(directory, exist_ok=True)
+  probe = os.path.join(directory, f'.write_probe_{os.getpid()}')
+  try:
+    with open(probe, 'wb') as f:
+      f.write(b'0')
+    os.remove(probe)
+  except OSError as e:
+    raise UserError(f"cannot write to '{directory}' ({e.strerror}); pick a writable --workdir "
+                    'or fix its permissions') from None
+  need = copies * size_bytes(abstract_state)
+  free = shutil.disk_usage(directory).free
+  if free < need:
+    raise UserError(f"only {free / 2**20:.0f} MiB free under '{directory}' but {copies} "
+                    f'checkpoints need about {need / 2**20:.0f} MiB; free disk space or pick '
+                    'another --workdir')
 
 
 class Checkpointer:
@@ -17,12 +74,17 @@ class Checkpointer:
   def __init__(self, directory: str, keep: int = 3, async_save: bool = True,
                read_only: bool = False):
     self.directory = os.path.abspath(directory)
+    if not read_only:
+      for tmp in sorted(glob.glob(os.path.join(self.directory, f'*{TMP_MARKER}*'))):
+        _warn(f'ignoring half-written checkpoint {tmp} (a save was interrupted); Orbax '
+              'removes it')
     options = ocp.CheckpointManagerOptions(
         preservation_policy=ocp.checkpoint_managers.LatestN(n=keep),
         enable_async_checkpointing=async_save, cleanup_tmp_directories=not read_only,
         create=not read_only, read_only=read_only)
     self._manager = ocp.CheckpointManager(self.directory, options=options,
-                                          item_names=('state', 'data'))
+                                          item_names=('state', 'data', 'loop'))
+    self._closed = False
 
   def latest_step(self):
     return self._manager.latest_step()
@@ -30,18 +92,89 @@ class Checkpointer:
   def all_steps(self):
     return list(self._manager.all_steps())
 
-  def save(self, step: int, state, data_iterator=None, force: bool = False) -> bool:
+  def save(self, step: int, state, data_iterator=None, force: bool = False,
+           loop_state: dict | None = None) -> bool:
+    """Starts an async save; UserError if the state is not finite or the write fails.
+
+    loop_state: small JSON-able bookkeeping of the loop (e.g. the unlogged metric window).
+    """
+    if not all_finite(state):
+      raise UserError(f'the train state at step {step} contains NaN/inf; not saving it. The '
+                      f'last good checkpoint is step {self.latest_step()} in {self.directory}')
     items = {'state': ocp.args.StandardSave(state)}
     if data_iterator is not None:
       items['data'] = grain.checkpoint.CheckpointSave(data_iterator)
-    return self._manager.save(step, args=ocp.args.Composite(**items), force=force)
+    if loop_state is not None:
+      items['loop'] = ocp.args.JsonSave(loop_state)
+    try:
+      return self._manager.save(step, args=ocp.args.Composite(**items), force=force)
+    except Exception as e:  # pylint: disable=broad-except
+      raise self._save_error(e) from e
 
-  def restore(self, step: int, abstract_state, data_iterator=None):
-    """Restores the state (onto abstract_state's shardings) and, if given, the iterator."""
+  def _save_error(self, error: Exception) -> UserError:
+    # An async save fails at the next save() or close(): name the newest complete step.
+    good = self._manager.all_steps(read=True)
+    kept = (f'the newest complete checkpoint, step {max(good)}, is intact' if good
+            else 'no complete checkpoint exists yet')
+    return UserError(f'saving a checkpoint in {self.directory} failed ({_one_line(error)}); '
+                     f'{kept}. Free disk space or fix the directory, then re-run the same '
+                     'command to resume')
+
+  def restore(self, step: int, abstract_state, data_iterator=None, with_loop: bool = False):
+    """Restores the state (onto abstract_state's shardings) and, if given, the iterator.
+
+    with_loop: return (state, loop_state or None) instead of the state alone.
+    """
     items = {'state': ocp.args.StandardRestore(abstract_state)}
     if data_iterator is not None:
       items['data'] = grain.checkpoint.CheckpointRestore(data_iterator)
-    return self._manager.restore(step, args=ocp.args.Composite(**items))['state']
+    has_loop = with_loop and os.path.isdir(os.path.join(self.directory, str(step), 'loop'))
+    if has_loop:
+      items['loop'] = ocp.args.JsonRestore()
+    restored = self._manager.restore(step, args=ocp.args.Composite(**items))
+    if not with_loop:
+      return restored['state']
+    return restored['state'], (restored['loop'] if has_loop else None)
+
+  def restore_latest_valid(self, abstract_state, data_iterator=None):
+    """(step, state, loop_state) of the newest readable finite checkpoint; (None,)*3 if none.
+
+    Steps that fail to restore are moved to WORKDIR/corrupt_checkpoints/ with a warning, but
+    only once an older step restored fine (so a config mismatch that breaks every step is an
+    error, not a silent fresh start).
+    """
+    failures = []
+    for step in sorted(self.all_steps(), reverse=True):
+      try:
+        state, loop_state = self.restore(step, abstract_state, data_iterator, with_loop=True)
+        ok, reason = all_finite(state), 'contains NaN/inf'
+      except Exception as e:  # pylint: disable=broad-except
+        ok, reason = False, _one_line(e)
+      if _all_processes_agree(ok):
+        for bad_step, bad_reason in failures:
+          self._move_aside(bad_step, bad_reason, step)
+        if failures:
+          self._manager.reload()
+        return step, state, loop_state
+      failures.append((step, reason))
+    if failures:
+      step, reason = failures[0]
+      raise UserError(f'no checkpoint in {self.directory} can be restored (newest, step {step}: '
+                      f'{reason}); they are left untouched. If the config changed, re-run with '
+                      'the saved WORKDIR/config.json values; otherwise start a new --workdir')
+    return None, None, None
+
+  def _move_aside(self, step: int, reason: str, resume_step: int):
+    target_dir = os.path.join(os.path.dirname(self.directory), 'corrupt_checkpoints')
+    target, n = os.path.join(target_dir, str(step)), 1
+    while os.path.exists(target):
+      target, n = os.path.join(target_dir, f'{step}.{n}'), n + 1
+    if jax.process_index() == 0:
+      os.makedirs(target_dir, exist_ok=True)
+      os.rename(os.path.join(self.directory, str(step)), target)
+    _sync(f'move_aside_{step}')
+    _warn(f'checkpoint step {step} is unreadable ({reason}); moved it to {target} and resuming '
+          f'from step {resume_step}')
 
   def reached_preemption(self, step: int) -> bool:
     return self._manager.reached_preemption(step)
@@ -50,8 +183,37 @@ class Checkpointer:
     self._manager.wait_until_finished()
 
   def close(self):
-    self._manager.wait_until_finished()
-    self._manager.close()
+    """Waits for pending saves; a failed async save becomes a UserError."""
+    if self._closed:
+      return
+    self._closed = True
+    try:
+      self._manager.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except
+      raise self._save_error(e) from e
+    finally:
+      self._manager.close()
+
+  def close_after_error(self):
+    """close() for a run already failing: pending saves finish, their errors are dropped."""
+    try:
+      self.close()
+    except Exception:  # pylint: disable=broad-except
+      pass
+
+
+def _all_processes_agree(ok: bool) -> bool:
+  """True only if `ok` on every process (so all hosts restore the same step)."""
+  if jax.process_count() == 1:
+    return ok
+  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+  return bool(np.min(multihost_utils.process_allgather(np.int32(ok))))
+
+
+def _sync(name: str):
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+    multihost_utils.sync_global_devices(name)
 
 
 def open_for_reading(workdir: str) -> tuple[Checkpointer, int]:

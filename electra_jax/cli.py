@@ -1,6 +1,7 @@
 """What every electra_jax command shares: error handling, quiet library logs, JSON results."""
 import json
 import math
+import re
 import sys
 
 from absl import app, flags, logging
@@ -8,6 +9,57 @@ from absl import app, flags, logging
 from electra_jax.errors import UserError
 
 flags.DEFINE_bool('verbose', False, 'Show library INFO logs and full tracebacks on errors.')
+
+
+def _fail(message: str):
+  print(f'error: {message}', file=sys.stderr, flush=True)
+  sys.exit(2)
+
+
+def _config_file_arg(argv) -> str:
+  """The --config=PATH given on the command line (for messages), or '?'."""
+  for i, arg in enumerate(argv):
+    if arg.startswith('--config='):
+      return arg.split('=', 1)[1]
+    if arg == '--config' and i + 1 < len(argv):
+      return argv[i + 1]
+  return '?'
+
+
+def _flag_error_message(error: Exception, argv) -> str:
+  """One line for a command-line mistake that absl / ml_collections report at length."""
+  text = str(error).strip()
+  if isinstance(error, flags.Error):
+    return f'{text.splitlines()[0]}; see --help'
+  if 'get_config' in text:
+    return (f"config file '{_config_file_arg(argv)}' has no get_config() function; pass a "
+            'config file such as configs/demo.py')
+  if isinstance(error, OSError):
+    return (f"cannot load config file '{_config_file_arg(argv)}' (no such file, or it failed "
+            'to import); pass an existing file such as configs/demo.py')
+  if isinstance(error, (AttributeError, KeyError)):
+    # ml_collections: 'KEY'\nDid you mean "OTHER" instead of "KEY"?
+    key = re.search(r"'?([\w.]+)", text).group(1)
+    hint = re.search(r'Did you mean "([^"]+)"', text)
+    return (f"unknown config key --config.{key}"
+            + (f" (did you mean --config.{hint.group(1)}?)" if hint else '')
+            + '; every key is listed in configs/base_config.py')
+  return f'bad command line: {text.splitlines()[0] if text else type(error).__name__}'
+
+
+def parse_flags(argv):
+  """absl flag parsing with every mistake reported as one `error: ...` line and exit code 2."""
+  try:
+    rest = flags.FLAGS(argv)
+    for name in flags.FLAGS:
+      value = flags.FLAGS[name].value
+      if type(value).__name__ == '_ErrorConfig':  # config_flags defers a load failure ...
+        value.to_dict()  # ... to the first access: raise it now.
+    return rest
+  except Exception as e:  # pylint: disable=broad-except
+    if '--verbose' in argv or '--verbose=true' in argv:
+      raise
+    _fail(_flag_error_message(e, argv))
 
 
 def run(main):
@@ -21,10 +73,9 @@ def run(main):
     except UserError as e:
       if flags.FLAGS.verbose:
         raise
-      print(f'error: {e}', file=sys.stderr, flush=True)
-      sys.exit(2)
+      _fail(str(e))
 
-  app.run(wrapped)
+  app.run(wrapped, flags_parser=parse_flags)
 
 
 def _finite_or_none(value):

@@ -52,7 +52,8 @@ def _validate(c):
               'keep_checkpoint_max', 'save_checkpoints_steps', 'grad_accum_steps',
               'fsdp_axis_size'):
     _check(c[key] > 0, f'config.{key}={c[key]} must be a positive integer')
-  for key in ('num_warmup_steps', 'eval_every_steps', 'num_eval_steps', 'seed'):
+  for key in ('num_warmup_steps', 'eval_every_steps', 'num_eval_steps', 'seed',
+              'max_consecutive_nonfinite'):
     _check(c[key] >= 0, f'config.{key}={c[key]} must be >= 0')
   _check(c.hidden_size % c.num_heads == 0,
          f'config.hidden_size={c.hidden_size} is not divisible by config.num_heads='
@@ -90,6 +91,18 @@ def _validate(c):
       _check(bool(c[key]), f'config.{key} is empty but config.tfds_name={c.tfds_name!r} is set; '
              f'set --config.{key}')
   _check(c.learning_rate > 0, f'config.learning_rate={c.learning_rate} must be > 0')
+  unknown = [k for k in split_keys(c.allow_config_change) if k not in c]
+  _check(not unknown, f'config.allow_config_change={c.allow_config_change!r} names unknown '
+         f'keys {unknown}; list config keys separated by commas')
+  steps = [s.strip() for s in c.debug_nonfinite_steps.split(',') if s.strip()]
+  _check(all(s.isdigit() for s in steps),
+         f'config.debug_nonfinite_steps={c.debug_nonfinite_steps!r} must be step numbers '
+         "separated by commas, e.g. '3,4'")
+
+
+def split_keys(text: str) -> list[str]:
+  """'a, b' -> ['a', 'b'] (for comma-separated config values)."""
+  return [part.strip() for part in (text or '').split(',') if part.strip()]
 
 
 def generator_sizes(c) -> dict:

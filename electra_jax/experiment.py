@@ -84,6 +84,34 @@ def check_saved_config_matches(workdir: str, c) -> list[str]:
   return changed
 
 
+# Keys that change only logging, evaluation or checkpoint bookkeeping, never the trained
+# weights: they may differ on resume without being listed in config.allow_config_change.
+HARMLESS_KEYS = ('log_every_steps', 'eval_every_steps', 'eval_batch_size', 'num_eval_steps',
+                 'eval_files', 'save_checkpoints_steps', 'keep_checkpoint_max', 'progress_bar',
+                 'max_consecutive_nonfinite', 'allow_config_change')
+
+
+def check_resume_config(workdir: str, c) -> list[str]:
+  """Refuses to resume with a config other than the saved one, except for harmless keys and
+  those listed in config.allow_config_change; returns the changed keys."""
+  ckpt_dir = os.path.join(workdir, 'checkpoints')
+  if not (os.path.isdir(ckpt_dir) and any(n.isdigit() for n in os.listdir(ckpt_dir))):
+    return []  # Nothing to resume: the new config simply replaces the saved one.
+  changed = check_saved_config_matches(workdir, c)
+  allowed = set(HARMLESS_KEYS) | set(config_lib.split_keys(c.allow_config_change))
+  refused = [k for k in changed if k not in allowed]
+  if refused:
+    with open(config_path(workdir), encoding='utf-8') as f:
+      saved = json.load(f)
+    current = c.to_dict()
+    diffs = ', '.join(f'{k}: {saved.get(k)!r} -> {current.get(k)!r}' for k in refused)
+    listed = ','.join(config_lib.split_keys(c.allow_config_change) + refused)
+    raise UserError(f"workdir '{workdir}' was trained with another config ({diffs}); re-run "
+                    'with the saved values (WORKDIR/config.json), use a new --workdir, or accept '
+                    f'the change with --config.allow_config_change={listed}')
+  return changed
+
+
 def write_config(workdir: str, c):
   """Writes the resolved config atomically (never a half-written config.json)."""
   path = config_path(workdir)

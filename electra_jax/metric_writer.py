@@ -1,14 +1,50 @@
 """Metrics to WORKDIR/<name>.jsonl (one JSON object per line) and TensorBoard scalars."""
+import json
 import os
 
 from electra_jax import cli
 
 
-class MetricWriter:
-  """Appends records; only the chief process writes (others get a no-op writer)."""
+NAMES = ('metrics', 'eval_metrics')
 
-  def __init__(self, workdir: str, enabled: bool = True):
+
+def truncate_after(path: str, step: int):
+  """Drops the records of steps after `step` (and a half-written last line) from a JSONL file.
+
+  A run killed after its last checkpoint has logged steps that the resumed run logs again;
+  without this they would appear twice. Rewritten atomically, and only if something changes.
+  """
+  if not os.path.exists(path):
+    return
+  with open(path, encoding='utf-8', errors='replace') as f:
+    lines = f.readlines()
+  kept = []
+  for line in lines:
+    try:
+      record = json.loads(line)
+    except ValueError:
+      break  # A line cut short by the kill: it and anything after it are dropped.
+    if not line.endswith('\n') or record.get('step', 0) > step:
+      break
+    kept.append(line)
+  if len(kept) != len(lines):
+    with open(path + '.tmp', 'w', encoding='utf-8') as f:
+      f.writelines(kept)
+    os.replace(path + '.tmp', path)
+
+
+class MetricWriter:
+  """Appends records; only the chief process writes (others get a no-op writer).
+
+  resume_step: the step training restarts from; records logged after it by an earlier,
+  interrupted run are removed first (TensorBoard event files are only appended to).
+  """
+
+  def __init__(self, workdir: str, enabled: bool = True, resume_step: int | None = None):
     self.enabled = enabled
+    if enabled and resume_step is not None:
+      for name in NAMES:
+        truncate_after(os.path.join(workdir, f'{name}.jsonl'), resume_step)
     self._files = {}
     self._tb = None
     if enabled:

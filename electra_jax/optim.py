@@ -1,6 +1,14 @@
-"""Optimizer: global-norm clipping then AdamW with warmup + linear decay, all optax."""
+"""Optimizer: global-norm clipping then AdamW with warmup + linear decay, all optax.
+
+The whole chain sits inside optax.apply_if_finite: a step whose gradients hold NaN/inf leaves
+parameters and optimizer state unchanged and is counted (see nonfinite.py).
+"""
 import jax
 import optax
+
+# apply_if_finite's own limit, after which it would apply a non-finite update anyway: never
+# reached, the loop stops first at config.max_consecutive_nonfinite.
+NEVER = 2**31 - 1
 
 # Parameters named like this are LayerNorm scales/offsets or biases: never weight-decayed.
 NO_DECAY_NAMES = ('bias', 'scale', 'output_bias')
@@ -28,6 +36,7 @@ def make_optimizer(c) -> tuple[optax.GradientTransformation, optax.Schedule]:
   schedule = learning_rate_schedule(c.learning_rate, c.num_warmup_steps, c.num_train_steps)
   adamw = optax.adamw(schedule, b1=c.adam_b1, b2=c.adam_b2, eps=c.adam_epsilon,
                       weight_decay=c.weight_decay_rate, mask=weight_decay_mask)
+  tx = adamw
   if c.max_grad_norm > 0:
-    return optax.chain(optax.clip_by_global_norm(c.max_grad_norm), adamw), schedule
-  return adamw, schedule
+    tx = optax.chain(optax.clip_by_global_norm(c.max_grad_norm), adamw)
+  return optax.apply_if_finite(tx, max_consecutive_errors=NEVER), schedule

@@ -12,6 +12,8 @@ import sys
 import time
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import tqdm
 from absl import flags
 from ml_collections import config_flags
@@ -23,6 +25,7 @@ from electra_jax import dry_run
 from electra_jax import eval_loop
 from electra_jax import experiment as experiment_lib
 from electra_jax import metric_writer
+from electra_jax import nonfinite
 from electra_jax import objective as objective_lib
 from electra_jax import parallel
 from electra_jax import train_state as ts
@@ -53,21 +56,48 @@ class _StopRequest:
     self.signal = signum
 
   def install(self):
-    for sig in (signal.SIGTERM, signal.SIGINT):
-      signal.signal(sig, self)
+    # With several processes, SIGTERM belongs to JAX's preemption service, which tells every
+    # host to stop at the same step (ckpt.reached_preemption); a handler here would replace it.
+    if jax.process_count() == 1:
+      for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, self)
 
 
 def _add(a, b):
   return jax.tree.map(lambda x, y: x + y, a, b)
 
 
+def _window_to_json(window) -> dict:
+  """The metric sums not yet logged, exactly (values with dtypes), for the checkpoint."""
+  if window is None:
+    return dict(window=None)
+  return dict(window={k: [np.asarray(v).item(), str(np.asarray(v).dtype)]
+                      for k, v in jax.device_get(window).items()})
+
+
+def _window_from_json(loop_state):
+  if not loop_state or loop_state.get('window') is None:
+    return None
+  return {k: jnp.asarray(np.asarray(v, dtype)) for k, (v, dtype) in loop_state['window'].items()}
+
+
 def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None) -> dict:
   """Trains (or resumes) to config.num_train_steps; returns the run summary."""
+  on_error = []  # Cleanups for a run that fails (e.g. finish pending saves of good states).
+  try:
+    return _train_and_evaluate(config, workdir, stop_after_steps, on_error)
+  except Exception:
+    for cleanup in reversed(on_error):
+      cleanup()
+    raise
+
+
+def _train_and_evaluate(config, workdir, stop_after_steps, on_error) -> dict:
   start_time = time.time()
   exp = experiment_lib.Experiment.create(config)
   c, mesh = exp.config, exp.mesh
   workdir = experiment_lib.prepare_workdir(workdir)
-  changed = experiment_lib.check_saved_config_matches(workdir, c)
+  changed = experiment_lib.check_resume_config(workdir, c)
   is_chief = jax.process_index() == 0
   say = print if is_chief else (lambda *a, **k: None)
   write_line = (lambda line: bar.write(line, file=sys.stdout)) if is_chief else say
@@ -76,10 +106,12 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
       c, exp.tokenizer, jax.process_index(), jax.process_count()), mesh)
   if c.eval_every_steps:
     sources.list_files(c.eval_files)  # A bad eval glob fails now, not after hours of training.
+  abstract_state = exp.abstract_state()
+  checkpoint.check_disk(f'{workdir}/checkpoints', abstract_state)
   ckpt = checkpoint.Checkpointer(f'{workdir}/checkpoints', keep=c.keep_checkpoint_max)
-  latest = ckpt.latest_step()
+  on_error.append(ckpt.close_after_error)
+  latest, state, loop_state = ckpt.restore_latest_valid(abstract_state, train_iter)
   if latest is not None:
-    state = ckpt.restore(latest, exp.abstract_state(), train_iter)
     say(f'Resuming from step {latest} in {ckpt.directory}'
         + (f' (config keys changed since: {", ".join(changed)})' if changed else ''))
   else:
@@ -93,10 +125,13 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
 
   state_sharding = exp.state_sharding()
   train_step = ts.jit_train_step(
-      ts.make_train_step(exp.objective, exp.tx, c.grad_accum_steps, mesh), mesh, state_sharding)
+      ts.make_train_step(exp.objective, exp.tx, c.grad_accum_steps, mesh,
+                         poison_steps=nonfinite.parse_steps(c.debug_nonfinite_steps)),
+      mesh, state_sharding)
   eval_step = ts.jit_eval_step(ts.make_eval_step(exp.objective), mesh, state_sharding.params)
   base_rng = jax.random.key(c.seed)
-  writer = metric_writer.MetricWriter(workdir, enabled=is_chief)
+  writer = metric_writer.MetricWriter(workdir, enabled=is_chief, resume_step=latest or 0)
+  too_many_nonfinite = nonfinite.ConsecutiveLimit(c.max_consecutive_nonfinite)
   stop = _StopRequest()
   stop.install()
 
@@ -104,7 +139,8 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
   first_step = step
   tokens_per_step = c.train_batch_size * c.max_seq_length
   train_metrics, eval_metrics, last_eval_step = {}, {}, None
-  window, window_start, window_steps = None, time.time(), 0
+  window = _window_from_json(loop_state)  # A resumed run continues the metric window exactly.
+  window_start, window_steps = time.time(), 0  # For throughput: steps of this process only.
   bar = tqdm.tqdm(total=c.num_train_steps, initial=step, unit='step', file=sys.stderr,
                   disable=not (is_chief and c.progress_bar), dynamic_ncols=True,
                   mininterval=1.0 if sys.stderr.isatty() else 30.0)
@@ -124,42 +160,51 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
     window_start += time.time() - t  # Evaluation time does not count as training time.
 
   if step >= c.num_train_steps:
-    say(f'Already at step {step} of {c.num_train_steps}: nothing to train. Raise '
-        '--config.num_train_steps to continue.')
+    say(f'Already at step {step} of {c.num_train_steps}: nothing to train. To continue, raise '
+        '--config.num_train_steps and pass --config.allow_config_change=num_train_steps.')
   while step < c.num_train_steps:
     batch = next(train_iter)  # Global arrays, built while the previous step ran.
     state, sums = train_step(state, batch, base_rng)
     step += 1
+    too_many_nonfinite.push(step, sums.pop('consecutive_nonfinite'))
     window_steps += 1
     window = sums if window is None else _add(window, sums)
     bar.update(1)
     budget_spent = stop_after_steps is not None and step - first_step >= stop_after_steps
     preempted = ckpt.reached_preemption(step) or stop.signal is not None or budget_spent
 
-    # Metrics of the last window are logged before any stop, so none are lost.
-    if step % c.log_every_steps == 0 or step == c.num_train_steps or preempted:
+    # A stop between logging steps prints the partial window but does not write it to
+    # metrics.jsonl: the window goes into the checkpoint and the resumed run logs it whole,
+    # so its metrics.jsonl matches an uninterrupted run's.
+    log_step = step % c.log_every_steps == 0 or step == c.num_train_steps
+    if log_step or preempted:
       window = jax.device_get(window)
       elapsed = time.time() - window_start
       train_seconds += elapsed
       train_metrics = objective_lib.summarize(window, c.gen_weight, c.disc_weight)
+      finite_steps = float(window['num_steps'])  # Skipped (non-finite) steps count 0.
       train_metrics.update(
-          grad_norm=float(window['grad_norm_sum'] / window['num_steps']),
+          grad_norm=float(window['grad_norm_sum']) / finite_steps if finite_steps else None,
           learning_rate=float(exp.schedule(step - 1)),
+          skipped_steps=int(nonfinite.total_skipped(state.opt_state)),
           tokens_per_sec=window_steps * tokens_per_step / max(elapsed, 1e-9),
           steps_per_sec=window_steps / max(elapsed, 1e-9))
-      writer.write('metrics', step, train_metrics)
+      if log_step:
+        writer.write('metrics', step, train_metrics)
       bar.set_postfix(loss=f'{train_metrics["loss"]:.3f}',
                       tok_s=f'{train_metrics["tokens_per_sec"]:.0f}', refresh=False)
       write_line(f'train step {step:>7d} | loss {train_metrics["loss"]:.4f} | mlm_acc '
                  f'{train_metrics["mlm_accuracy"]:.3f} | disc_auc '
                  f'{train_metrics["disc_auc"]:.4f} | lr {train_metrics["learning_rate"]:.2e} | '
                  f'{train_metrics["tokens_per_sec"]:.0f} tok/s')
-      window, window_start, window_steps = None, time.time(), 0
+      if log_step:
+        window, window_start, window_steps = None, time.time(), 0
 
     if c.eval_every_steps and step % c.eval_every_steps == 0:
       run_eval()
     if step % c.save_checkpoints_steps == 0 or step == c.num_train_steps or preempted:
-      ckpt.save(step, state, train_iter, force=True)
+      too_many_nonfinite.check_now()
+      ckpt.save(step, state, train_iter, force=True, loop_state=_window_to_json(window))
     if preempted and step < c.num_train_steps:
       ckpt.close()
       bar.close()

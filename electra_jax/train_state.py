@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import optax
 
 from electra_jax import model as model_lib
+from electra_jax import nonfinite
 from electra_jax import parallel
 
 
@@ -25,7 +26,7 @@ def create_train_state(rng, model: model_lib.Electra, tx: optax.GradientTransfor
 
 
 def make_train_step(objective: Callable, tx: optax.GradientTransformation,
-                    grad_accum_steps: int = 1, mesh=None):
+                    grad_accum_steps: int = 1, mesh=None, poison_steps: tuple[int, ...] = ()):
   """(state, batch, base_rng) -> (state, metric sums); step k's randomness is fold_in(rng, k).
 
   With grad_accum_steps = k the batch runs as k micro-batches (a lax.scan) whose gradients sum
@@ -34,12 +35,16 @@ def make_train_step(objective: Callable, tx: optax.GradientTransformation,
   whole batch's counts. Metric sums add up; only disc_auc counts pairs within micro-batches.
   On a mesh with an 'fsdp' axis the parameters, sharded at rest, are gathered for the forward
   and backward pass; their gradients flow back into the sharded optimizer update.
+
+  A non-finite step is skipped by tx (optax.apply_if_finite): its sums are zeroed and
+  `consecutive_nonfinite` reports the run of skips. poison_steps: test hook, steps (1-based,
+  as logged) whose loss is made NaN.
   """
   fsdp = mesh is not None and parallel.FSDP_AXIS in mesh.axis_names
 
-  def grads_and_sums(params, batch, rng):
+  def grads_and_sums(params, batch, rng, loss_fn):
     if grad_accum_steps == 1:
-      (_, sums), grads = jax.value_and_grad(objective, has_aux=True)(params, batch, rng)
+      (_, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, rng)
       return grads, sums
     denominators = objective.loss_denominators(batch)
     batch_size = batch['input_ids'].shape[0]
@@ -50,9 +55,9 @@ def make_train_step(objective: Callable, tx: optax.GradientTransformation,
     example_ids = split(jnp.arange(batch_size))
 
     def micro_grads(micro_batch, ids):
-      loss_fn = lambda p: objective(p, micro_batch, rng, example_ids=ids,
-                                    denominators=denominators)
-      (_, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+      micro_loss = lambda p: loss_fn(p, micro_batch, rng, example_ids=ids,
+                                     denominators=denominators)
+      (_, sums), grads = jax.value_and_grad(micro_loss, has_aux=True)(params)
       return grads, sums
 
     def micro_step(carry, inputs):
@@ -66,13 +71,16 @@ def make_train_step(objective: Callable, tx: optax.GradientTransformation,
 
   def train_step(state: TrainState, batch, base_rng):
     rng = jax.random.fold_in(base_rng, state.step)
+    loss_fn = nonfinite.poisoned(objective, poison_steps, state.step + 1)
     params = state.params
     if fsdp:
       params = jax.lax.with_sharding_constraint(params, parallel.replicated(mesh))
-    grads, sums = grads_and_sums(params, batch, rng)
+    grads, sums = grads_and_sums(params, batch, rng, loss_fn)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     sums = dict(sums, grad_norm_sum=optax.tree.norm(grads), num_steps=jnp.float32(1))
+    sums = nonfinite.drop_skipped(sums, opt_state)
+    sums['consecutive_nonfinite'] = nonfinite.consecutive_skipped(opt_state)
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), sums
 
   return train_step

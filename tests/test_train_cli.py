@@ -83,7 +83,9 @@ def test_train_writes_checkpoints_metrics_config_and_a_json_summary(trained):
   required = {'step', 'loss', 'mlm_loss', 'disc_loss', 'mlm_accuracy', 'sampled_accuracy',
               'disc_accuracy', 'disc_precision', 'disc_recall', 'disc_auc', 'learning_rate',
               'tokens_per_sec'}
-  assert [r['step'] for r in rows] == [2, 4, 5, 6, 8]  # 5: logged before stopping
+  # The stop at 5 prints its partial window but leaves it to the resumed run to log at 6.
+  assert [r['step'] for r in rows] == [2, 4, 6, 8]
+  assert 'train step       5' in trained['first'].stdout
   for r in rows:
     assert required <= set(r)
     assert np.isfinite(r['loss']) and r['tokens_per_sec'] > 0
@@ -110,10 +112,11 @@ def test_resumed_run_matches_an_uninterrupted_run_exactly(trained):
   assert len(flat_resumed) > 20  # params and optimizer state
   for (path, a), (_, b) in zip(flat_resumed, flat_straight):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(path))
-  # Metrics of windows that both runs logged whole are identical too.
+  # Every logged row is identical too (the window 5-6 straddles the stop).
   by_step = lambda w: {r['step']: r for r in read_jsonl(os.path.join(w, 'metrics.jsonl'))}
   rows_resumed, rows_straight = by_step(trained['resumed']), by_step(trained['straight'])
-  for step in (2, 4, 8):
+  assert sorted(rows_resumed) == sorted(rows_straight) == [2, 4, 6, 8]
+  for step in (2, 4, 6, 8):
     for key in ('loss', 'disc_auc', 'grad_norm', 'learning_rate'):
       assert rows_resumed[step][key] == rows_straight[step][key], (step, key)
 

@@ -1,0 +1,74 @@
+"""Guards against non-finite losses and gradients.
+
+optax.apply_if_finite (optim.py) skips an update whose gradients hold NaN/inf and counts it in
+the optimizer state; this module reads those counts, keeps skipped steps out of the logged
+averages, stops a run that keeps diverging, and offers a test hook that poisons chosen steps.
+"""
+import jax
+import jax.numpy as jnp
+import optax
+
+from electra_jax.errors import UserError
+
+
+def parse_steps(text: str) -> tuple[int, ...]:
+  """'3,7' -> (3, 7): the config's comma-separated list of step numbers."""
+  return tuple(sorted({int(part) for part in (text or '').split(',') if part.strip()}))
+
+
+def poisoned(objective, steps: tuple[int, ...], step):
+  """The objective, with its loss (hence every gradient) NaN when `step` is one of `steps`."""
+  if not steps:
+    return objective
+
+  def objective_with_nan(*args, **kwargs):
+    loss, aux = objective(*args, **kwargs)
+    bad = jnp.isin(step, jnp.asarray(steps, jnp.int32))
+    return loss * jnp.where(bad, jnp.nan, 1.0).astype(loss.dtype), aux
+
+  return objective_with_nan
+
+
+def consecutive_skipped(opt_state) -> jax.Array:
+  """Updates skipped in a row up to now (0 after a finite step)."""
+  return optax.tree_utils.tree_get(opt_state, 'notfinite_count')
+
+
+def total_skipped(opt_state) -> jax.Array:
+  """Updates skipped since training started (kept in checkpoints with the optimizer state)."""
+  return optax.tree_utils.tree_get(opt_state, 'total_notfinite')
+
+
+def drop_skipped(sums: dict, opt_state) -> dict:
+  """Zeroes a skipped step's metric sums (num_steps included) so averages cover finite steps."""
+  skipped = consecutive_skipped(opt_state) > 0
+  return jax.tree.map(lambda x: jnp.where(skipped, jnp.zeros_like(x), x), sums)
+
+
+class ConsecutiveLimit:
+  """Stops training after `limit` skipped steps in a row (0: never).
+
+  Each step's count is read one step late, so the host never waits for the device just to
+  check it; `check_now` reads the latest count (before a save or at the end).
+  """
+
+  def __init__(self, limit: int):
+    self.limit = limit
+    self._pending = None
+
+  def push(self, step: int, count):
+    self.check_now()
+    self._pending = (step, count)
+
+  def check_now(self):
+    if self._pending is None:
+      return
+    step, count = self._pending
+    self._pending = None
+    count = int(count)
+    if self.limit and count >= self.limit:
+      raise UserError(
+          f'{count} consecutive steps (up to step {step}) had a non-finite loss or gradients; '
+          f'stopping at config.max_consecutive_nonfinite={self.limit}. Their updates were '
+          'skipped and no NaN was saved: lower config.learning_rate or check the data, then '
+          're-run to resume from the last checkpoint')
