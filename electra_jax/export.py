@@ -13,6 +13,7 @@ The conversion is one name table per network (`_name_table`) read in both direct
 round trip HF -> ours -> HF is exact. Our parameters keep their names; HF's generator carries
 its own copy of the shared embeddings, so export writes the shared arrays into both models.
 """
+import functools
 import json
 import os
 import shutil
@@ -162,7 +163,7 @@ def hf_to_params(state_dict: dict, config, network: str = 'discriminator',
     for key in path[:-1]:
       node = node.setdefault(key, {})
     node[path[-1]] = value
-  expected = jax.eval_shape(lambda: _init_network_shapes(_model_config(config)))
+  expected = _param_shapes(_model_config(config))
   for path, name, _ in table:
     want = expected
     for key in path:
@@ -181,8 +182,11 @@ def hf_to_params(state_dict: dict, config, network: str = 'discriminator',
   return params
 
 
-def _init_network_shapes(cfg: model_lib.ModelConfig):
-  return model_lib.init_params(model_lib.Electra(cfg), jax.random.key(0), 8, 1)
+@functools.lru_cache(maxsize=8)
+def _param_shapes(cfg: model_lib.ModelConfig):
+  """Our params' shapes for a model config, without allocating them."""
+  return jax.eval_shape(lambda r: model_lib.init_params(model_lib.Electra(cfg), r, 8, 1),
+                        jax.random.key(0))
 
 
 # --- HF config <-> our config ---------------------------------------------------------------
@@ -504,7 +508,8 @@ def export_workdir(workdir: str, output: str, what: str = 'discriminator',
 
   _in_temp_dir(output, write)
   return dict(output=output, what=what, step=int(step), workdir=os.path.abspath(workdir),
-              directories={n: os.path.join(output, s) for n, s in layout.items()})
+              directories={n: os.path.join(output, s) if s else output
+                           for n, s in layout.items()})
 
 
 def _copy_vocab(hf_dir: str, workdir_tmp: str, workdir: str) -> str | None:
@@ -580,18 +585,23 @@ def import_hf(hf_dir: str, output: str, hf_generator_dir: str | None = None,
 
 # --- CLI ------------------------------------------------------------------------------------
 
-flags.DEFINE_string('workdir', None, 'Training workdir to export (config.json + checkpoints/).')
-flags.DEFINE_string('output', None, 'Export: the transformers directory to write. --from_hf: '
-                    'the workdir to write.')
-flags.DEFINE_enum('what', 'discriminator', ['discriminator', 'generator', 'both'],
-                  "Which network to export; 'both' puts the generator in OUTPUT/generator.")
-flags.DEFINE_integer('step', None, 'Checkpoint step to export (default: the latest).')
-flags.DEFINE_string('from_hf', None, 'Import instead: a transformers ELECTRA discriminator '
-                    'directory (config.json + model.safetensors or pytorch_model.bin).')
-flags.DEFINE_string('from_hf_generator', None, 'With --from_hf: its generator directory '
-                    '(ElectraForMaskedLM); without it the generator is randomly initialised.')
-flags.DEFINE_bool('overwrite', False, 'Replace a non-empty --output.')
 FLAGS = flags.FLAGS
+
+
+def _define_flags():
+  """Defined when the command runs, not on import: fine-tuning imports this module as a
+  library next to its own --workdir/--output flags."""
+  flags.DEFINE_string('workdir', None, 'Training workdir to export (config.json + checkpoints/).')
+  flags.DEFINE_string('output', None, 'Export: the transformers directory to write. --from_hf: '
+                      'the workdir to write.')
+  flags.DEFINE_enum('what', 'discriminator', ['discriminator', 'generator', 'both'],
+                    "Which network to export; 'both' puts the generator in OUTPUT/generator.")
+  flags.DEFINE_integer('step', None, 'Checkpoint step to export (default: the latest).')
+  flags.DEFINE_string('from_hf', None, 'Import instead: a transformers ELECTRA discriminator '
+                      'directory (config.json + model.safetensors or pytorch_model.bin).')
+  flags.DEFINE_string('from_hf_generator', None, 'With --from_hf: its generator directory '
+                      '(ElectraForMaskedLM); without it the generator is randomly initialised.')
+  flags.DEFINE_bool('overwrite', False, 'Replace a non-empty --output.')
 
 
 def main(argv):
@@ -617,6 +627,7 @@ def main(argv):
 
 def run():
   """Console entry point (electra-export)."""
+  _define_flags()
   cli.run(main)
 
 
