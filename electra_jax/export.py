@@ -388,9 +388,10 @@ def write_tokenizer(vocab_file: str, directory: str, model_max_length: int, conf
   if path.endswith('.txt'):
     lower = bool(config.get('do_lower_case', True)) if config is not None else True
     shutil.copyfile(path, os.path.join(directory, WORDPIECE_FILE))
-    tokenizer = transformers.ElectraTokenizerFast(
-        vocab_file=os.path.join(directory, WORDPIECE_FILE), do_lower_case=lower,
-        model_max_length=model_max_length, **names)
+    with open(path, encoding='utf-8') as f:
+      vocab = {line.rstrip('\n'): i for i, line in enumerate(f)}
+    tokenizer = transformers.ElectraTokenizerFast(vocab=vocab, do_lower_case=lower,
+                                                  model_max_length=model_max_length, **names)
   else:
     tokenizer = transformers.PreTrainedTokenizerFast(
         tokenizer_object=_spm_fast_tokenizer(path), model_max_length=model_max_length,
@@ -400,8 +401,8 @@ def write_tokenizer(vocab_file: str, directory: str, model_max_length: int, conf
   # transformers 5 records its internal backend class; name the public one 4.x also loads.
   config_file = os.path.join(directory, 'tokenizer_config.json')
   tokenizer_config = _read_json(config_file)
-  if not path.endswith('.txt'):
-    tokenizer_config['tokenizer_class'] = 'PreTrainedTokenizerFast'
+  tokenizer_config['tokenizer_class'] = ('ElectraTokenizer' if path.endswith('.txt')
+                                         else 'PreTrainedTokenizerFast')
   with open(config_file, 'w', encoding='utf-8') as f:
     json.dump(tokenizer_config, f, indent=2, sort_keys=True)
 

@@ -86,7 +86,7 @@ def hf_state(model):
 
 
 @pytest.mark.parametrize('name', ['E16_H32_gen_half', 'H24_3heads_gen_third'])
-def test_hf_to_ours_to_hf_round_trip_is_exact(name):
+def test_hf_to_ours_to_hf_round_trip_is_exact(name, tmp_path):
   c = config_lib.resolve(tiny_config(**CONFIGS[name]))
   torch.manual_seed(0)
   models = {
@@ -100,7 +100,16 @@ def test_hf_to_ours_to_hf_round_trip_is_exact(name):
       for p in hf_model.parameters():
         p.add_(0.05 * torch.randn_like(p))
     original = hf_state(hf_model)
-    ours = export.hf_to_params(original, c, network)
+    # Read back what transformers itself writes: safetensors (tied matrix left out) and .bin.
+    hf_model.save_pretrained(str(tmp_path / network))
+    _, saved = export.load_hf_dir(str(tmp_path / network))
+    torch.save(hf_model.state_dict(), str(tmp_path / 'pytorch_model.bin'))
+    (tmp_path / 'config.json').write_text('{}')
+    _, saved_bin = export.load_hf_dir(str(tmp_path))
+    for key, value in saved.items():
+      np.testing.assert_array_equal(value, original[key], err_msg=key)
+      np.testing.assert_array_equal(saved_bin[key], original[key], err_msg=key)
+    ours = export.hf_to_params(saved, c, network)
     assert set(ours) == {'embeddings', network}
     back = export.params_to_hf(ours, c, network)
     # Every tensor comes back bit for bit; only the tied output matrix is left implicit.
@@ -146,6 +155,18 @@ def test_exported_tokenizer_matches_ours_on_held_out_text(tmp_path):
   assert pair['token_type_ids'] == [0] * (len(a) + 2) + [1] * (len(b) + 1)
   assert (hf_tok.pad_token_id, hf_tok.mask_token_id) == (tokenizer_lib.PAD_ID,
                                                           tokenizer_lib.MASK_ID)
+
+
+def test_wordpiece_vocab_exports_as_an_electra_tokenizer(tmp_path):
+  words = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the', 'cat', 'sat', '##s', '.']
+  (tmp_path / 'vocab.txt').write_text('\n'.join(words) + '\n', encoding='utf-8')
+  out = tmp_path / 'out'
+  out.mkdir()
+  export.write_tokenizer(str(tmp_path / 'vocab.txt'), str(out), 128)
+  tok = transformers.AutoTokenizer.from_pretrained(str(out))
+  assert (out / 'vocab.txt').read_text(encoding='utf-8').split() == words
+  assert tok('The cats sat.')['input_ids'] == [2, 5, 6, 8, 7, 9, 3]
+  assert tok('dog', add_special_tokens=False)['input_ids'] == [1]
 
 
 def test_export_refuses_missing_workdir_checkpoint_and_non_empty_output(tmp_path):
