@@ -513,14 +513,23 @@ def export_workdir(workdir: str, output: str, what: str = 'discriminator',
                            for n, s in layout.items()})
 
 
-def _copy_vocab(hf_dir: str, workdir_tmp: str, workdir: str) -> str | None:
-  """Copies the checkpoint's vocabulary into the new workdir; returns its final path."""
-  for name in (SPM_FILE, WORDPIECE_FILE):
-    source = os.path.join(hf_dir, name)
-    if os.path.isfile(source):
-      shutil.copyfile(source, os.path.join(workdir_tmp, name))
-      return os.path.join(workdir, name)
-  return None
+def _hf_vocab_file(hf_dir: str) -> str | None:
+  """The vocabulary an HF directory carries in a form our tokenizer reads, if any."""
+  return next((n for n in (SPM_FILE, WORDPIECE_FILE) if os.path.isfile(os.path.join(hf_dir, n))),
+              None)
+
+
+def load_hf_discriminator(hf_dir: str, with_head: bool = True):
+  """(resolved config, {'embeddings', 'discriminator'} numpy params) from a transformers
+  discriminator directory, for starting fine-tuning from it without writing a workdir.
+
+  config.vocab_file points at the directory's spm.model or vocab.txt when it has one.
+  """
+  hf_config, state = load_hf_dir(hf_dir)
+  vocab_name = _hf_vocab_file(hf_dir)
+  config = config_from_hf(hf_config,
+                          vocab_file=os.path.join(hf_dir, vocab_name) if vocab_name else None)
+  return config, hf_to_params(state, config, 'discriminator', with_head)
 
 
 def import_hf(hf_dir: str, output: str, hf_generator_dir: str | None = None,
@@ -535,9 +544,10 @@ def import_hf(hf_dir: str, output: str, hf_generator_dir: str | None = None,
   hf_gen_config, hf_gen_state = (None, None)
   if hf_generator_dir:
     hf_gen_config, hf_gen_state = load_hf_dir(hf_generator_dir)
-  has_vocab = any(os.path.isfile(os.path.join(hf_dir, n)) for n in (SPM_FILE, WORDPIECE_FILE))
-  vocab_name = next(n for n in (SPM_FILE, WORDPIECE_FILE)
-                    if os.path.isfile(os.path.join(hf_dir, n))) if has_vocab else None
+  if HF_ARCHITECTURES['generator'] in hf_config.get('architectures', ()):
+    raise UserError(f"'{hf_dir}' holds a generator (ElectraForMaskedLM); pass the "
+                    'discriminator as --from_hf and this one as --from_hf_generator')
+  vocab_name = _hf_vocab_file(hf_dir)
   config = config_from_hf(hf_config, hf_gen_config,
                           os.path.join(output, vocab_name) if vocab_name else None)
   params = hf_to_params(hf_state, config, 'discriminator')
@@ -563,7 +573,8 @@ def import_hf(hf_dir: str, output: str, hf_generator_dir: str | None = None,
     print(f'Note: {note}', flush=True)
 
   def write(tmp):
-    _copy_vocab(hf_dir, tmp, output)
+    if vocab_name is not None:
+      shutil.copyfile(os.path.join(hf_dir, vocab_name), os.path.join(tmp, vocab_name))
     tx, _ = optim.make_optimizer(config)
     jax_params = jax.tree.map(jnp.asarray, params)
     state = ts.TrainState(step=jnp.zeros((), jnp.int32), params=jax_params,

@@ -110,6 +110,8 @@ def test_hf_to_ours_to_hf_round_trip_is_exact(name, tmp_path):
       np.testing.assert_array_equal(value, original[key], err_msg=key)
       np.testing.assert_array_equal(saved_bin[key], original[key], err_msg=key)
     ours = export.hf_to_params(saved, c, network)
+    encoder_only = export.hf_to_params(saved, c, network, with_head=False)
+    assert 'head' not in encoder_only[network] and 'head' in ours[network]
     assert set(ours) == {'embeddings', network}
     back = export.params_to_hf(ours, c, network)
     # Every tensor comes back bit for bit; only the tied output matrix is left implicit.
@@ -248,12 +250,24 @@ def test_from_hf_workdir_holds_the_same_params_and_evaluate_reads_it(exported):
   assert [p for p, _ in flat_original] == [p for p, _ in flat_imported]
   for (path, a), (_, b) in zip(flat_original, flat_imported):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(path))
+  config, discriminator = export.load_hf_discriminator(output)
+  assert config.vocab_file == os.path.join(output, export.SPM_FILE)
+  for (path, a), (_, b) in zip(
+      jax.tree_util.tree_leaves_with_path(discriminator),
+      jax.tree_util.tree_leaves_with_path({k: original[k] for k in discriminator})):
+    np.testing.assert_array_equal(a, np.asarray(b), err_msg=str(path))
   proc = run_cli('electra_jax.evaluate', f'--workdir={workdir}', *result['evaluate_flags'],
                  f'--eval_files={exported["base"] / "corpus.txt"}', '--num_batches=1')
   metrics = last_json(proc.stdout)
   assert metrics['step'] == 0 and np.isfinite(metrics['loss'])
   with pytest.raises(UserError, match='not empty'):
     export.import_hf(output, workdir)
+
+
+def test_from_hf_refuses_a_generator_as_the_discriminator(exported, tmp_path):
+  with pytest.raises(UserError, match='holds a generator'):
+    export.import_hf(os.path.join(exported['output'], 'generator'), str(tmp_path / 'w'))
+  assert not (tmp_path / 'w').exists()
 
 
 def test_from_hf_without_generator_initialises_it_and_says_so(exported, tmp_path):
