@@ -41,13 +41,31 @@ def get_config():
   c.dtype = 'float32'
 
   # --- Data --------------------------------------------------------------------------------
-  # Sentencepiece model (*.model) with [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0..4.
+  # Vocabulary: a sentencepiece model (*.model, [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0..4) or
+  # a BERT/ELECTRA WordPiece vocab.txt (*.txt, uncased: lower-cased, accents stripped).
   c.vocab_file = 'data/demo_spm.model'
   # Vocabulary size; must equal the size of vocab_file.
   c.vocab_size = 8000
   # Glob (comma-separated globs allowed) of UTF-8 training text: one sentence or paragraph per
   # line, documents separated by blank lines.
   c.train_files = 'data/demo_corpus/train/*.txt'
+  # TFDS text dataset to pretrain on instead of train_files (eval still reads eval_files), e.g.
+  # 'wikipedia/20230601.en', prepared as ArrayRecord (`tfds build NAME --file_format=array_record`);
+  # '' = off.
+  c.tfds_name = ''
+  # TFDS split to read (slices such as 'train[:90%]' work).
+  c.tfds_split = 'train'
+  # TFDS feature holding the text; each record is one document, one paragraph per line.
+  c.tfds_text_key = 'text'
+  # TFDS data directory ('' = TFDS's default, ~/tensorflow_datasets).
+  c.tfds_data_dir = ''
+  # Directory written by `python -m electra_jax.data.prepare` (tokenized, packed ArrayRecord
+  # shards); when set, training reads it instead of train_files / tfds_name ('' = off).
+  c.train_data_dir = ''
+  # Skip (and count in the log) lines of train/eval files that are not UTF-8, instead of failing.
+  c.skip_bad_lines = False
+  # Worker processes reading training batches (0 = a thread in the training process).
+  c.num_data_workers = 0
   # Glob of held-out text in the same format, for periodic evaluation and evaluate.py.
   c.eval_files = 'data/demo_corpus/eval/*.txt'
   # Tokens per example including [CLS] and [SEP]s.

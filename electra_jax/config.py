@@ -82,6 +82,12 @@ def _validate(c):
   _check(c.num_warmup_steps <= c.num_train_steps,
          f'config.num_warmup_steps={c.num_warmup_steps} exceeds config.num_train_steps='
          f'{c.num_train_steps}; lower the warmup or raise the step count')
+  _check(c.num_data_workers >= 0,
+         f'config.num_data_workers={c.num_data_workers} must be >= 0 (0 = no worker processes)')
+  if c.tfds_name:
+    for key in ('tfds_split', 'tfds_text_key'):
+      _check(bool(c[key]), f'config.{key} is empty but config.tfds_name={c.tfds_name!r} is set; '
+             f'set --config.{key}')
   _check(c.learning_rate > 0, f'config.learning_rate={c.learning_rate} must be > 0')
 
 

@@ -50,9 +50,16 @@ def mask_batch(rng, input_ids, input_mask, *, special_ids: Sequence[int], mask_i
 
 
 def random_token_ids(rng, shape, vocab_size: int, special_ids: Sequence[int]):
-  """Uniform ids over the vocabulary minus the special tokens (which sit at ids 0..4)."""
-  first_normal = max(special_ids) + 1 if special_ids else 0
-  return jax.random.randint(rng, shape, first_normal, vocab_size, dtype=jnp.int32)
+  """Uniform ids over the vocabulary minus the special tokens, wherever those sit.
+
+  Draws from [0, vocab_size - k) and steps over each special id in ascending order, so a
+  WordPiece vocab with [CLS] at 101 or a special token at the end is handled too.
+  """
+  specials = sorted(set(int(s) for s in special_ids))
+  ids = jax.random.randint(rng, shape, 0, vocab_size - len(specials), dtype=jnp.int32)
+  for special in specials:
+    ids = ids + (ids >= special).astype(jnp.int32)
+  return ids
 
 
 def scatter_positions(ids, positions, values, weights):

@@ -25,6 +25,7 @@ from electra_jax import objective as objective_lib
 from electra_jax import parallel
 from electra_jax import train_state as ts
 from electra_jax.data import pipeline
+from electra_jax.data import prefetch
 from electra_jax.data import sources
 
 config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
@@ -65,8 +66,8 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
   is_chief = jax.process_index() == 0
   say = print if is_chief else (lambda *a, **k: None)
 
-  train_iter = pipeline.make_train_iterator(c, exp.tokenizer, jax.process_index(),
-                                            jax.process_count())
+  train_iter = prefetch.to_mesh(pipeline.make_train_iterator(
+      c, exp.tokenizer, jax.process_index(), jax.process_count()), mesh)
   if c.eval_every_steps:
     sources.list_files(c.eval_files)  # A bad eval glob fails now, not after hours of training.
   ckpt = checkpoint.Checkpointer(f'{workdir}/checkpoints', keep=c.keep_checkpoint_max)
@@ -118,7 +119,7 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
     say(f'Already at step {step} of {c.num_train_steps}: nothing to train. Raise '
         '--config.num_train_steps to continue.')
   while step < c.num_train_steps:
-    batch = parallel.global_batch(next(train_iter), mesh)
+    batch = next(train_iter)  # Global arrays, built while the previous step ran.
     state, sums = train_step(state, batch, base_rng)
     step += 1
     window_steps += 1

@@ -169,6 +169,9 @@ def test_wordpiece_vocab_exports_as_an_electra_tokenizer(tmp_path):
   assert (out / 'vocab.txt').read_text(encoding='utf-8').split() == words
   assert tok('The cats sat.')['input_ids'] == [2, 5, 6, 8, 7, 9, 3]
   assert tok('dog', add_special_tokens=False)['input_ids'] == [1]
+  ours = tokenizer_lib.load_tokenizer(str(tmp_path / 'vocab.txt'))
+  for text in ('The cats sat.', 'THE CÄT SATS', 'the dog sat'):
+    assert tok(text, add_special_tokens=False)['input_ids'] == ours.encode(text)
 
 
 def test_export_refuses_missing_workdir_checkpoint_and_non_empty_output(tmp_path):

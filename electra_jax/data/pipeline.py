@@ -4,16 +4,18 @@ Examples are built as the official release's ExampleBuilder builds them: consecu
 a document accumulate until a target length, then split into segments A and B and become
 `[CLS] A [SEP] B [SEP]`. The global batch of step s is a pure function of (files, vocabulary,
 seed, s); host h reads rows [h*B/H, (h+1)*B/H) of it, so training does not depend on how many
-hosts share the work.
+hosts share the work. The corpus is text files or a TFDS dataset packed at start-up, or the
+shards `prepare` packed once (shards.py): both give the same examples in the same order.
 """
-import functools
 import itertools
 import sys
-from typing import Iterator
+from typing import Iterable, Iterator, Sequence
 
 import grain
 import numpy as np
 
+from electra_jax.data import paths
+from electra_jax.data import shards
 from electra_jax.data import sources
 from electra_jax.errors import UserError
 
@@ -85,9 +87,10 @@ class ExampleBuilder:
     return tokens, num_first
 
 
-def _tokenized_documents(files: list[str], tokenizer) -> Iterator[list[list[int]]]:
+def _tokenized_documents(documents: Iterable[list[str]],
+                         tokenizer) -> Iterator[list[list[int]]]:
   """Documents as lists of token-id lines, tokenized many lines per call for speed."""
-  documents = sources.read_documents(files)
+  documents = iter(documents)
   while True:
     chunk, num_lines = [], 0
     for doc in documents:
@@ -102,21 +105,22 @@ def _tokenized_documents(files: list[str], tokenizer) -> Iterator[list[list[int]
       yield [next(ids) for _ in doc]
 
 
-def iter_examples(files: list[str], tokenizer, max_seq_length: int, short_seq_prob: float,
-                  seed: int) -> Iterator[Example]:
-  """Streams the examples of `files` in corpus order; deterministic given `seed`."""
+def iter_examples(documents: Iterable[list[str]], tokenizer, max_seq_length: int,
+                  short_seq_prob: float, seed: int) -> Iterator[Example]:
+  """Streams the examples of `documents` (lists of lines) in corpus order; deterministic given
+  `seed`."""
   if max_seq_length < MIN_RANDOM_LENGTH:
     raise UserError(f'max_seq_length={max_seq_length} is too short for [CLS] A [SEP] B [SEP]; '
                     f'use at least {MIN_RANDOM_LENGTH}')
   builder = ExampleBuilder(max_seq_length, tokenizer.cls_id, tokenizer.sep_id, short_seq_prob,
                            np.random.default_rng(seed))
-  for doc in _tokenized_documents(files, tokenizer):
+  for doc in _tokenized_documents(documents, tokenizer):
     for line in doc:
       yield from builder.add_line(line)
     yield from builder.end_document()
 
 
-def _to_arrays(examples: list[Example], max_seq_length: int,
+def _to_arrays(examples: Sequence[Example], max_seq_length: int,
                num_rows: int | None = None) -> dict[str, np.ndarray]:
   """int32 [num_rows, max_seq_length] features; rows past len(examples) are all zero."""
   num_rows = len(examples) if num_rows is None else num_rows
@@ -134,14 +138,27 @@ def _to_arrays(examples: list[Example], max_seq_length: int,
   }
 
 
-def build_examples(files_pattern: str, tokenizer, max_seq_length: int, short_seq_prob: float,
-                   seed: int) -> dict[str, np.ndarray]:
-  """All examples of a corpus as int32 arrays [N, max_seq_length] (FEATURES)."""
-  files = sources.list_files(files_pattern)
-  examples = list(iter_examples(files, tokenizer, max_seq_length, short_seq_prob, seed))
+def _all_examples(description: str, documents, tokenizer, max_seq_length: int,
+                  short_seq_prob: float, seed: int) -> dict[str, np.ndarray]:
+  examples = list(iter_examples(documents, tokenizer, max_seq_length, short_seq_prob, seed))
   if not examples:
-    raise UserError(f"'{files_pattern}' produced no examples; check the files contain text")
+    raise UserError(f'{description} produced no examples; check it contains text')
   return _to_arrays(examples, max_seq_length)
+
+
+def build_examples(files_pattern: str, tokenizer, max_seq_length: int, short_seq_prob: float,
+                   seed: int, skip_bad_lines: bool = False) -> dict[str, np.ndarray]:
+  """All examples of a text corpus as int32 arrays [N, max_seq_length] (FEATURES)."""
+  documents = sources.read_documents(sources.list_files(files_pattern), skip_bad_lines)
+  return _all_examples(f"'{files_pattern}'", documents, tokenizer, max_seq_length,
+                       short_seq_prob, seed)
+
+
+def build_train_examples(config, tokenizer) -> dict[str, np.ndarray]:
+  """The training corpus (train_files or the TFDS dataset), packed in memory."""
+  description, documents = sources.corpus_documents(config, 'train')
+  return _all_examples(description, documents, tokenizer, config.max_seq_length,
+                       config.short_seq_prob, config.seed)
 
 
 def _local_batch_size(config, key: str, process_index: int, process_count: int) -> int:
@@ -184,9 +201,45 @@ class HostRowsMapDataset(grain.MapDataset):
             f'rows=[{self._offset}, {self._offset + self._local_batch}))')
 
 
-def _gather(examples: dict[str, np.ndarray], indices: np.ndarray) -> dict[str, np.ndarray]:
-  # One fancy-index copy per feature and batch, rather than stacking row by row.
-  return {name: array[indices] for name, array in examples.items()}
+class InMemoryExamples:
+  """Examples packed at start-up (streaming from raw text): `gather(indices)` -> features."""
+
+  def __init__(self, arrays: dict[str, np.ndarray]):
+    self._arrays = arrays
+
+  def __len__(self) -> int:
+    return len(self._arrays['input_ids'])
+
+  def gather(self, indices) -> dict[str, np.ndarray]:
+    # One fancy-index copy per feature and batch, rather than stacking row by row.
+    indices = np.asarray(indices)
+    return {name: array[indices] for name, array in self._arrays.items()}
+
+
+class PreparedExampleBatches:
+  """Examples from prepare's ArrayRecord shards: `gather(indices)` -> features."""
+
+  def __init__(self, examples: shards.PreparedExamples, max_seq_length: int):
+    self._examples, self._max_seq_length = examples, max_seq_length
+
+  def __len__(self) -> int:
+    return len(self._examples)
+
+  def gather(self, indices) -> dict[str, np.ndarray]:
+    return _to_arrays(self._examples.examples(indices), self._max_seq_length)
+
+
+def open_train_examples(config, tokenizer):
+  """The training examples: prepared shards if config.train_data_dir is set, else the corpus
+  (train_files or tfds_name) tokenized and packed now."""
+  data_dir = config.get('train_data_dir')
+  if data_dir:
+    data_dir = paths.resolve_path(data_dir)
+    metadata = shards.read_metadata(data_dir, 'train')
+    shards.check_compatible(metadata, data_dir, config, tokenizer)
+    return PreparedExampleBatches(shards.PreparedExamples(data_dir, metadata),
+                                  config.max_seq_length)
+  return InMemoryExamples(build_train_examples(config, tokenizer))
 
 
 def make_train_iterator(config, tokenizer, process_index: int = 0,
@@ -194,19 +247,24 @@ def make_train_iterator(config, tokenizer, process_index: int = 0,
   """Infinite, checkpointable grain iterator over this host's slice of each global batch.
 
   Yields {'input_ids', 'input_mask', 'segment_ids'}: int32 [train_batch_size // process_count,
-  max_seq_length]; every epoch is reshuffled, deterministically from config.seed.
+  max_seq_length]; every epoch is reshuffled, deterministically from config.seed. Prepared
+  shards and streamed text of the same corpus give the same batches.
   """
   local_batch = _local_batch_size(config, 'train_batch_size', process_index, process_count)
-  examples = build_examples(config.train_files, tokenizer, config.max_seq_length,
-                            config.short_seq_prob, config.seed)
-  num_examples = len(examples['input_ids'])
+  examples = open_train_examples(config, tokenizer)
   # Indices into `examples`, in global order; elements are resolved only when a batch is read.
-  order = grain.MapDataset.range(num_examples).shuffle(seed=config.seed).repeat(None)
+  order = grain.MapDataset.range(len(examples)).shuffle(seed=config.seed).repeat(None)
   rows = HostRowsMapDataset(order, config.train_batch_size, process_index, process_count)
-  batches = rows.batch(local_batch).map(functools.partial(_gather, examples))
-  # A small read-ahead on one thread overlaps the copy with the train step; no processes.
+  batches = rows.batch(local_batch).map(examples.gather)
+  # A small read-ahead on one thread overlaps reading with the train step.
   read_options = grain.ReadOptions(num_threads=1, prefetch_buffer_size=4)
-  return iter(batches.to_iter_dataset(read_options))
+  dataset = batches.to_iter_dataset(read_options)
+  num_workers = config.get('num_data_workers', 0)
+  if num_workers:
+    # Worker w builds batches w, w + W, ...; they are read back in order, so the batches do
+    # not depend on the worker count (its iterator state does: keep it across restarts).
+    dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
+  return iter(dataset)
 
 
 def make_eval_iterator(config, tokenizer, process_index: int = 0, process_count: int = 1,
@@ -221,13 +279,14 @@ def make_eval_iterator(config, tokenizer, process_index: int = 0, process_count:
   local_batch = _local_batch_size(config, 'eval_batch_size', process_index, process_count)
   pattern = files or config.eval_files
   file_list = sources.list_files(pattern)  # Fail here, not at the first next().
-  return _eval_batches(file_list, pattern, tokenizer, config.max_seq_length,
+  documents = sources.read_documents(file_list, bool(config.get('skip_bad_lines', False)))
+  return _eval_batches(documents, pattern, tokenizer, config.max_seq_length,
                        config.eval_batch_size, local_batch, process_index, num_batches)
 
 
-def _eval_batches(files, pattern, tokenizer, max_seq_length, global_batch, local_batch,
+def _eval_batches(documents, pattern, tokenizer, max_seq_length, global_batch, local_batch,
                   process_index, num_batches):
-  examples = iter_examples(files, tokenizer, max_seq_length, 0.0, EVAL_SEED)
+  examples = iter_examples(documents, tokenizer, max_seq_length, 0.0, EVAL_SEED)
   start = process_index * local_batch
   for step in itertools.count():
     if num_batches and step >= num_batches:
@@ -243,8 +302,9 @@ def _eval_batches(files, pattern, tokenizer, max_seq_length, global_batch, local
 def count_token_frequencies(config, tokenizer, files: str | None = None) -> np.ndarray:
   """Counts [vocab_size] of each token over the eval examples' real, non-special tokens."""
   pattern = files or config.eval_files
-  examples = iter_examples(sources.list_files(pattern), tokenizer, config.max_seq_length, 0.0,
-                           EVAL_SEED)
+  documents = sources.read_documents(sources.list_files(pattern),
+                                     bool(config.get('skip_bad_lines', False)))
+  examples = iter_examples(documents, tokenizer, config.max_seq_length, 0.0, EVAL_SEED)
   counts = np.zeros(tokenizer.vocab_size, np.int64)
   while chunk := list(itertools.islice(examples, 4096)):
     tokens = np.fromiter(itertools.chain.from_iterable(t for t, _ in chunk), np.int64)

@@ -7,6 +7,8 @@ with the file name and byte offset instead of a stack trace deep inside a decode
 import gzip
 from typing import Iterable, Iterator
 
+from absl import logging
+
 from electra_jax.data import paths
 from electra_jax.errors import UserError
 
@@ -27,36 +29,51 @@ def _open_binary(path: str):
   return gzip.open(path, 'rb') if path.endswith('.gz') else open(path, 'rb')
 
 
-def read_lines(path: str) -> Iterator[str]:
-  """Decoded lines of one file (newlines kept); UserError for binary, non-UTF-8 or empty files."""
-  offset, has_text = 0, False  # offset: of the current line in the (decompressed) bytes
+def read_lines(path: str, skip_bad_lines: bool = False) -> Iterator[str]:
+  """Decoded lines of one file (newlines kept); UserError for binary, non-UTF-8 or empty files.
+
+  With `skip_bad_lines`, lines that are not UTF-8 (or hold NUL bytes) are dropped instead and
+  their count is logged, so one corrupt line need not stop a large corpus.
+  """
+  offset, has_text, skipped = 0, False, 0  # offset: of the current line in the decompressed bytes
   try:
     with _open_binary(path) as f:
       for raw in f:
+        line_offset, offset = offset, offset + len(raw)
         if b'\x00' in raw:
+          if skip_bad_lines:
+            skipped += 1
+            continue
           raise UserError(f"'{path}' looks binary (NUL byte at byte offset "
-                          f'{offset + raw.index(0)}); pass UTF-8 text files only')
+                          f'{line_offset + raw.index(0)}); pass UTF-8 text files only, or set '
+                          '--config.skip_bad_lines=true')
         try:
           line = raw.decode('utf-8')
         except UnicodeDecodeError as e:
+          if skip_bad_lines:
+            skipped += 1
+            continue
           raise UserError(f"'{path}' is not UTF-8 (invalid byte at byte offset "
-                          f'{offset + e.start}); convert it, e.g. iconv -t UTF-8') from None
-        if offset == 0:
+                          f'{line_offset + e.start}); convert it, e.g. iconv -t UTF-8, or set '
+                          '--config.skip_bad_lines=true') from None
+        if line_offset == 0:
           line = line.removeprefix('\ufeff')  # A byte-order mark is not text.
-        offset += len(raw)
         has_text = has_text or bool(line.strip())
         yield line
   except (OSError, EOFError) as e:  # Unreadable, or a corrupt/truncated .gz.
     raise UserError(f"cannot read '{path}': {e}") from None
+  if skipped:
+    logging.warning('skipped %d line(s) of %s that are not UTF-8 text (skip_bad_lines)', skipped,
+                    path)
   if not has_text:
     raise UserError(f"'{path}' is empty; remove it or fix the glob")
 
 
-def read_documents(files: Iterable[str]) -> Iterator[list[str]]:
+def read_documents(files: Iterable[str], skip_bad_lines: bool = False) -> Iterator[list[str]]:
   """Each document as its non-empty stripped lines; blank lines and file ends end documents."""
   for path in files:
     doc = []
-    for line in read_lines(path):
+    for line in read_lines(path, skip_bad_lines):
       line = line.strip()
       if line:
         doc.append(line)
@@ -65,3 +82,17 @@ def read_documents(files: Iterable[str]) -> Iterator[list[str]]:
         doc = []
     if doc:
       yield doc
+
+
+def corpus_documents(config, split: str = 'train') -> tuple[str, Iterator[list[str]]]:
+  """(description, documents) of the config's corpus: TFDS when `tfds_name` is set (train
+  split only), else the `train_files` / `eval_files` glob. Fails now on a bad glob or dataset."""
+  if split == 'train' and config.get('tfds_name'):
+    from electra_jax.data import tfds_source  # pylint: disable=import-outside-toplevel
+    source = tfds_source.open_text_source(config.tfds_name, config.get('tfds_split') or 'train',
+                                          config.get('tfds_text_key') or 'text',
+                                          config.get('tfds_data_dir') or None)
+    return source.description, source.documents()
+  pattern = config.train_files if split == 'train' else config.eval_files
+  files = list_files(pattern)
+  return f"'{pattern}'", read_documents(files, bool(config.get('skip_bad_lines', False)))

@@ -1,4 +1,4 @@
-"""Sentencepiece vocabularies with ELECTRA's special tokens at fixed ids 0..4.
+"""Sentencepiece vocabularies with ELECTRA's special tokens at fixed ids 0..4; the loader.
 
 Fixed ids let the model, the masking code and exported checkpoints agree on [PAD] [CLS] [SEP]
 [MASK] without reading the vocabulary; [CLS] [SEP] [MASK] are sentencepiece *control* symbols,
@@ -9,6 +9,7 @@ import os
 import sentencepiece as spm
 
 from electra_jax.data import paths
+from electra_jax.data import wordpiece
 from electra_jax.errors import UserError
 
 SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
@@ -66,7 +67,7 @@ class SentencePieceTokenizer:
   special_ids = tuple(sorted((PAD_ID, CLS_ID, SEP_ID, MASK_ID)))
 
   def __init__(self, model_file: str):
-    self.model_file = model_file
+    self.model_file = self.vocab_file = model_file
     self.processor = spm.SentencePieceProcessor(model_file=model_file)
 
   @property
@@ -90,19 +91,27 @@ class SentencePieceTokenizer:
     return f'SentencePieceTokenizer({self.model_file!r}, vocab_size={self.vocab_size})'
 
 
-def load_tokenizer(vocab_file: str, vocab_size: int | None = None) -> SentencePieceTokenizer:
-  """Loads a vocabulary and checks it against the config's vocab_size (None: no check)."""
+def load_tokenizer(vocab_file: str, vocab_size: int | None = None):
+  """Loads a vocabulary and checks it against the config's vocab_size (None: no check).
+
+  `*.txt` is a BERT-style WordPiece vocab.txt (wordpiece.py); anything else a sentencepiece
+  model. Both tokenizers share one interface (encode, encode_batch, decode, special ids).
+  """
   path = paths.resolve_path(vocab_file)
   if not os.path.isfile(path):
     raise UserError(f"vocab_file '{vocab_file}' not found; build one with python -m "
                     'electra_jax.data.build_vocab --input=GLOB --vocab_size=N --output=PREFIX '
-                    'and pass --config.vocab_file=PREFIX.model')
-  try:
-    tokenizer = SentencePieceTokenizer(path)
-  except (RuntimeError, OSError) as e:
-    raise UserError(f"vocab_file '{vocab_file}' is not a sentencepiece model ({e}); pass the "
-                    '*.model file written by python -m electra_jax.data.build_vocab') from None
-  _check_special_ids(tokenizer.processor, vocab_file)
+                    'and pass --config.vocab_file=PREFIX.model, or pass a BERT vocab.txt')
+  if wordpiece.is_wordpiece_vocab(path):
+    tokenizer = wordpiece.WordPieceTokenizer(path)
+  else:
+    try:
+      tokenizer = SentencePieceTokenizer(path)
+    except (RuntimeError, OSError) as e:
+      raise UserError(f"vocab_file '{vocab_file}' is not a sentencepiece model ({e}); pass the "
+                      '*.model file written by python -m electra_jax.data.build_vocab (or a '
+                      'WordPiece vocab.txt)') from None
+    _check_special_ids(tokenizer.processor, vocab_file)
   if vocab_size is not None and vocab_size != tokenizer.vocab_size:
     raise UserError(f"config.vocab_size={vocab_size} but vocab_file '{vocab_file}' has "
                     f'{tokenizer.vocab_size} tokens; set --config.vocab_size='

@@ -1,0 +1,121 @@
+"""Tokenize and pack a pretraining corpus once, into sharded ArrayRecord files.
+
+  python -m electra_jax.data.prepare --config=configs/small.py --output=prepared/small \
+      [--config.train_files=GLOB | --config.tfds_name=c4/en ...] [--examples_per_shard=N]
+
+Reads the config's corpus (train_files, or tfds_name when set), packs it exactly as training
+would stream it (vocab_file, max_seq_length, short_seq_prob, seed) and writes
+OUTPUT/train-NNNNN.array_record plus OUTPUT/train_metadata.json. Then train with
+--config.train_data_dir=OUTPUT. The last stdout line is a JSON summary.
+"""
+import os
+import sys
+import time
+
+import tqdm
+from absl import flags
+from ml_collections import config_flags
+
+from electra_jax import cli
+from electra_jax import config as config_lib
+from electra_jax.data import pipeline
+from electra_jax.data import shards
+from electra_jax.data import sources
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.errors import UserError
+
+
+
+def _output_dir(output: str) -> str:
+  output = os.path.abspath(os.path.expanduser(output))
+  if os.path.exists(shards.metadata_path(output)):
+    raise UserError(f"--output '{output}' already holds prepared data "
+                    f'({shards.metadata_path(output)}); pick a new directory or delete it')
+  if os.path.exists(output) and not os.path.isdir(output):
+    raise UserError(f"--output '{output}' is a file; pass a directory path")
+  try:
+    os.makedirs(output, exist_ok=True)
+  except OSError as e:
+    raise UserError(f"cannot create --output '{output}': {e.strerror}") from None
+  return output
+
+
+def prepare(config, output: str, examples_per_shard: int = 100_000,
+            progress: bool = True) -> dict:
+  """Writes the packed training examples of `config`'s corpus; returns the metadata."""
+  if examples_per_shard <= 0:
+    raise UserError(f'--examples_per_shard={examples_per_shard} must be positive')
+  start = time.time()
+  c = config_lib.resolve(config)
+  tokenizer = tokenizer_lib.load_tokenizer(c.vocab_file, c.vocab_size)
+  description, documents = sources.corpus_documents(c, 'train')
+  output = _output_dir(output)
+  print(f'Packing {description} with {tokenizer} into {output} '
+        f'(max_seq_length {c.max_seq_length}, seed {c.seed})', flush=True)
+  total = None
+  if c.tfds_name:
+    from electra_jax.data import tfds_source  # pylint: disable=import-outside-toplevel
+    total = len(tfds_source.open_text_source(c.tfds_name, c.tfds_split, c.tfds_text_key,
+                                             c.tfds_data_dir or None))
+  bar = tqdm.tqdm(total=total, unit=' docs', file=sys.stderr, disable=not progress,
+                  mininterval=1.0 if sys.stderr.isatty() else 30.0, dynamic_ncols=True)
+
+  def counted(docs):
+    for doc in docs:
+      yield doc
+      bar.update(1)
+
+  writer = shards.ShardWriter(output, 'train', tokenizer.vocab_size, examples_per_shard)
+  for tokens, num_first in pipeline.iter_examples(counted(documents), tokenizer,
+                                                  c.max_seq_length, c.short_seq_prob, c.seed):
+    writer.write(tokens, num_first)
+    if writer.num_examples % 10_000 == 0:
+      bar.set_postfix(examples=writer.num_examples, refresh=False)
+  bar.close()
+  if not writer.num_examples:
+    raise UserError(f'{description} produced no examples; check it contains text')
+  source = (dict(tfds_name=c.tfds_name, tfds_split=c.tfds_split, tfds_text_key=c.tfds_text_key,
+                 tfds_data_dir=c.tfds_data_dir) if c.tfds_name else
+            dict(train_files=c.train_files, files=sources.list_files(c.train_files)))
+  vocab_path = tokenizer.vocab_file
+  metadata = writer.finish(dict(
+      source=source, vocab_file=vocab_path, vocab_sha256=shards.file_sha256(vocab_path),
+      vocab_size=tokenizer.vocab_size, max_seq_length=c.max_seq_length,
+      short_seq_prob=c.short_seq_prob, seed=c.seed, special_ids=dict(
+          pad=tokenizer.pad_id, cls=tokenizer.cls_id, sep=tokenizer.sep_id,
+          mask=tokenizer.mask_id)))
+  seconds = time.time() - start
+  print(f'Wrote {metadata["num_examples"]} examples ({metadata["num_tokens"]} tokens) in '
+        f'{len(metadata["shards"])} shard(s) to {output} in {seconds:.1f}s; train with '
+        f'--config.train_data_dir={output}', flush=True)
+  return dict(output=output, metadata=shards.metadata_path(output),
+              num_examples=metadata['num_examples'], num_tokens=metadata['num_tokens'],
+              num_shards=len(metadata['shards']), seconds=round(seconds, 2))
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
+  f = flags.FLAGS
+  cli.print_result(prepare(f.config, f.output, f.examples_per_shard, progress=True))
+
+
+def _define_flags():
+  # Defined here, not at import, so other commands (the data benchmark) can import prepare().
+  config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
+                                  'override any key with --config.KEY=VALUE.', lock_config=True)
+  flags.DEFINE_string('output', None, 'Directory to write the shards and metadata into '
+                      '(created; must not already hold prepared data).')
+  flags.DEFINE_integer('examples_per_shard', 100_000, 'Examples per ArrayRecord shard (100k '
+                       'examples of 128 tokens are about 26 MB).')
+  flags.mark_flags_as_required(['config', 'output'])
+
+
+def run():
+  """Console entry point (electra-prepare-data)."""
+  _define_flags()
+  cli.run(main)
+
+
+if __name__ == '__main__':
+  run()

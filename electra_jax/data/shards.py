@@ -1,0 +1,147 @@
+"""Prepared training data: packed examples in sharded ArrayRecord files plus a metadata JSON.
+
+Layout of a prepared directory (python -m electra_jax.data.prepare):
+  train-00000.array_record ...   one record per example, in corpus order across shards
+  train_metadata.json            vocabulary hash, sequence length, packing settings, shard list
+
+A record is the example's tokens ([CLS] A [SEP] B [SEP], unpadded) after one header value, the
+length of `[CLS] A [SEP]`, as little-endian uint16 (int32 for vocabularies over 65,536 ids).
+Keeping corpus order means a run on prepared shards sees exactly the batches the same run
+streaming the raw text would.
+"""
+import hashlib
+import json
+import os
+import time
+
+import numpy as np
+from array_record.python import array_record_module
+
+from electra_jax.errors import UserError
+
+FORMAT = 'electra_jax.packed_examples'
+FORMAT_VERSION = 1
+SHARD_NAME = '{split}-{index:05d}.array_record'
+# group_size:1 keeps every record individually addressable: random access for shuffling.
+WRITER_OPTIONS = 'group_size:1'
+
+
+def metadata_path(data_dir: str, split: str = 'train') -> str:
+  return os.path.join(data_dir, f'{split}_metadata.json')
+
+
+def file_sha256(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, 'rb') as f:
+    for block in iter(lambda: f.read(1 << 20), b''):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def record_dtype(vocab_size: int) -> np.dtype:
+  return np.dtype('<u2') if vocab_size <= 1 << 16 else np.dtype('<i4')
+
+
+def encode_example(tokens, num_first: int, dtype: np.dtype) -> bytes:
+  return np.asarray([num_first, *tokens], dtype).tobytes()
+
+
+def decode_example(record: bytes, dtype: np.dtype) -> tuple[np.ndarray, int]:
+  values = np.frombuffer(record, dtype)
+  return values[1:], int(values[0])
+
+
+class ShardWriter:
+  """Writes examples into numbered shards of `examples_per_shard`; nothing is final until
+  `finish` renames the shards and writes the metadata (the mark of a complete directory)."""
+
+  def __init__(self, output_dir: str, split: str, vocab_size: int, examples_per_shard: int):
+    self._dir, self._split = output_dir, split
+    self._dtype = record_dtype(vocab_size)
+    self._per_shard = examples_per_shard
+    self._writer, self._shards, self._count = None, [], 0
+    self.num_examples = self.num_tokens = 0
+
+  def write(self, tokens, num_first: int):
+    if self._writer is None or self._count == self._per_shard:
+      self._close_shard()
+      name = SHARD_NAME.format(split=self._split, index=len(self._shards))
+      self._writer = array_record_module.ArrayRecordWriter(
+          os.path.join(self._dir, name + '.tmp'), WRITER_OPTIONS)
+      self._shards.append({'file': name, 'num_examples': 0})
+    self._writer.write(encode_example(tokens, num_first, self._dtype))
+    self._count += 1
+    self._shards[-1]['num_examples'] += 1
+    self.num_examples += 1
+    self.num_tokens += len(tokens)
+
+  def _close_shard(self):
+    if self._writer is not None:
+      self._writer.close()
+    self._writer, self._count = None, 0
+
+  def finish(self, metadata: dict) -> dict:
+    """Closes the last shard, moves shards to their final names, then writes the metadata."""
+    self._close_shard()
+    for shard in self._shards:
+      path = os.path.join(self._dir, shard['file'])
+      os.replace(path + '.tmp', path)
+    metadata = dict(format=FORMAT, format_version=FORMAT_VERSION, split=self._split,
+                    record_dtype=self._dtype.str, num_examples=self.num_examples,
+                    num_tokens=self.num_tokens, shards=self._shards,
+                    created=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), **metadata)
+    path = metadata_path(self._dir, self._split)
+    with open(path + '.tmp', 'w', encoding='utf-8') as f:
+      json.dump(metadata, f, indent=2)
+      f.write('\n')
+    os.replace(path + '.tmp', path)
+    return metadata
+
+
+def read_metadata(data_dir: str, split: str = 'train') -> dict:
+  path = metadata_path(data_dir, split)
+  if not os.path.isfile(path):
+    raise UserError(f"'{data_dir}' holds no prepared {split} data ({path} is missing); write it "
+                    'with python -m electra_jax.data.prepare --config=... --output=DIR')
+  with open(path, encoding='utf-8') as f:
+    metadata = json.load(f)
+  if metadata.get('format') != FORMAT or metadata.get('format_version') != FORMAT_VERSION:
+    raise UserError(f"'{path}' is not version {FORMAT_VERSION} prepared data; re-run "
+                    'python -m electra_jax.data.prepare')
+  missing = [s['file'] for s in metadata['shards']
+             if not os.path.isfile(os.path.join(data_dir, s['file']))]
+  if missing:
+    raise UserError(f"'{data_dir}' lacks {len(missing)} shard(s) listed in {path}, e.g. "
+                    f"{missing[0]}; copy the whole directory or re-run prepare")
+  return metadata
+
+
+def check_compatible(metadata: dict, data_dir: str, config, tokenizer):
+  """The shards must have been packed with this vocabulary and sequence length."""
+  if metadata['vocab_sha256'] != file_sha256(tokenizer.vocab_file):
+    raise UserError(f"train_data_dir '{data_dir}' was prepared with vocabulary "
+                    f"'{metadata['vocab_file']}', which differs from config.vocab_file "
+                    f"'{config.vocab_file}'; use that vocabulary or re-run prepare")
+  for key in ('vocab_size', 'max_seq_length'):
+    if metadata[key] != config[key]:
+      raise UserError(f"train_data_dir '{data_dir}' was prepared with {key}={metadata[key]} but "
+                      f'config.{key}={config[key]}; set --config.{key}={metadata[key]} or '
+                      're-run prepare')
+
+
+class PreparedExamples:
+  """Random access to prepared examples: `gather(indices)` -> int32 feature arrays."""
+
+  def __init__(self, data_dir: str, metadata: dict):
+    import grain  # pylint: disable=import-outside-toplevel
+    self._source = grain.sources.ArrayRecordDataSource(
+        [os.path.join(data_dir, s['file']) for s in metadata['shards']])
+    self._dtype = np.dtype(metadata['record_dtype'])
+    self._max_seq_length = metadata['max_seq_length']
+
+  def __len__(self) -> int:
+    return len(self._source)
+
+  def examples(self, indices) -> list[tuple[np.ndarray, int]]:
+    records = self._source.__getitems__([int(i) for i in indices])
+    return [decode_example(r, self._dtype) for r in records]

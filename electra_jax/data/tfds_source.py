@@ -1,0 +1,85 @@
+"""A TFDS text dataset (wikipedia, c4, a user's builder) as documents, without TensorFlow.
+
+Reads by random access through `tfds` data sources, which need the dataset prepared in the
+ArrayRecord format (`tfds build NAME --file_format=array_record`). Each record is one document;
+its text splits into lines on newlines, like a paragraph-per-line text file.
+"""
+import dataclasses
+from typing import Iterator
+
+from electra_jax.errors import UserError
+
+
+def _build_hint(name: str, data_dir: str | None) -> str:
+  where = f' --data_dir={data_dir}' if data_dir else ''
+  return (f'prepare it with `tfds build {name} --file_format=array_record{where}` (or point '
+          '--config.tfds_data_dir at the directory that holds it)')
+
+
+@dataclasses.dataclass
+class TfdsTextSource:
+  """Random access to one split's text feature; `len` records, each one document."""
+  name: str
+  split: str
+  text_key: str
+  data_source: object
+
+  @property
+  def description(self) -> str:
+    return f"TFDS '{self.name}' split '{self.split}'"
+
+  def __len__(self) -> int:
+    return len(self.data_source)
+
+  def texts(self, start: int = 0, stop: int | None = None) -> Iterator[str]:
+    """The text of records [start, stop) (bytes from real data, str from tfds mocks)."""
+    stop = len(self) if stop is None else min(stop, len(self))
+    for i in range(start, stop):
+      text = self.data_source[i][self.text_key]
+      yield text.decode('utf-8', errors='replace') if isinstance(text, bytes) else str(text)
+
+  def documents(self) -> Iterator[list[str]]:
+    """Each record as its non-empty stripped lines, in the split's stored order."""
+    for text in self.texts():
+      lines = [line.strip() for line in text.splitlines()]
+      lines = [line for line in lines if line]
+      if lines:
+        yield lines
+
+
+def open_text_source(name: str, split: str, text_key: str,
+                     data_dir: str | None = None) -> TfdsTextSource:
+  """Opens a prepared TFDS split, or a UserError saying what is missing and how to fix it."""
+  try:
+    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    raise UserError("config.tfds_name is set but tensorflow_datasets is not installed; "
+                    "pip install 'tensorflow-datasets>=4.9.10' array-record") from None
+  try:
+    builder = tfds.builder(name, data_dir=data_dir)
+  except tfds.core.registered.DatasetNotFoundError:
+    raise UserError(f"TFDS dataset '{name}' not found (data_dir={data_dir or 'default'}); "
+                    f'check --config.tfds_name, or {_build_hint(name, data_dir)}') from None
+  except Exception as e:  # pylint: disable=broad-except  # Builder code that cannot load.
+    raise UserError(f"cannot load TFDS dataset '{name}': {type(e).__name__}: "
+                    f"{str(e).splitlines()[0] if str(e) else ''}; {_build_hint(name, data_dir)}"
+                    ) from None
+  features = sorted(builder.info.features.keys())
+  if text_key not in features:
+    raise UserError(f"config.tfds_text_key={text_key!r} is not a feature of TFDS dataset "
+                    f"'{name}'; its features are {features}")
+  try:
+    data_source = builder.as_data_source(split=split)
+  except Exception as e:  # pylint: disable=broad-except
+    if not builder.is_prepared():
+      raise UserError(f"TFDS dataset '{name}' is not prepared in {builder.data_dir}; "
+                      f'{_build_hint(name, data_dir)}') from None
+    file_format = getattr(builder.info.file_format, 'value', builder.info.file_format)
+    if file_format != 'array_record':
+      raise UserError(f"TFDS dataset '{name}' in {builder.data_dir} is stored as "
+                      f'{file_format}, which has no random access without TensorFlow; rebuild '
+                      f'it with `tfds build {name} --file_format=array_record`') from None
+    raise UserError(f"config.tfds_split={split!r} does not work for TFDS dataset '{name}' "
+                    f'({str(e).splitlines()[0]}); its splits are {sorted(builder.info.splits)}'
+                    ) from None
+  return TfdsTextSource(name, split, text_key, data_source)

@@ -1,0 +1,82 @@
+"""BERT/ELECTRA WordPiece vocabularies (vocab.txt, one token per line, id = line number).
+
+Tokenizes exactly as BERT's uncased tokenizer does: clean control characters, put spaces around
+CJK characters, lower-case and strip accents (NFD), split on whitespace and punctuation, then
+greedy longest-match WordPiece with `##` continuations; a word longer than 100 characters or
+with no match becomes [UNK]. The work runs in the Rust `tokenizers` library. Special ids are
+wherever vocab.txt puts them (the released BERT vocab: [PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102,
+[MASK] 103), and the literal text "[MASK]" still tokenizes as "[", "mask", "]".
+"""
+import os
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+from electra_jax.errors import UserError
+
+SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
+MAX_CHARS_PER_WORD = 100  # BERT: longer words are [UNK].
+
+
+def read_vocab(vocab_file: str) -> dict[str, int]:
+  """Token -> id (its 0-based line number), as BERT's load_vocab reads it."""
+  try:
+    with open(vocab_file, encoding='utf-8') as f:
+      tokens = [line.strip() for line in f]
+  except UnicodeDecodeError as e:
+    raise UserError(f"vocab_file '{vocab_file}' is not UTF-8 (byte offset {e.start}); pass a "
+                    'BERT-style vocab.txt with one token per line') from None
+  while tokens and not tokens[-1]:
+    tokens.pop()  # A trailing newline is not a token.
+  vocab = {}
+  for i, token in enumerate(tokens):
+    vocab.setdefault(token, i)
+  missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+  if missing:
+    raise UserError(f"vocab_file '{vocab_file}' lacks {missing}; a WordPiece vocab.txt needs "
+                    f'all of {list(SPECIAL_TOKENS)}')
+  return vocab
+
+
+class WordPieceTokenizer:
+  """Text <-> ids with a BERT uncased vocab.txt; same interface as SentencePieceTokenizer."""
+
+  def __init__(self, vocab_file: str):
+    self.vocab_file = self.model_file = vocab_file
+    vocab = read_vocab(vocab_file)
+    self._size = max(vocab.values()) + 1
+    self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+        vocab[t] for t in SPECIAL_TOKENS)
+    # The tokens that are never masked and never counted as text ([UNK] is real text).
+    self.special_ids = tuple(sorted({self.pad_id, self.cls_id, self.sep_id, self.mask_id}))
+    self._id_to_token = {i: t for t, i in vocab.items()}
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token='[UNK]',
+                                           max_input_chars_per_word=MAX_CHARS_PER_WORD))
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=True, lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix='##')
+    self._tokenizer = tokenizer
+
+  @property
+  def vocab_size(self) -> int:
+    return self._size
+
+  def encode(self, text: str) -> list[int]:
+    return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+  def encode_batch(self, texts: list[str]) -> list[list[int]]:
+    """Encodes many lines at once on all cores (the Rust library's thread pool)."""
+    return [e.ids for e in self._tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+  def decode(self, ids) -> str:
+    return self._tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
+
+  def id_to_piece(self, i: int) -> str:
+    return self._id_to_token.get(int(i), '[UNK]')
+
+  def __repr__(self) -> str:
+    return f'WordPieceTokenizer({self.vocab_file!r}, vocab_size={self.vocab_size})'
+
+
+def is_wordpiece_vocab(path: str) -> bool:
+  return os.path.splitext(path)[1].lower() == '.txt'

@@ -1,0 +1,229 @@
+"""Prepared ArrayRecord shards (prepare.py, train_data_dir) and the device prefetcher."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from electra_jax import checkpoint
+from electra_jax import parallel
+from electra_jax.data import pipeline
+from electra_jax.data import prefetch
+from electra_jax.data import prepare
+from electra_jax.data import shards
+from electra_jax.data import sources
+from electra_jax.data import tokenizer as tok
+from electra_jax.errors import UserError
+from tests.conftest import REPO_ROOT, tiny_config
+from tests.test_data import assert_well_formed
+
+DEMO_MODEL = os.path.join(REPO_ROOT, 'data', 'demo_spm.model')
+PERSUASION = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'eval', 'persuasion.txt')
+SEQ = 32
+
+
+@pytest.fixture(scope='module')
+def corpus(tmp_path_factory):
+  """Six chapters of Persuasion in two files (about 700 examples of 32 tokens)."""
+  root = tmp_path_factory.mktemp('corpus')
+  docs = list(sources.read_documents([PERSUASION]))
+  for name, part in (('a.txt', docs[:3]), ('b.txt', docs[3:6])):
+    (root / name).write_text('\n\n'.join('\n'.join(d) for d in part) + '\n', encoding='utf-8')
+  return str(root / '*.txt')
+
+
+def config_for(corpus, **overrides):
+  keys = dict(vocab_file=DEMO_MODEL, vocab_size=8000, train_files=corpus, max_seq_length=SEQ,
+              short_seq_prob=0.1, seed=5)
+  return tiny_config(**{**keys, **overrides})
+
+
+@pytest.fixture(scope='module')
+def tokenizer():
+  return tok.load_tokenizer(DEMO_MODEL, 8000)
+
+
+@pytest.fixture(scope='module')
+def prepared(corpus, tmp_path_factory):
+  out = str(tmp_path_factory.mktemp('prepared') / 'out')
+  summary = prepare.prepare(config_for(corpus), out, examples_per_shard=150, progress=False)
+  return out, summary
+
+
+def take(iterator, n):
+  return [next(iterator) for _ in range(n)]
+
+
+def assert_batches_equal(want, got):
+  assert len(want) == len(got)
+  for x, y in zip(want, got):
+    assert set(x) == set(y) == set(pipeline.FEATURES)
+    for name in pipeline.FEATURES:
+      np.testing.assert_array_equal(np.asarray(x[name]), np.asarray(y[name]))
+
+
+def test_prepare_round_trip_writes_the_streamed_examples_in_order(corpus, prepared, tokenizer):
+  out, summary = prepared
+  streamed = pipeline.build_train_examples(config_for(corpus), tokenizer)
+  n = len(streamed['input_ids'])
+  metadata = shards.read_metadata(out)
+  assert summary['num_examples'] == metadata['num_examples'] == n > 600
+  assert summary['num_shards'] == len(metadata['shards']) == -(-n // 150)
+  assert [s['num_examples'] for s in metadata['shards']] == [150] * (n // 150) + [n % 150]
+  assert metadata['num_tokens'] == int(streamed['input_mask'].sum())
+  assert metadata['vocab_sha256'] == shards.file_sha256(DEMO_MODEL)
+  assert (metadata['vocab_size'], metadata['max_seq_length'], metadata['short_seq_prob'],
+          metadata['seed'], metadata['record_dtype']) == (8000, SEQ, 0.1, 5, '<u2')
+  assert not [f for f in os.listdir(out) if f.endswith('.tmp')]
+  examples = pipeline.open_train_examples(config_for(corpus, train_data_dir=out), tokenizer)
+  assert len(examples) == n
+  read_back = examples.gather(np.arange(n))
+  for name in pipeline.FEATURES:
+    np.testing.assert_array_equal(read_back[name], streamed[name])
+  assert_well_formed(read_back, SEQ)
+
+
+def test_training_batches_from_shards_equal_streamed_batches_across_epochs(corpus, prepared,
+                                                                           tokenizer):
+  out, summary = prepared
+  steps = 2 * summary['num_examples'] // 8 + 3  # Two epochs and a bit.
+  streamed = take(pipeline.make_train_iterator(config_for(corpus), tokenizer), steps)
+  from_shards = take(pipeline.make_train_iterator(config_for(corpus, train_data_dir=out),
+                                                  tokenizer), steps)
+  assert_batches_equal(streamed, from_shards)
+
+
+@pytest.mark.parametrize('source', ['raw', 'prepared'])
+def test_two_hosts_read_disjoint_rows_that_make_up_the_single_host_batch(corpus, prepared,
+                                                                         tokenizer, source):
+  config = config_for(corpus, train_data_dir=prepared[0] if source == 'prepared' else '')
+  single = take(pipeline.make_train_iterator(config, tokenizer), 5)
+  hosts = [take(pipeline.make_train_iterator(config, tokenizer, h, 2), 5) for h in range(2)]
+  for step in range(5):
+    for name in pipeline.FEATURES:
+      assert hosts[0][step][name].shape == (4, SEQ)
+      merged = np.concatenate([hosts[0][step][name], hosts[1][step][name]])
+      np.testing.assert_array_equal(merged, single[step][name])
+
+
+@pytest.mark.parametrize('source', ['raw', 'prepared'])
+def test_prefetched_run_resumed_from_an_orbax_checkpoint_equals_an_uninterrupted_run(
+    corpus, prepared, tokenizer, tmp_path, source):
+  """The saved position is after the last *consumed* batch, not the ones made ahead."""
+  config = config_for(corpus, train_data_dir=prepared[0] if source == 'prepared' else '')
+  mesh = parallel.make_mesh()
+  uninterrupted = take(pipeline.make_train_iterator(config, tokenizer), 8)
+  it = prefetch.to_mesh(pipeline.make_train_iterator(config, tokenizer), mesh, buffer_size=3)
+  first = take(it, 5)
+  time.sleep(0.3)  # Let the thread fill its buffer: the parent is now 3 batches further.
+  assert it._queue.full()  # pylint: disable=protected-access
+  assert isinstance(first[0]['input_ids'], jax.Array)
+  ckpt = checkpoint.Checkpointer(str(tmp_path / 'ckpt'), async_save=False)
+  state = {'w': jax.numpy.zeros(3)}
+  ckpt.save(5, state, it, force=True)
+  ckpt.close()
+  it.close()
+  restored_it = prefetch.to_mesh(pipeline.make_train_iterator(config, tokenizer), mesh)
+  checkpoint.Checkpointer(str(tmp_path / 'ckpt'), async_save=False).restore(
+      5, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                      state), restored_it)
+  assert_batches_equal(uninterrupted, first + take(restored_it, 3))
+
+
+def test_prefetcher_set_state_drops_batches_made_ahead_and_passes_errors_on(corpus, tokenizer):
+  config = config_for(corpus)
+  plain = pipeline.make_train_iterator(config, tokenizer)
+  expected = take(plain, 6)
+  it = prefetch.DevicePrefetcher(pipeline.make_train_iterator(config, tokenizer), lambda b: b)
+  take(it, 4)
+  state_after_2 = pipeline.make_train_iterator(config, tokenizer)
+  take(state_after_2, 2)
+  it.set_state(state_after_2.get_state())
+  assert_batches_equal(expected[2:6], take(it, 4))
+  failing = prefetch.DevicePrefetcher(pipeline.make_train_iterator(config, tokenizer),
+                                      lambda b: 1 / 0)
+  with pytest.raises(ZeroDivisionError):
+    next(failing)
+
+
+def test_shards_prepared_for_another_vocab_or_length_are_refused(corpus, prepared, tokenizer,
+                                                                 tmp_path):
+  out = prepared[0]
+  with pytest.raises(UserError, match=r"prepared with max_seq_length=32 but "
+                     r'config.max_seq_length=64; set --config.max_seq_length=32'):
+    pipeline.make_train_iterator(config_for(corpus, train_data_dir=out, max_seq_length=64),
+                                 tokenizer)
+  other_vocab = tmp_path / 'other.model'
+  shutil.copy(DEMO_MODEL, other_vocab)
+  with open(other_vocab, 'ab') as f:
+    f.write(b'\x00')  # Same vocabulary size, different file: its hash differs.
+  with pytest.raises(UserError, match=r'prepared with vocabulary .*differs from '
+                     r'config.vocab_file'):
+    shards.check_compatible(shards.read_metadata(out), out,
+                            config_for(corpus, vocab_file=str(other_vocab)),
+                            type('Tok', (), {'vocab_file': str(other_vocab)})())
+  with pytest.raises(UserError, match=r"holds no prepared train data .*electra_jax.data.prepare"):
+    pipeline.make_train_iterator(config_for(corpus, train_data_dir=str(tmp_path)), tokenizer)
+  with pytest.raises(UserError, match=r'already holds prepared data'):
+    prepare.prepare(config_for(corpus), out, progress=False)
+
+
+def run_prepare(*flags):
+  env = dict(os.environ, PYTHONPATH=REPO_ROOT, JAX_PLATFORMS='cpu')
+  return subprocess.run([sys.executable, '-m', 'electra_jax.data.prepare', *flags],
+                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_prepare_cli_ends_with_json_and_bad_input_is_one_error_line(corpus, prepared, tmp_path):
+  flags = ['--config=configs/demo.py', f'--config.train_files={corpus}',
+           f'--config.max_seq_length={SEQ}', '--config.short_seq_prob=0.1', '--config.seed=5',
+           '--examples_per_shard=150']
+  proc = run_prepare(*flags, f'--output={tmp_path}/cli')
+  assert proc.returncode == 0, proc.stderr
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert summary['output'] == f'{tmp_path}/cli' and f'{tmp_path}/cli' in proc.stdout
+  assert summary['num_examples'] == prepared[1]['num_examples']
+  for shard in shards.read_metadata(prepared[0])['shards']:  # Byte-identical to in-process.
+    with open(f"{prepared[0]}/{shard['file']}", 'rb') as a, \
+         open(f"{tmp_path}/cli/{shard['file']}", 'rb') as b:
+      assert a.read() == b.read()
+  proc = run_prepare('--config=configs/demo.py', f'--config.train_files={tmp_path}/none/*.txt',
+                     f'--output={tmp_path}/bad')
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines() == [f"error: no files match '{tmp_path}/none/*.txt'; "
+                                              'fix the glob (relative paths are tried from the '
+                                              'current directory, then the repository root)']
+
+
+def test_bad_lines_fail_by_default_and_are_skipped_and_counted_when_asked(tmp_path, tokenizer,
+                                                                          caplog):
+  (tmp_path / 'mixed.txt').write_bytes(b'good line one\nbad \xff line\nbinary \x00 line\n'
+                                       b'good line two\n')
+  with pytest.raises(UserError, match=r"mixed.txt' is not UTF-8 .*byte offset 18\).*"
+                     r'skip_bad_lines=true'):
+    pipeline.build_examples(str(tmp_path / 'mixed.txt'), tokenizer, SEQ, 0.0, 0)
+  with caplog.at_level('WARNING'):
+    docs = list(sources.read_documents([str(tmp_path / 'mixed.txt')], skip_bad_lines=True))
+  assert docs == [['good line one', 'good line two']]
+  assert 'skipped 2 line(s)' in caplog.text and 'mixed.txt' in caplog.text
+  config = config_for(str(tmp_path / 'mixed.txt'), skip_bad_lines=True)
+  assert len(pipeline.build_train_examples(config, tokenizer)['input_ids']) == 1
+
+
+def test_train_runs_on_prepared_shards_and_checkpoints_the_consumed_position(corpus, prepared,
+                                                                             tmp_path):
+  from electra_jax import train  # pylint: disable=import-outside-toplevel
+  config = config_for(corpus, train_data_dir=prepared[0], num_train_steps=3, num_warmup_steps=1,
+                      eval_every_steps=0, log_every_steps=3, save_checkpoints_steps=3,
+                      progress_bar=False)
+  summary = train.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert summary['status'] == 'completed' and summary['step'] == 3
+  plain = pipeline.make_train_iterator(config, tok.load_tokenizer(DEMO_MODEL, 8000))
+  take(plain, 3)
+  with open(tmp_path / 'run' / 'checkpoints' / '3' / 'data' / 'process_0-of-1.json') as f:
+    assert json.load(f) == plain.get_state()

@@ -1,0 +1,113 @@
+"""TFDS text datasets as a pretraining source: a real ArrayRecord-prepared builder (no
+TensorFlow, no download) and tfds.testing.mock_data."""
+import os
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from electra_jax.data import pipeline
+from electra_jax.data import sources
+from electra_jax.data import tfds_source
+from electra_jax.data import tokenizer as tok
+from electra_jax.errors import UserError
+from tests.conftest import REPO_ROOT, tiny_config
+from tests.test_data import assert_well_formed
+
+DEMO_MODEL = os.path.join(REPO_ROOT, 'data', 'demo_spm.model')
+PERSUASION = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'eval', 'persuasion.txt')
+NUM_DOCS = 12
+SEQ = 64
+
+
+def _documents():
+  paragraphs = [line for doc in sources.read_documents([PERSUASION]) for line in doc]
+  return ['\n'.join(paragraphs[i * 5:i * 5 + 1 + i % 5]) for i in range(NUM_DOCS)]
+
+
+class ElectraTestText(tfds.core.GeneratorBasedBuilder):
+  """A tiny text dataset: {'id', 'text', 'title'}, one document per record."""
+  VERSION = tfds.core.Version('1.0.0')
+
+  def _info(self):
+    return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
+        'id': np.int32, 'text': tfds.features.Text(), 'title': tfds.features.Text()}))
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    return {'train': self._generate_examples()}
+
+  def _generate_examples(self):
+    for i, text in enumerate(_documents()):
+      yield i, {'id': i, 'text': text, 'title': f'doc {i}'}
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+  root = str(tmp_path_factory.mktemp('tfds'))
+  ElectraTestText(data_dir=root, file_format='array_record').download_and_prepare()
+  return root
+
+
+@pytest.fixture(scope='module')
+def tokenizer():
+  return tok.load_tokenizer(DEMO_MODEL, 8000)
+
+
+def tfds_config(data_dir, **overrides):
+  return tiny_config(vocab_file=DEMO_MODEL, vocab_size=8000, max_seq_length=SEQ,
+                     tfds_name='electra_test_text', tfds_split='train', tfds_text_key='text',
+                     tfds_data_dir=data_dir, train_files='/nowhere/*.txt', **overrides)
+
+
+def test_tfds_documents_pack_exactly_like_the_same_documents_in_a_text_file(
+    data_dir, tokenizer, tmp_path):
+  stored = tfds.data_source('electra_test_text', split='train', data_dir=data_dir)
+  order = [int(stored[i]['id']) for i in range(len(stored))]
+  assert sorted(order) == list(range(NUM_DOCS))
+  docs = _documents()
+  (tmp_path / 'same.txt').write_text('\n\n'.join(docs[i] for i in order) + '\n')
+  config = tfds_config(data_dir, short_seq_prob=0.1, seed=3)
+  from_file = pipeline.build_examples(str(tmp_path / 'same.txt'), tokenizer, SEQ, 0.1, seed=3)
+  from_tfds = pipeline.build_train_examples(config, tokenizer)
+  assert len(from_tfds['input_ids']) > NUM_DOCS
+  for name in pipeline.FEATURES:
+    np.testing.assert_array_equal(from_tfds[name], from_file[name])
+  batch = next(pipeline.make_train_iterator(config, tokenizer))
+  assert_well_formed(batch, SEQ)
+
+
+def test_tfds_split_slices_are_honoured(data_dir):
+  source = tfds_source.open_text_source('electra_test_text', 'train[:5]', 'text', data_dir)
+  assert len(source) == 5 and len(list(source.documents())) == 5
+  assert source.description == "TFDS 'electra_test_text' split 'train[:5]'"
+
+
+def test_tfds_mock_data_works_without_tensorflow(tokenizer):
+  with tfds.testing.mock_data(num_examples=40):
+    source = tfds_source.open_text_source('lm1b', 'train', 'text')
+    assert len(source) == 40
+    ex = pipeline.build_train_examples(
+        tiny_config(vocab_file=DEMO_MODEL, vocab_size=8000, max_seq_length=SEQ,
+                    tfds_name='lm1b', tfds_data_dir=''), tokenizer)
+  assert len(ex['input_ids']) >= 1
+  assert_well_formed(ex, SEQ)
+
+
+@pytest.mark.parametrize('name,split,key,where,message', [
+    ('no_such_dataset', 'train', 'text', 'data', r"TFDS dataset 'no_such_dataset' not found "
+     r'.*tfds build no_such_dataset --file_format=array_record --data_dir='),
+    ('electra_test_text', 'train', 'body', 'data', r"config.tfds_text_key='body' is not a "
+     r"feature of TFDS dataset 'electra_test_text'; its features are \['id', 'text', 'title'\]"),
+    ('electra_test_text', 'validation', 'text', 'data', r"config.tfds_split='validation' .*its "
+     r"splits are \['train'\]"),
+    ('electra_test_text', 'train', 'text', 'empty', r"TFDS dataset 'electra_test_text' is not "
+     r'prepared in .*tfds build electra_test_text --file_format=array_record'),
+])
+def test_tfds_errors_are_one_line_and_say_what_to_do(data_dir, tmp_path, name, split, key, where,
+                                                     message):
+  directory = data_dir if where == 'data' else str(tmp_path / 'empty')
+  with pytest.raises(UserError, match=message) as e:
+    tfds_source.open_text_source(name, split, key, directory)
+  assert '\n' not in str(e.value)
+  assert not os.path.exists(tmp_path / 'empty' / 'downloads')  # Never downloads or builds.
