@@ -1,0 +1,289 @@
+"""Export to / import from HF transformers ELECTRA: same numbers, exact round trips, the CLI."""
+import os
+
+import jax
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from electra_jax import config as config_lib
+from electra_jax import export
+from electra_jax import model as model_lib
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.errors import UserError
+from tests.conftest import REPO_ROOT, tiny_config
+from tests.test_train_cli import TINY_FLAGS, last_json, run_cli
+
+transformers.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
+
+# E != H (embeddings_project in the discriminator), a 3-head 24-wide model whose generator has
+# one head and an odd FFN width, and E > H with a full-width generator (projection in both).
+CONFIGS = {
+    'E16_H32_gen_half': dict(),
+    'H24_3heads_gen_third': dict(embedding_size=24, hidden_size=24, num_heads=3,
+                                 intermediate_size=40, generator_hidden_size=1 / 3),
+    'E32_H16_gen_full': dict(embedding_size=32, hidden_size=16, num_heads=4,
+                             generator_hidden_size=1.0),
+}
+
+
+def random_params(c, seed=0):
+  """Random params of our model's shapes (numpy, no compilation). Biases and LayerNorm offsets
+  are non-zero and scales away from one, so a misplaced bias or LayerNorm cannot hide."""
+  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+  shapes = jax.eval_shape(lambda r: model_lib.init_params(model, r, c.max_seq_length, 1),
+                          jax.random.key(0))
+  rng = np.random.default_rng(seed)
+
+  def draw(path, shape):
+    value = rng.normal(0.0, 0.1, shape.shape).astype(np.float32)
+    return value + 1.0 if jax.tree_util.keystr(path).endswith("['scale']") else value
+
+  return model, jax.tree_util.tree_map_with_path(draw, shapes)
+
+
+def padded_inputs(c, batch=3, seq=20, seed=0):
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(0, c.vocab_size, (batch, seq))
+  segments = np.broadcast_to((np.arange(seq) >= seq // 2).astype(np.int64), (batch, seq))
+  mask = np.ones((batch, seq), np.int64)
+  mask[1, 13:] = 0  # padding at the end of two rows
+  mask[2, 5:] = 0
+  return ids, np.ascontiguousarray(segments), mask
+
+
+@pytest.mark.parametrize('name', sorted(CONFIGS))
+def test_exported_models_give_our_logits_on_padded_inputs(name, tmp_path):
+  c = config_lib.resolve(tiny_config(**CONFIGS[name]))
+  model, params = random_params(c)
+  export.write_hf_model(params, c, 'discriminator', str(tmp_path / 'd'))
+  export.write_hf_model(params, c, 'generator', str(tmp_path / 'g'))
+  hf_disc = transformers.ElectraForPreTraining.from_pretrained(str(tmp_path / 'd')).eval()
+  hf_gen = transformers.ElectraForMaskedLM.from_pretrained(str(tmp_path / 'g')).eval()
+  assert hf_gen.config.hidden_size == model_lib.ModelConfig.from_config(c).generator_hidden_size
+
+  ids, segments, mask = padded_inputs(c)
+  every_position = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+  # Electra.__call__ runs both networks: (generator logits at the positions, discriminator).
+  ours_gen, ours_disc = jax.device_get(jax.jit(lambda p, *a: model.apply({'params': p}, *a))(
+      params, ids, segments, mask, every_position))
+  with torch.no_grad():
+    inputs = dict(input_ids=torch.tensor(ids), token_type_ids=torch.tensor(segments),
+                  attention_mask=torch.tensor(mask))
+    theirs_disc = hf_disc(**inputs).logits.numpy()
+    theirs_gen = hf_gen(**inputs).logits.numpy()
+  real = mask.astype(bool)
+  assert ours_disc.shape == theirs_disc.shape and ours_gen.shape == theirs_gen.shape
+  assert np.abs(ours_disc - theirs_disc)[real].max() < 1e-4
+  assert np.abs(ours_gen - theirs_gen)[real].max() < 1e-4
+  assert np.abs(ours_disc).max() > 1e-2  # the logits are not trivially zero
+
+
+def hf_state(model):
+  return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize('name', ['E16_H32_gen_half', 'H24_3heads_gen_third'])
+def test_hf_to_ours_to_hf_round_trip_is_exact(name, tmp_path):
+  c = config_lib.resolve(tiny_config(**CONFIGS[name]))
+  torch.manual_seed(0)
+  models = {
+      'discriminator': transformers.ElectraForPreTraining(
+          transformers.ElectraConfig(**export.hf_config_dict(c, 'discriminator'))),
+      'generator': transformers.ElectraForMaskedLM(
+          transformers.ElectraConfig(**export.hf_config_dict(c, 'generator'))),
+  }
+  for network, hf_model in models.items():
+    with torch.no_grad():  # HF initialises biases to zero and LayerNorms to one: perturb all.
+      for p in hf_model.parameters():
+        p.add_(0.05 * torch.randn_like(p))
+    original = hf_state(hf_model)
+    # Read back what transformers itself writes: safetensors (tied matrix left out) and .bin.
+    hf_model.save_pretrained(str(tmp_path / network))
+    _, saved = export.load_hf_dir(str(tmp_path / network))
+    torch.save(hf_model.state_dict(), str(tmp_path / 'pytorch_model.bin'))
+    (tmp_path / 'config.json').write_text('{}')
+    _, saved_bin = export.load_hf_dir(str(tmp_path))
+    for key, value in saved.items():
+      np.testing.assert_array_equal(value, original[key], err_msg=key)
+      np.testing.assert_array_equal(saved_bin[key], original[key], err_msg=key)
+    ours = export.hf_to_params(saved, c, network)
+    encoder_only = export.hf_to_params(saved, c, network, with_head=False)
+    assert 'head' not in encoder_only[network] and 'head' in ours[network]
+    assert set(ours) == {'embeddings', network}
+    back = export.params_to_hf(ours, c, network)
+    # Every tensor comes back bit for bit; only the tied output matrix is left implicit.
+    assert set(original) - set(back) <= {'generator_lm_head.weight'}
+    assert set(back) <= set(original)
+    for key, value in original.items():
+      if key in back:
+        np.testing.assert_array_equal(back[key], value, err_msg=key)
+
+
+def test_import_refuses_wrong_shapes_and_untied_generator_output():
+  c = config_lib.resolve(tiny_config())
+  _, params = random_params(c)
+  state = export.params_to_hf(params, c, 'generator')
+  wrong = dict(state)
+  wrong['electra.encoder.layer.0.intermediate.dense.weight'] = np.zeros((3, 3), np.float32)
+  with pytest.raises(UserError, match='intermediate.dense.weight has shape'):
+    export.hf_to_params(wrong, c, 'generator')
+  untied = dict(state, **{'generator_lm_head.weight': state[
+      'electra.embeddings.word_embeddings.weight'] + 1})
+  with pytest.raises(UserError, match='generator_lm_head.weight differs'):
+    export.hf_to_params(untied, c, 'generator')
+  missing = {k: v for k, v in state.items() if 'layer.1.' not in k}
+  with pytest.raises(UserError, match='lacks'):
+    export.hf_to_params(missing, c, 'generator')
+
+
+def test_exported_tokenizer_matches_ours_on_held_out_text(tmp_path):
+  export.write_tokenizer('data/demo_spm.model', str(tmp_path), 512)
+  hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+  ours = tokenizer_lib.load_tokenizer('data/demo_spm.model')
+  with open(os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'eval', 'persuasion.txt'),
+            encoding='utf-8') as f:
+    lines = [line for line in f.read().split('\n') if line.strip()]
+  lines += ['  extra   spaces\tand a tab ', 'ﬁne ＦＵＬＬ width 1760, émigré 日本']
+  assert len(lines) > 500
+  theirs = hf_tok(lines, add_special_tokens=False)['input_ids']
+  assert theirs == ours.encode_batch(lines)
+  pair = hf_tok('First part.', 'Second one.')
+  a, b = ours.encode('First part.'), ours.encode('Second one.')
+  cls, sep = tokenizer_lib.CLS_ID, tokenizer_lib.SEP_ID
+  assert pair['input_ids'] == [cls, *a, sep, *b, sep]
+  assert pair['token_type_ids'] == [0] * (len(a) + 2) + [1] * (len(b) + 1)
+  assert (hf_tok.pad_token_id, hf_tok.mask_token_id) == (tokenizer_lib.PAD_ID,
+                                                          tokenizer_lib.MASK_ID)
+
+
+def test_wordpiece_vocab_exports_as_an_electra_tokenizer(tmp_path):
+  words = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the', 'cat', 'sat', '##s', '.']
+  (tmp_path / 'vocab.txt').write_text('\n'.join(words) + '\n', encoding='utf-8')
+  out = tmp_path / 'out'
+  out.mkdir()
+  export.write_tokenizer(str(tmp_path / 'vocab.txt'), str(out), 128)
+  tok = transformers.AutoTokenizer.from_pretrained(str(out))
+  assert (out / 'vocab.txt').read_text(encoding='utf-8').split() == words
+  assert tok('The cats sat.')['input_ids'] == [2, 5, 6, 8, 7, 9, 3]
+  assert tok('dog', add_special_tokens=False)['input_ids'] == [1]
+  ours = tokenizer_lib.load_tokenizer(str(tmp_path / 'vocab.txt'))
+  for text in ('The cats sat.', 'THE CÄT SATS', 'the dog sat'):
+    assert tok(text, add_special_tokens=False)['input_ids'] == ours.encode(text)
+
+
+def test_export_refuses_missing_workdir_checkpoint_and_non_empty_output(tmp_path):
+  with pytest.raises(UserError, match='does not exist'):
+    export.export_workdir(str(tmp_path / 'nowhere'), str(tmp_path / 'out'))
+  (tmp_path / 'empty').mkdir()
+  with pytest.raises(UserError, match='config.json'):
+    export.export_workdir(str(tmp_path / 'empty'), str(tmp_path / 'out'))
+  workdir = tmp_path / 'no_ckpt'
+  workdir.mkdir()
+  c = config_lib.resolve(tiny_config())
+  (workdir / 'config.json').write_text(config_lib.to_json(c), encoding='utf-8')
+  with pytest.raises(UserError, match='no checkpoints'):
+    export.export_workdir(str(workdir), str(tmp_path / 'out'))
+  (tmp_path / 'full').mkdir()
+  (tmp_path / 'full' / 'keep.txt').write_text('x')
+  with pytest.raises(UserError, match='not empty; pass --overwrite'):
+    export.export_workdir(str(workdir), str(tmp_path / 'full'))
+  assert (tmp_path / 'full' / 'keep.txt').read_text() == 'x'
+  assert not (tmp_path / 'out').exists()
+
+
+@pytest.fixture(scope='module')
+def exported(tmp_path_factory):
+  """A 2-step CLI training run, exported (generator too) by the export CLI."""
+  base = tmp_path_factory.mktemp('export')
+  corpus = base / 'corpus.txt'
+  with open(os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'train', 'emma.txt'),
+            encoding='utf-8') as f:
+    corpus.write_text(f.read(20_000).rsplit('\n', 1)[0] + '\n', encoding='utf-8')
+  workdir, output = str(base / 'run'), str(base / 'hf')
+  run_cli('electra_jax.train', '--config=configs/demo.py', f'--workdir={workdir}',
+          f'--config.train_files={corpus}', f'--config.eval_files={corpus}', *TINY_FLAGS,
+          '--config.num_train_steps=2', '--config.eval_every_steps=0')
+  proc = run_cli('electra_jax.export', f'--workdir={workdir}', f'--output={output}',
+                 '--what=both')
+  return dict(workdir=workdir, output=output, result=last_json(proc.stdout), base=base)
+
+
+def test_export_cli_writes_directories_transformers_loads(exported):
+  output, result = exported['output'], exported['result']
+  assert result['step'] == 2 and result['directories']['generator'] == os.path.join(
+      output, 'generator')
+  assert not [n for n in os.listdir(os.path.dirname(output)) if '.tmp-' in n]
+  tok = transformers.AutoTokenizer.from_pretrained(output)
+  disc = transformers.ElectraForPreTraining.from_pretrained(output).eval()
+  gen = transformers.ElectraForMaskedLM.from_pretrained(os.path.join(output, 'generator')).eval()
+  batch = tok(['Emma Woodhouse, handsome, clever, and rich.', 'Short.'], padding=True,
+              return_tensors='pt')
+  c = export.load_workdir_config(exported['workdir'])
+  params, _ = export.restore_params(exported['workdir'], c)
+  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+  ids, segments, mask = (batch[k].numpy() for k in ('input_ids', 'token_type_ids',
+                                                    'attention_mask'))
+  ours = jax.jit(lambda p, *a: model.apply({'params': p}, *a, method=model_lib.Electra
+                                           .discriminator_logits))(params, ids, segments, mask)
+  with torch.no_grad():
+    theirs = disc(**batch).logits.numpy()
+    mlm = gen(**batch).logits
+  real = mask.astype(bool)
+  assert np.abs(np.asarray(ours) - theirs)[real].max() < 1e-4
+  assert mlm.shape == (*ids.shape, c.vocab_size)
+  # The generator directory shares the discriminator's embeddings.
+  np.testing.assert_array_equal(gen.electra.embeddings.word_embeddings.weight.detach().numpy(),
+                                disc.electra.embeddings.word_embeddings.weight.detach().numpy())
+
+
+def test_from_hf_workdir_holds_the_same_params_and_evaluate_reads_it(exported):
+  output = exported['output']
+  workdir = str(exported['base'] / 'imported')
+  result = export.import_hf(output, workdir, os.path.join(output, 'generator'))
+  assert result['step'] == 0 and not result['notes']
+  original, _ = export.restore_params(exported['workdir'],
+                                      export.load_workdir_config(exported['workdir']))
+  imported, step = export.restore_params(workdir, export.load_workdir_config(workdir))
+  assert step == 0
+  flat_original = jax.tree_util.tree_leaves_with_path(original)
+  flat_imported = jax.tree_util.tree_leaves_with_path(imported)
+  assert [p for p, _ in flat_original] == [p for p, _ in flat_imported]
+  for (path, a), (_, b) in zip(flat_original, flat_imported):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(path))
+  config, discriminator = export.load_hf_discriminator(output)
+  assert config.vocab_file == os.path.join(output, export.SPM_FILE)
+  for (path, a), (_, b) in zip(
+      jax.tree_util.tree_leaves_with_path(discriminator),
+      jax.tree_util.tree_leaves_with_path({k: original[k] for k in discriminator})):
+    np.testing.assert_array_equal(a, np.asarray(b), err_msg=str(path))
+  proc = run_cli('electra_jax.evaluate', f'--workdir={workdir}', *result['evaluate_flags'],
+                 f'--eval_files={exported["base"] / "corpus.txt"}', '--num_batches=1')
+  metrics = last_json(proc.stdout)
+  assert metrics['step'] == 0 and np.isfinite(metrics['loss'])
+  with pytest.raises(UserError, match='not empty'):
+    export.import_hf(output, workdir)
+
+
+def test_from_hf_refuses_a_generator_as_the_discriminator(exported, tmp_path):
+  with pytest.raises(UserError, match='holds a generator'):
+    export.import_hf(os.path.join(exported['output'], 'generator'), str(tmp_path / 'w'))
+  assert not (tmp_path / 'w').exists()
+
+
+def test_from_hf_without_generator_initialises_it_and_says_so(exported, tmp_path):
+  result = export.import_hf(exported['output'], str(tmp_path / 'w'))
+  assert any('randomly initialised' in note for note in result['notes'])
+  c = export.load_workdir_config(str(tmp_path / 'w'))
+  assert c.vocab_file == str(tmp_path / 'w' / export.SPM_FILE)
+  params, _ = export.restore_params(str(tmp_path / 'w'), c)
+  assert set(params) == {'embeddings', 'generator', 'discriminator'}
+
+
+def test_export_imports_as_a_library_beside_other_commands():
+  """Its flags are defined only when the command runs, so fine-tuning (which has its own
+  --workdir and --output) can import the conversion functions."""
+  from electra_jax import evaluate  # pylint: disable=import-outside-toplevel,unused-import
+  assert 'workdir' in evaluate.FLAGS and 'from_hf' not in evaluate.FLAGS
