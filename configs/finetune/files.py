@@ -1,0 +1,13 @@
+"""Fine-tuning on your own CSV/TSV/JSONL; defaults to the bundled Austen acceptability set.
+
+Columns: text (or text_a/text_b) and label; a header row is required for CSV/TSV.
+"""
+from configs.finetune import glue
+
+
+def get_config():
+  c = glue.get_config()
+  c.task = 'files'
+  c.train_file = 'data/austen_acceptability/train.tsv'
+  c.eval_file = 'data/austen_acceptability/eval.tsv'
+  return c
