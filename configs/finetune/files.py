@@ -1,4 +1,5 @@
-"""Fine-tuning on your own CSV/TSV/JSONL; defaults to the bundled Austen acceptability set.
+"""Fine-tuning on your own CSV/TSV/JSONL; defaults to the bundled Austen set
+(which novel a sentence is from, data/austen_novels).
 
 Columns: text (or text_a/text_b) and label; a header row is required for CSV/TSV.
 """
@@ -8,6 +9,6 @@ from configs.finetune import glue
 def get_config():
   c = glue.get_config()
   c.task = 'files'
-  c.train_file = 'data/austen_acceptability/train.tsv'
-  c.eval_file = 'data/austen_acceptability/eval.tsv'
+  c.train_file = 'data/austen_novels/train.tsv'
+  c.eval_file = 'data/austen_novels/eval.tsv'
   return c

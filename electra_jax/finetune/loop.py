@@ -65,8 +65,7 @@ def load_data(c, task, tokenizer) -> Data:
                         'columns text or text_a/text_b, and label)')
     train_rows = tasks_lib.read_rows(c.train_file)
     eval_rows = tasks_lib.read_rows(c.eval_file)
-    label_type = c.label_type
-    task = tasks_lib.files_task(train_rows, label_type)
+    task = tasks_lib.files_task(train_rows, c.label_type, c.train_file)
     train = tasks_lib.file_examples(task, train_rows, c.train_file, c.max_train_examples)
     evals = [('', tasks_lib.file_examples(task, eval_rows, c.eval_file, c.max_eval_examples))]
   else:

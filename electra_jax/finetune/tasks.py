@@ -96,7 +96,7 @@ def tfds_source(name: str, split: str, data_dir: str | None, download: bool):
   _import_builders()
   try:
     return tfds.data_source(name, split=split, data_dir=data_dir or None, download=download)
-  except (AssertionError, FileNotFoundError, ValueError) as e:
+  except (AssertionError, FileNotFoundError, ValueError, NotImplementedError) as e:
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     raise UserError(f"TFDS dataset '{name}' split '{split}' is not available ({first[:200]}); "
                     'prepare it with `tfds build '
@@ -192,8 +192,12 @@ def _columns(rows, path) -> tuple[str, str | None]:
   return text_a, 'text_b' if 'text_b' in columns else None
 
 
-def files_task(train_rows: list[dict], label_type: str = 'auto') -> Task:
+def files_task(train_rows: list[dict], label_type: str = 'auto',
+               path: str = 'the training file') -> Task:
   """The files task with its label names (sorted), or regression if the labels are floats."""
+  if not train_rows:
+    raise UserError(f"file '{path}' has no examples")
+  _columns(train_rows, path)
   labels = [r['label'] for r in train_rows]
   if label_type == 'auto':
     floats = all(_is_float(x) for x in labels) and any(_FLOAT_LITERAL.match(x.strip())
