@@ -83,8 +83,7 @@ def test_files_task_errors_are_one_clear_line(tmp_path):
   task = tasks.files_task(tasks.read_rows(str(tmp_path / 'train.tsv')))
   with pytest.raises(UserError, match="label 'z', which the training file never uses"):
     tasks.file_examples(task, tasks.read_rows(str(tmp_path / 'eval.tsv')), 'eval.tsv')
-  with pytest.raises(UserError, match='config.task=nope is not a task'.replace('=', "='")
-                     .replace('nope', "nope'")):
+  with pytest.raises(UserError, match="config.task='nope' is not a task"):
     tasks.get_task('nope')
 
 
@@ -253,18 +252,20 @@ def test_span_decoding_picks_the_best_candidate_across_windows():
       start_index=np.array([[2, 1], [1, 3]]),
       start_log_prob=np.array([[-0.5, -1.0], [-0.2, -2.0]]),
       end_index=np.array([[[3, 2], [1, 4]], [[0, 2], [4, 3]]]),
-      end_log_prob=np.array([[[-0.1, -0.3], [-0.5, -0.2]], [[-0.01, -0.4], [-0.1, -0.1]]]),
+      end_log_prob=np.array([[[-0.1, -0.3], [-0.5, -0.2]], [[-0.01, -0.5], [-0.1, -0.1]]]),
       answerable_prob=np.array([0.3, 0.7]))
   examples = [dict(id='q', context=context)]
-  # Window 1's (start 1, end 0) is invalid ([CLS] end); its best valid is (1, 2): -0.6;
-  # window 0's best is (2, 3): -0.6 too but found first; (2, 3) = 'beta gamma'.
+  # Token j+1 is word j. Window 0: (2, 3) scores -0.6, (2, 2) -0.8, (1, 1) -1.5, (1, 4) is
+  # too long. Window 1: (1, 0) ends before it starts ([CLS]), (1, 2) -0.7, (3, 3) -2.1.
   got = spans.decode_answers(feats, outputs, examples, max_answer_length=3, squad_v2=False)
   assert got == {'q': 'beta gamma'}
-  # A shorter max length rules out 2-token spans: best single token is (1, 1) in window 0?
-  # No: window 0 offers (2, 2) at -0.8 and (1, 1) at -1.5; window 1 offers nothing of length 1
-  # except (3, 3) at -2.1, so 'beta' wins.
+  # One-token answers only: (2, 2) = 'beta' beats (1, 1) and window 1's (3, 3).
   got = spans.decode_answers(feats, outputs, examples, max_answer_length=1, squad_v2=False)
   assert got == {'q': 'beta'}
+  # A more confident start in window 1 makes its (1, 2) the best overall: -0.55.
+  outputs['start_log_prob'] = np.array([[-0.5, -1.0], [-0.05, -2.0]])
+  assert spans.decode_answers(feats, outputs, examples, 3, squad_v2=False) == {'q': 'alpha beta'}
+  outputs['start_log_prob'] = np.array([[-0.5, -1.0], [-0.2, -2.0]])
   # SQuAD 2.0: some window is confident enough there is an answer (0.7) -> keep it.
   assert spans.decode_answers(feats, outputs, examples, 3, squad_v2=True) == {'q': 'beta gamma'}
   outputs['answerable_prob'] = np.array([0.3, 0.4])
@@ -417,3 +418,20 @@ def test_cli_refuses_to_overwrite_results_and_reports_bad_input(finetuned):
   unknown = run_cli('--config=configs/finetune/glue.py', '--config.lerning_rate=1e-4',
                     f'--workdir={finetuned["root"]}/x', check=False)
   assert unknown.returncode != 0 and 'lerning_rate' in unknown.stderr
+
+
+def test_paper_defaults_fill_by_model_size_and_task():
+  from electra_jax.finetune import settings  # pylint: disable=import-outside-toplevel
+  small = settings.resolve(ft_config(num_epochs=None), tasks.get_task('rte'), 256)
+  assert (small.learning_rate, small.layerwise_lr_decay, small.num_epochs) == (3e-4, 0.8, 10)
+  large = settings.resolve(ft_config(num_epochs=None), tasks.get_task('squad_v2'), 1024)
+  assert (large.learning_rate, large.layerwise_lr_decay, large.num_epochs) == (5e-5, 0.9, 2)
+  base = settings.resolve(ft_config(learning_rate=2e-5, num_epochs=None), tasks.get_task('sst2'), 768)
+  assert (base.learning_rate, base.layerwise_lr_decay, base.num_epochs) == (2e-5, 0.8, 3)
+  with pytest.raises(UserError, match=r'config.layerwise_lr_decay=1.5 must be in \(0, 1\]'):
+    settings.resolve(ft_config(layerwise_lr_decay=1.5), tasks.get_task('sst2'), 256)
+
+
+def test_without_checkpoint_or_random_init_the_error_says_what_to_set():
+  with pytest.raises(UserError, match='set --config.init_checkpoint=WORKDIR'):
+    loop._model_and_tokenizer(ft_config())  # pylint: disable=protected-access

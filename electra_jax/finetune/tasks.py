@@ -92,7 +92,11 @@ def _import_builders():
 
 def tfds_source(name: str, split: str, data_dir: str | None, download: bool):
   """A random-access TFDS split (ArrayRecord), or a UserError saying how to get it."""
-  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  try:
+    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    raise UserError(f"task dataset '{name}' needs tensorflow-datasets; pip install -e "
+                    "'.[finetune]' (or use config.task=files with your own files)") from None
   _import_builders()
   try:
     return tfds.data_source(name, split=split, data_dir=data_dir or None, download=download)
