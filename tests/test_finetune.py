@@ -221,21 +221,26 @@ def test_span_head_shapes_and_end_conditioned_on_start(tokenizer):
                  answers=[('Louisa', CONTEXT.index('Louisa'))])
   f = features.encode_squad(tokenizer, [example, dict(example, id='r')], 48, 16, 16)
   batch = {k: jnp.asarray(v) for k, v in loop._model_inputs(f).items()}  # pylint: disable=protected-access
-  params = model.init({'params': jax.random.key(0)}, batch)['params']
-  start, end, answerable = model.apply({'params': params}, batch)
+  # Jitted: eager op-by-op dispatch of a whole model is slow on a busy CPU.
+  params = jax.jit(lambda r: model.init({'params': r}, batch)['params'])(jax.random.key(0))
+  start, end, answerable = jax.jit(lambda p: model.apply({'params': p}, batch))(params)
   assert start.shape == end.shape == (2, 48) and answerable.shape == (2,)
   assert (start[batch['context_mask'] == 0] < -1e8).all()
-  s_lp, s_idx, e_lp, e_idx, _ = model.apply({'params': params}, batch, 5, 3,
-                                            method=model.span_beam)
+  s_lp, s_idx, e_lp, e_idx, _ = jax.jit(lambda p: model.apply(
+      {'params': p}, batch, 5, 3, method=model.span_beam))(params)
   assert s_idx.shape == s_lp.shape == (2, 5) and e_idx.shape == e_lp.shape == (2, 5, 5)
   valid = e_lp > -1e8
   gap = np.asarray(e_idx) - np.asarray(s_idx)[..., None]
   assert ((gap >= 0) & (gap < 3))[np.asarray(valid)].all()
   # End logits depend on the start they are conditioned on.
-  hidden = model.apply({'params': params}, batch, True, method=model.hidden)
   head = heads.SpanHead(32, 0.0)
-  ends = head.apply({'params': params['head']}, hidden, batch['context_mask'],
-                    jnp.array([[20, 25], [20, 25]]), method=head.end_logits)
+
+  @jax.jit
+  def end_logits(p):
+    hidden = model.apply({'params': p}, batch, True, method=model.hidden)
+    return head.apply({'params': p['head']}, hidden, batch['context_mask'],
+                      jnp.array([[20, 25], [20, 25]]), method=head.end_logits)
+  ends = end_logits(params)
   assert not np.allclose(ends[:, 0], ends[:, 1])
 
 
@@ -302,6 +307,11 @@ def test_load_pretrained_keeps_embeddings_and_discriminator_encoder(pretrain_wor
     for key in path:
       expected = expected[key.key]
     np.testing.assert_array_equal(value, expected)
+  # random_init: the same shape and vocabulary, no pretrained weights.
+  c = ft_config(init_checkpoint=workdir, random_init=True)
+  params, random_config, tok = loop._model_and_tokenizer(c)  # pylint: disable=protected-access
+  assert params is None and random_config.hidden_size == 32 and tok.vocab_size == 8000
+  assert random_config.dropout_rate == c.dropout_rate
 
 
 def test_transformers_directory_needs_the_export_module(tmp_path):

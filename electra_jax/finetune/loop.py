@@ -15,6 +15,7 @@ import tqdm
 
 from electra_jax import cli
 from electra_jax import experiment as experiment_lib
+from electra_jax import model as model_lib
 from electra_jax import optim
 from electra_jax import parallel
 from electra_jax import train_state as ts
@@ -241,7 +242,8 @@ def run_seed(c, data: Data, trainer: Trainer, pretrained_params, seed: int, mesh
                             mesh)
       record.update({f'eval_{k}': v for k, v in score(task, c, eval_set, outputs).items()})
     history.append(record)
-    _append_jsonl(metrics_path, record)
+    if jax.process_index() == 0:
+      _append_jsonl(metrics_path, record)
     main = record[f'eval_{task.main_metric}']
     bar.write(f'seed {seed} epoch {epoch}/{c.num_epochs} | train loss {record["train_loss"]:.4f}'
               f' | eval loss {record["eval_loss"]:.4f} | {task.main_metric} {main:.4f}',
@@ -274,14 +276,18 @@ def _model_and_tokenizer(c):
   vocab_file = c.vocab_file
   params = None
   if c.init_checkpoint:
-    params, model_config = pretrained.load_pretrained(c.init_checkpoint)
-    if vocab_file is None and not pretrained.is_hf_dir(c.init_checkpoint):
+    hf = pretrained.is_hf_dir(c.init_checkpoint)
+    if c.random_init and not hf:  # Same architecture, random weights: the baseline.
+      model_config = model_lib.ModelConfig.from_config(
+          pretrained.pretraining_config(c.init_checkpoint))
+    else:
+      params, model_config = pretrained.load_pretrained(c.init_checkpoint)
+      params = None if c.random_init else params
+    if vocab_file is None and not hf:
       vocab_file = pretrained.pretraining_config(c.init_checkpoint).vocab_file
     if vocab_file is None:
       raise UserError('config.vocab_file is needed with a transformers init_checkpoint; pass '
                       'the sentencepiece model the checkpoint was trained with')
-    if c.random_init:
-      params = None  # Same architecture, random weights: the baseline.
     tokenizer = tokenizer_lib.load_tokenizer(vocab_file, model_config.vocab_size)
   elif c.random_init:
     tokenizer = tokenizer_lib.load_tokenizer(vocab_file or DEFAULT_VOCAB)
