@@ -321,12 +321,12 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
       f.write(json.dumps(c.to_dict(), indent=2, sort_keys=True) + '\n')
   model = make_model(task, model_config)
   origin = 'random init' if params is None else f'init from {c.init_checkpoint}'
+  eval_rows = ', '.join(f'{_num_rows(e.features)} eval rows'
+                        + (f' ({e.prefix.strip("_")})' if e.prefix else '') for e in data.evals)
   say(f'Writing to {workdir} | task {task.name} ({task.kind}) | {origin} | '
-      f'{_num_rows(data.train)} train rows, '
-      + ', '.join(f'{_num_rows(e.features)} eval rows{" (" + e.prefix.strip("_") + ")" if e.prefix else ""}'
-                  for e in data.evals)
-      + f' | {c.num_seeds} seed(s) x {c.num_epochs} epoch(s), lr {c.learning_rate:g}, '
-      f'layer decay {c.layerwise_lr_decay:g}', flush=True)
+      f'{_num_rows(data.train)} train rows, {eval_rows} | {c.num_seeds} seed(s) x '
+      f'{c.num_epochs} epoch(s), lr {c.learning_rate:g}, layer decay '
+      f'{c.layerwise_lr_decay:g}', flush=True)
   total = c.num_seeds * c.num_epochs * steps_per_epoch(data.train, c.train_batch_size)
   bar = tqdm.tqdm(total=total, unit='step', file=sys.stderr, dynamic_ncols=True,
                   disable=not (is_chief and c.progress_bar),
@@ -341,7 +341,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     runs.append(run_seed(c, data, trainer, params, seed, mesh, seed_dir, bar))
   bar.close()
   summary = summarize(task, runs)
-  summary.update(task=task.name, label_names=list(task.label_names), workdir=workdir, init_checkpoint=c.init_checkpoint,
+  summary.update(task=task.name, label_names=list(task.label_names), workdir=workdir,
+                 init_checkpoint=c.init_checkpoint,
                  random_init=bool(c.random_init or not c.init_checkpoint),
                  wall_time_sec=round(time.time() - start_time, 2))
   if is_chief:
