@@ -40,3 +40,51 @@ def make_optimizer(c) -> tuple[optax.GradientTransformation, optax.Schedule]:
   if c.max_grad_norm > 0:
     tx = optax.chain(optax.clip_by_global_norm(c.max_grad_norm), adamw)
   return optax.apply_if_finite(tx, max_consecutive_errors=NEVER), schedule
+
+
+def _path_keys(path) -> list:
+  return [getattr(p, 'key', None) for p in path]
+
+
+def layerwise_lr_multipliers(params, decay: float, num_layers: int):
+  """Fine-tuning learning-rate factor per parameter (layer-wise LR decay, ELECTRA §fine-tuning).
+
+  The task head gets 1, encoder layer i (0 = bottom) decay^(num_layers - i), so the top layer
+  gets decay^1, and the embeddings (with their E->H projection) decay^(num_layers + 1). (The
+  official release gives the top layer decay^2; that is a known bug, not copied here.)
+  """
+  def multiplier(path, _):
+    keys = [k for k in _path_keys(path) if isinstance(k, str)]
+    for key in keys:
+      if key.startswith('layer_') and key[len('layer_'):].isdigit():
+        return decay ** (num_layers - int(key[len('layer_'):]))
+    if 'embeddings' in keys or 'embeddings_project' in keys:
+      return decay ** (num_layers + 1)
+    return 1.0
+  return jax.tree_util.tree_map_with_path(multiplier, params)
+
+
+def scale_by_multipliers(multipliers) -> optax.GradientTransformation:
+  """Multiplies each parameter's update by its (constant) factor: a per-parameter LR scale."""
+  return optax.stateless(
+      lambda updates, params=None: jax.tree.map(lambda u, m: u * m, updates, multipliers))
+
+
+def make_finetune_optimizer(c, params, num_layers: int, total_steps: int,
+                            warmup_steps: int) -> tuple[optax.GradientTransformation,
+                                                        optax.Schedule]:
+  """Clipping, AdamW on the warmup + linear-decay schedule, then layer-wise LR decay.
+
+  Scaling AdamW's whole update (step and decoupled weight decay) by a parameter's factor is
+  the same as giving that parameter the learning rate lr * factor.
+  """
+  schedule = learning_rate_schedule(c.learning_rate, warmup_steps, total_steps)
+  parts = []
+  if c.max_grad_norm > 0:
+    parts.append(optax.clip_by_global_norm(c.max_grad_norm))
+  parts.append(optax.adamw(schedule, b1=c.adam_b1, b2=c.adam_b2, eps=c.adam_epsilon,
+                           weight_decay=c.weight_decay_rate, mask=weight_decay_mask))
+  if c.layerwise_lr_decay != 1.0:
+    parts.append(scale_by_multipliers(
+        layerwise_lr_multipliers(params, c.layerwise_lr_decay, num_layers)))
+  return optax.chain(*parts), schedule

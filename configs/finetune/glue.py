@@ -1,0 +1,102 @@
+"""Fine-tuning config: every key with its default (GLUE; squad.py and files.py change a few).
+
+  python -m electra_jax.finetune --config=configs/finetune/glue.py --config.task=sst2 \
+      --config.init_checkpoint=WORKDIR --workdir=FT_DIR [--config.num_seeds=10]
+
+Keys left as None take the paper's value for the task or model size (electra_jax/finetune/
+settings.py); an unknown --config.KEY is an error naming it.
+"""
+from ml_collections import config_dict
+
+placeholder = config_dict.placeholder
+
+
+def get_config():
+  c = config_dict.ConfigDict()
+
+  # --- Task and data -----------------------------------------------------------------------
+  # Task name: a GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), squad_v1, squad_v2,
+  # or 'files' (your own train_file / eval_file).
+  c.task = 'sst2'
+  # TFDS data directory for GLUE/SQuAD (None: TFDS's default, ~/tensorflow_datasets).
+  c.tfds_data_dir = placeholder(str)
+  # Let TFDS download and prepare (as ArrayRecord) a GLUE/SQuAD dataset that is not there yet.
+  c.tfds_download = True
+  # task=files: training CSV/TSV/JSONL with a header (columns text or text_a/text_b, label).
+  c.train_file = placeholder(str)
+  # task=files: evaluation file in the same format.
+  c.eval_file = placeholder(str)
+  # task=files: 'auto' (float labels such as 0.5 -> regression, else classes), 'class' or
+  # 'regression'.
+  c.label_type = 'auto'
+  # Use at most this many training examples (0: all); for quick runs.
+  c.max_train_examples = 0
+  # Use at most this many evaluation examples (0: all).
+  c.max_eval_examples = 0
+  # Tokens per example including [CLS] and [SEP]s (SQuAD: the window length).
+  c.max_seq_length = 128
+
+  # --- Initialisation ----------------------------------------------------------------------
+  # A pretraining workdir (its config.json and latest checkpoint) or a transformers ELECTRA
+  # directory. The generator is dropped; embeddings + discriminator are fine-tuned.
+  c.init_checkpoint = placeholder(str)
+  # Fine-tune the same architecture from random weights (the baseline pretraining must beat).
+  c.random_init = False
+  # Architecture when there is no init_checkpoint (random_init): 'demo', 'small', 'base', 'large'.
+  c.model_size = 'small'
+  # Sentencepiece vocabulary (None: the pretraining config's vocab_file; else the demo vocab).
+  c.vocab_file = placeholder(str)
+  # Dropout on embeddings, attention and FFN outputs, and before the task head.
+  c.dropout_rate = 0.1
+  # Dropout on attention probabilities.
+  c.attention_dropout_rate = 0.1
+
+  # --- Optimisation (paper: ELECTRA.md, fine-tuning) ----------------------------------------
+  # Peak learning rate (None: 3e-4 small, 1e-4 base, 5e-5 large, 1e-3 demo).
+  c.learning_rate = placeholder(float)
+  # Layer-wise LR decay: top layer lr*d, layer i lr*d^(L-i), embeddings lr*d^(L+1)
+  # (None: 0.8 small/base/demo, 0.9 large; 1.0 disables).
+  c.layerwise_lr_decay = placeholder(float)
+  # Passes over the training set (None: the task's default: 10 RTE/STS-B, 2 SQuAD, 3 others).
+  c.num_epochs = placeholder(int)
+  # Global training batch size in examples.
+  c.train_batch_size = 32
+  # Global evaluation batch size.
+  c.eval_batch_size = 128
+  # Fraction of the training steps spent in linear warmup; then linear decay to 0.
+  c.warmup_fraction = 0.1
+  # Decoupled weight decay (AdamW), not on LayerNorm or biases (paper 0; official code 0.01).
+  c.weight_decay_rate = 0.01
+  # Adam first-moment decay.
+  c.adam_b1 = 0.9
+  # Adam second-moment decay.
+  c.adam_b2 = 0.999
+  # Adam epsilon.
+  c.adam_epsilon = 1e-6
+  # Clip gradients to this global norm (0 disables).
+  c.max_grad_norm = 1.0
+
+  # --- SQuAD --------------------------------------------------------------------------------
+  # Tokens between the starts of consecutive context windows.
+  c.doc_stride = 128
+  # Question tokens kept.
+  c.max_query_length = 64
+  # Longest answer span considered, in tokens.
+  c.max_answer_length = 30
+  # Top-k starts, and top-k ends for each, searched at inference.
+  c.beam_size = 20
+  # Weight of the answerability loss (SQuAD 2.0; paper: 0.5).
+  c.answerable_weight = 0.5
+
+  # --- Runs and outputs ---------------------------------------------------------------------
+  # Independent runs with seeds seed .. seed+num_seeds-1 (the paper reports the median of 10).
+  c.num_seeds = 1
+  # First seed (head initialisation, data order, dropout).
+  c.seed = 0
+  # Keep each seed's best epoch (by the task's main metric) as an Orbax checkpoint.
+  c.save_best_checkpoint = True
+  # Show a tqdm progress bar on stderr.
+  c.progress_bar = True
+  # Compute dtype: 'float32' or 'bfloat16'.
+  c.dtype = 'float32'
+  return c

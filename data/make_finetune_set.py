@@ -1,0 +1,79 @@
+"""Builds data/austen_novels/: a small sentence classification set from the bundled Austen
+corpus (which of the five training novels a sentence comes from), for the fine-tuning demo
+(configs/finetune/files.py) and the "pretrained vs random init" comparison.
+
+Sentences of 8-30 words are taken from data/demo_corpus/train (one file per novel, one
+chapter per blank-line-separated document). Every 4th chapter of each novel goes to eval, the
+rest to train, so no eval sentence shares a chapter (scene, conversation) with a training
+sentence. The pretraining corpus does contain these sentences (unlabelled), as a pretraining
+corpus usually contains text like the downstream task's; *Persuasion* (held out of
+pretraining) cannot be used because it is not one of the classes.
+
+  python data/make_finetune_set.py --corpus_dir=data/demo_corpus \
+      --output_dir=data/austen_novels --num_train=2000 --num_eval=1000 --seed=0
+"""
+import argparse
+import glob
+import os
+import random
+import re
+
+# A sentence ends at . ! or ? followed by space and a capital or quote; titles don't end one.
+_SENTENCE_END = re.compile(r'(?<!\bMr)(?<!\bMrs)(?<!\bDr)(?<!\bSt)(?<!\bMs)([.!?])\s+(?=["\'A-Z])')
+MIN_WORDS, MAX_WORDS = 8, 30
+
+
+def chapter_sentences(path: str) -> list[list[str]]:
+  """Sentences (whitespace-normalised, 8-30 words) of each chapter of one novel."""
+  with open(path, encoding='utf-8') as f:
+    chapters = f.read().split('\n\n')
+  out = []
+  for chapter in chapters:
+    found = []
+    for paragraph in chapter.splitlines():
+      for sentence in _SENTENCE_END.sub(r'\1\n', paragraph.strip()).split('\n'):
+        sentence = ' '.join(sentence.split())
+        if MIN_WORDS <= len(sentence.split()) <= MAX_WORDS:
+          found.append(sentence)
+    out.append(found)
+  return out
+
+
+def build(paths: list[str], num_train: int, num_eval: int, rng: random.Random):
+  train, evaluation = [], []
+  for path in paths:
+    label = os.path.splitext(os.path.basename(path))[0]
+    for k, chapter in enumerate(chapter_sentences(path)):
+      (evaluation if k % 4 == 3 else train).extend((s, label) for s in chapter)
+  for rows in (train, evaluation):
+    rng.shuffle(rows)
+  if len(train) < num_train or len(evaluation) < num_eval:
+    raise SystemExit(f'only {len(train)} train / {len(evaluation)} eval sentences available')
+  return train[:num_train], evaluation[:num_eval]
+
+
+def write_tsv(path: str, rows):
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write('text\tlabel\n')
+    for text, label in rows:
+      f.write(f'{text}\t{label}\n')
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
+  parser.add_argument('--corpus_dir', default='data/demo_corpus')
+  parser.add_argument('--output_dir', default='data/austen_novels')
+  parser.add_argument('--num_train', type=int, default=2000)
+  parser.add_argument('--num_eval', type=int, default=1000)
+  parser.add_argument('--seed', type=int, default=0)
+  args = parser.parse_args()
+  train, evaluation = build(sorted(glob.glob(os.path.join(args.corpus_dir, 'train', '*.txt'))),
+                            args.num_train, args.num_eval, random.Random(args.seed))
+  os.makedirs(args.output_dir, exist_ok=True)
+  write_tsv(os.path.join(args.output_dir, 'train.tsv'), train)
+  write_tsv(os.path.join(args.output_dir, 'eval.tsv'), evaluation)
+  print(f'wrote {len(train)} train and {len(evaluation)} eval examples to {args.output_dir}')
+
+
+if __name__ == '__main__':
+  main()

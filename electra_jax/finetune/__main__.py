@@ -1,0 +1,35 @@
+"""Fine-tune a pretrained ELECTRA discriminator on a GLUE task, SQuAD or your own files.
+
+  python -m electra_jax.finetune --config=configs/finetune/glue.py --config.task=sst2 \
+      --config.init_checkpoint=WORKDIR --workdir=FT_DIR [--config.num_seeds=10]
+
+Runs num_seeds runs (seeds seed..seed+n-1), evaluates after every epoch, keeps each run's best
+epoch as an Orbax checkpoint and reports the median over runs. Writes FT_DIR/{config.json,
+results.json, seed_<k>/metrics.jsonl, seed_<k>/best/}; the last stdout line is a JSON summary.
+"""
+from absl import flags
+from ml_collections import config_flags
+
+from electra_jax import cli
+from electra_jax.finetune import loop
+
+config_flags.DEFINE_config_file('config', None, 'Fine-tuning config (configs/finetune/*.py); '
+                                'override any key with --config.KEY=VALUE.', lock_config=True)
+flags.DEFINE_string('workdir', None, 'New directory for results, per-seed metrics and the best '
+                    'checkpoints.')
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise cli.UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
+  cli.print_result(loop.finetune(FLAGS.config, FLAGS.workdir))
+
+
+def run():
+  flags.mark_flags_as_required(['config', 'workdir'])
+  cli.run(main)
+
+
+if __name__ == '__main__':
+  run()

@@ -1,0 +1,120 @@
+"""Examples -> fixed-length model inputs: [CLS] A [SEP] (B [SEP]) ids, segments and masks.
+
+Pairs are truncated longest-first, as in BERT/ELECTRA. SQuAD contexts longer than the window
+are split into overlapping windows (stride `doc_stride` tokens); each window keeps the
+character span of every context token so a predicted token span maps back to the text.
+"""
+import numpy as np
+
+from electra_jax.data.tokenizer import CLS_ID, PAD_ID, SEP_ID
+
+
+def _truncate_pair(a: list, b: list, max_tokens: int):
+  while len(a) + len(b) > max_tokens:
+    (a if len(a) >= len(b) else b).pop()
+
+
+def _pack(a: list, b: list | None, max_seq_length: int):
+  ids = [CLS_ID] + a + [SEP_ID]
+  segments = [0] * len(ids)
+  if b is not None:
+    ids += b + [SEP_ID]
+    segments += [1] * (len(b) + 1)
+  pad = max_seq_length - len(ids)
+  return ids + [PAD_ID] * pad, segments + [0] * pad, [1] * (max_seq_length - pad) + [0] * pad
+
+
+def encode_classification(tokenizer, examples: list[dict], max_seq_length: int,
+                          regression: bool) -> dict:
+  """Arrays input_ids, segment_ids, input_mask [N, S] and label [N] (int32 or float32)."""
+  ids_a = tokenizer.encode_batch([e['text_a'] for e in examples])
+  pairs = [e['text_b'] is not None for e in examples]
+  ids_b = tokenizer.encode_batch([e['text_b'] or '' for e in examples])
+  input_ids, segment_ids, input_mask = [], [], []
+  for a, b, pair in zip(ids_a, ids_b, pairs):
+    a, b = list(a), list(b) if pair else None
+    if pair:
+      _truncate_pair(a, b, max_seq_length - 3)
+    else:
+      del a[max_seq_length - 2:]
+    ids, segments, mask = _pack(a, b, max_seq_length)
+    input_ids.append(ids)
+    segment_ids.append(segments)
+    input_mask.append(mask)
+  labels = np.asarray([e['label'] for e in examples],
+                      np.float32 if regression else np.int32)
+  return dict(input_ids=np.asarray(input_ids, np.int32).reshape(-1, max_seq_length),
+              segment_ids=np.asarray(segment_ids, np.int32).reshape(-1, max_seq_length),
+              input_mask=np.asarray(input_mask, np.int32).reshape(-1, max_seq_length),
+              label=labels)
+
+
+def _char_spans(processor, text: str):
+  """Token ids and each token's [begin, end) character span (leading whitespace excluded)."""
+  proto = processor.encode(text, return_type='proto')
+  # Sentencepiece reports UTF-8 byte offsets: map them to character offsets.
+  byte_to_char = np.zeros(len(text.encode('utf-8')) + 1, np.int64)
+  pos = 0
+  for i, ch in enumerate(text):
+    n = len(ch.encode('utf-8'))
+    byte_to_char[pos:pos + n] = i
+    pos += n
+  byte_to_char[pos] = len(text)
+  ids, spans = [], []
+  for piece in proto.pieces:
+    begin, end = int(byte_to_char[piece.begin]), int(byte_to_char[piece.end])
+    while begin < end and text[begin].isspace():
+      begin += 1
+    ids.append(piece.id)
+    spans.append((begin, end))
+  return ids, spans
+
+
+def encode_squad(tokenizer, examples: list[dict], max_seq_length: int, doc_stride: int,
+                 max_query_length: int) -> dict:
+  """Windows over each context. Arrays: input_ids, segment_ids, input_mask, context_mask,
+  start_position, end_position, answerable [F], example_index [F], token_begin/token_end [F, S]
+  (character spans of context tokens, -1 elsewhere). Answers outside a window point at [CLS]."""
+  processor = tokenizer.processor
+  out = {k: [] for k in ('input_ids', 'segment_ids', 'input_mask', 'context_mask',
+                         'start_position', 'end_position', 'answerable', 'example_index',
+                         'token_begin', 'token_end')}
+  for index, example in enumerate(examples):
+    query = tokenizer.encode(example['question'])[:max_query_length]
+    context_ids, spans = _char_spans(processor, example['context'])
+    answer = None
+    if example['answers']:
+      text, start_char = example['answers'][0]
+      answer = (start_char, start_char + len(text))
+    max_context = max_seq_length - len(query) - 3
+    window_start = 0
+    while True:
+      window = range(window_start, min(window_start + max_context, len(context_ids)))
+      ids = [CLS_ID] + query + [SEP_ID] + [context_ids[t] for t in window] + [SEP_ID]
+      offset = len(query) + 2
+      n = len(ids)
+      pad = max_seq_length - n
+      begin = np.full(max_seq_length, -1, np.int32)
+      end = np.full(max_seq_length, -1, np.int32)
+      for j, t in enumerate(window):
+        begin[offset + j], end[offset + j] = spans[t]
+      start_pos = end_pos = 0
+      if answer is not None:
+        inside = [offset + j for j, t in enumerate(window)
+                  if spans[t][1] > answer[0] and spans[t][0] < answer[1]]
+        if inside and spans[window[0]][0] <= answer[0] and spans[window[-1]][1] >= answer[1]:
+          start_pos, end_pos = inside[0], inside[-1]
+      out['input_ids'].append(ids + [PAD_ID] * pad)
+      out['segment_ids'].append([0] * offset + [1] * (n - offset) + [0] * pad)
+      out['input_mask'].append([1] * n + [0] * pad)
+      out['context_mask'].append([0] * offset + [1] * len(window) + [0] * (pad + 1))
+      out['start_position'].append(start_pos)
+      out['end_position'].append(end_pos)
+      out['answerable'].append(int(start_pos > 0))
+      out['example_index'].append(index)
+      out['token_begin'].append(begin)
+      out['token_end'].append(end)
+      if window.stop >= len(context_ids):
+        break
+      window_start += min(doc_stride, max_context)
+  return {k: np.asarray(v, np.int32) for k, v in out.items()}

@@ -1,0 +1,116 @@
+"""Fine-tuning heads on the ELECTRA discriminator's final hidden states (Flax linen).
+
+One params tree {'electra': {'embeddings', 'discriminator'}, 'head': ...}: the encoder comes
+from `model.Electra.discriminator_hidden`, so pretrained weights drop in by name (the
+generator and the replaced-token head are never created).
+"""
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+from electra_jax import model as model_lib
+
+
+def _dense(features, dtype, name):
+  return nn.Dense(features, dtype=dtype, param_dtype=jnp.float32,
+                  kernel_init=nn.initializers.truncated_normal(0.02), name=name)
+
+
+class ClassificationHead(nn.Module):
+  """Dropout + one linear layer on the [CLS] state: class logits (or one regression value)."""
+  num_outputs: int
+  dropout_rate: float
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, hidden, deterministic: bool):
+    cls = nn.Dropout(self.dropout_rate)(hidden[:, 0], deterministic=deterministic)
+    return _dense(self.num_outputs, self.dtype, 'output')(cls).astype(jnp.float32)
+
+
+class SpanHead(nn.Module):
+  """XLNet-style SQuAD head: start logits; end logits conditioned on a start position; an
+  answerability logit from [CLS] and the start-probability-weighted hidden state."""
+  hidden_size: int
+  dropout_rate: float
+  dtype: Any = jnp.float32
+
+  def setup(self):
+    self.dropout = nn.Dropout(self.dropout_rate)
+    self.start = _dense(1, self.dtype, 'start')
+    self.end_dense = _dense(self.hidden_size, self.dtype, 'end_dense')
+    self.end_norm = nn.LayerNorm(epsilon=model_lib.LAYER_NORM_EPS, dtype=jnp.float32,
+                                 param_dtype=jnp.float32, name='end_LayerNorm')
+    self.end = _dense(1, self.dtype, 'end')
+    self.answer_dense = _dense(self.hidden_size, self.dtype, 'answer_dense')
+    self.answer = _dense(1, self.dtype, 'answer')
+
+  def start_logits(self, hidden, context_mask):
+    """[B, S] float32; positions outside the context get a large negative value."""
+    logits = self.start(hidden)[..., 0].astype(jnp.float32)
+    return jnp.where(context_mask > 0, logits, -1e9)
+
+  def end_logits(self, hidden, context_mask, start_index):
+    """End logits [B, K, S] given K start positions per example (start_index [B, K])."""
+    h_start = jnp.take_along_axis(hidden, start_index[..., None], axis=1)       # [B, K, H]
+    h = jnp.broadcast_to(hidden[:, None], h_start.shape[:2] + hidden.shape[1:])  # [B,K,S,H]
+    h_start = jnp.broadcast_to(h_start[:, :, None], h.shape)
+    x = jnp.tanh(self.end_dense(jnp.concatenate([h, h_start], axis=-1)))
+    logits = self.end(self.end_norm(x))[..., 0].astype(jnp.float32)
+    return jnp.where(context_mask[:, None] > 0, logits, -1e9)
+
+  def answerable_logit(self, hidden, start_logits):
+    """[B] logit that the window holds the answer (SQuAD 2.0)."""
+    probs = jax.nn.softmax(start_logits, axis=-1).astype(hidden.dtype)
+    weighted = jnp.einsum('bs,bsh->bh', probs, hidden)
+    x = jnp.tanh(self.answer_dense(jnp.concatenate([hidden[:, 0], weighted], axis=-1)))
+    return self.answer(x)[..., 0].astype(jnp.float32)
+
+  def __call__(self, hidden, context_mask, start_index, deterministic: bool):
+    """Training form: start logits [B, S], end logits [B, S] at the gold start, answer [B]."""
+    hidden = self.dropout(hidden, deterministic=deterministic)
+    start = self.start_logits(hidden, context_mask)
+    end = self.end_logits(hidden, context_mask, start_index[:, None])[:, 0]
+    return start, end, self.answerable_logit(hidden, start)
+
+  def beam(self, hidden, context_mask, beam_size: int, max_answer_length: int):
+    """Top-k starts and, for each, top-k ends (end >= start, span <= max_answer_length).
+    Returns start_log_probs, start_index [B, K]; end_log_probs, end_index [B, K, K];
+    answerable logit [B]."""
+    start = self.start_logits(hidden, context_mask)
+    start_lp = jax.nn.log_softmax(start, axis=-1)
+    k = min(beam_size, start.shape[-1])
+    start_top, start_index = jax.lax.top_k(start_lp, k)
+    end = self.end_logits(hidden, context_mask, start_index)
+    end_lp = jax.nn.log_softmax(end, axis=-1)
+    positions = jnp.arange(end.shape[-1])
+    valid = ((positions[None, None] >= start_index[..., None])
+             & (positions[None, None] < start_index[..., None] + max_answer_length))
+    end_top, end_index = jax.lax.top_k(jnp.where(valid, end_lp, -1e9), k)
+    return start_top, start_index, end_top, end_index, self.answerable_logit(hidden, start)
+
+
+class FinetuneModel(nn.Module):
+  """The discriminator encoder plus one task head."""
+  cfg: model_lib.ModelConfig
+  head: nn.Module
+
+  def setup(self):
+    self.electra = model_lib.Electra(self.cfg)
+
+  def hidden(self, batch, deterministic: bool):
+    return self.electra.discriminator_hidden(batch['input_ids'], batch['segment_ids'],
+                                             batch['input_mask'], deterministic)
+
+  def __call__(self, batch, deterministic: bool = True):
+    """Classification/regression logits [B, C], or the span head's training outputs."""
+    hidden = self.hidden(batch, deterministic)
+    if isinstance(self.head, SpanHead):
+      return self.head(hidden, batch['context_mask'], batch['start_position'], deterministic)
+    return self.head(hidden, deterministic)
+
+  def span_beam(self, batch, beam_size: int, max_answer_length: int):
+    return self.head.beam(self.hidden(batch, True), batch['context_mask'], beam_size,
+                          max_answer_length)

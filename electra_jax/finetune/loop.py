@@ -1,0 +1,367 @@
+"""The fine-tuning driver: data -> one run per seed (train, evaluate every epoch, keep the best
+epoch's params) -> median over seeds. Writes FT_DIR/{config.json, results.json,
+seed_<k>/metrics.jsonl, seed_<k>/best/<step>/}."""
+import dataclasses
+import json
+import os
+import sys
+import time
+
+import jax
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+import tqdm
+
+from electra_jax import cli
+from electra_jax import experiment as experiment_lib
+from electra_jax import model as model_lib
+from electra_jax import optim
+from electra_jax import parallel
+from electra_jax import train_state as ts
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.errors import UserError
+from electra_jax.finetune import features as features_lib
+from electra_jax.finetune import heads
+from electra_jax.finetune import metrics as metrics_lib
+from electra_jax.finetune import pretrained
+from electra_jax.finetune import settings
+from electra_jax.finetune import spans
+from electra_jax.finetune import steps
+from electra_jax.finetune import tasks as tasks_lib
+
+DEFAULT_VOCAB = 'data/demo_spm.model'
+
+
+@dataclasses.dataclass
+class EvalSet:
+  prefix: str          # metric-name prefix ('' for the main split, 'mismatched_' for MNLI-mm)
+  features: dict       # numpy arrays, one row per example (per window for SQuAD)
+  examples: list       # the raw examples (SQuAD answers are decoded against them)
+
+
+@dataclasses.dataclass
+class Data:
+  task: tasks_lib.Task
+  train: dict
+  evals: list
+
+
+# --- Data ---------------------------------------------------------------------------------------
+
+def _encode(c, task, tokenizer, examples):
+  if task.kind == tasks_lib.SPAN:
+    return features_lib.encode_squad(tokenizer, examples, c.max_seq_length, c.doc_stride,
+                                     c.max_query_length)
+  return features_lib.encode_classification(tokenizer, examples, c.max_seq_length,
+                                            task.kind == tasks_lib.REGRESSION)
+
+
+def load_data(c, task, tokenizer) -> Data:
+  """Reads and encodes the train split and every eval split of the task."""
+  if task.name == 'files':
+    for key in ('train_file', 'eval_file'):
+      if not c[key]:
+        raise UserError(f'config.task=files needs --config.{key}=PATH (CSV/TSV/JSONL with '
+                        'columns text or text_a/text_b, and label)')
+    train_rows = tasks_lib.read_rows(c.train_file)
+    eval_rows = tasks_lib.read_rows(c.eval_file)
+    task = tasks_lib.files_task(train_rows, c.label_type, c.train_file)
+    train = tasks_lib.file_examples(task, train_rows, c.train_file, c.max_train_examples)
+    evals = [('', tasks_lib.file_examples(task, eval_rows, c.eval_file, c.max_eval_examples))]
+  else:
+    source = lambda split: tasks_lib.tfds_source(task.tfds_name, split, c.tfds_data_dir,
+                                                 c.tfds_download)
+    if task.kind == tasks_lib.SPAN:
+      read = tasks_lib.squad_examples
+    else:
+      read = lambda src, n: tasks_lib.glue_examples(task, src, n)
+    train = read(source(task.train_split), c.max_train_examples)
+    evals = [(prefix, read(source(split), c.max_eval_examples))
+             for split, prefix in task.eval_splits]
+  if not train:
+    raise UserError(f'task {task.name}: the training split has no examples')
+  return Data(task=task, train=_encode(c, task, tokenizer, train),
+              evals=[EvalSet(prefix, _encode(c, task, tokenizer, ex), ex) for prefix, ex in evals])
+
+
+def _num_rows(features: dict) -> int:
+  return len(next(iter(features.values())))
+
+
+def _model_inputs(features: dict) -> dict:
+  """The arrays the model reads (SQuAD's character spans and example ids stay on the host)."""
+  return {k: v for k, v in features.items()
+          if k not in ('token_begin', 'token_end', 'example_index')}
+
+
+def _local_slice(rows: np.ndarray) -> np.ndarray:
+  """This process's contiguous share of a global batch's row indices."""
+  return rows.reshape(jax.process_count(), -1)[jax.process_index()]
+
+
+def train_batches(features: dict, batch_size: int, seed: int, epoch: int):
+  """One epoch of shuffled global batches (the last partial batch wraps around)."""
+  n = _num_rows(features)
+  order = np.random.default_rng([seed, epoch]).permutation(n)
+  for start in range(0, max(n // batch_size, 1) * batch_size, batch_size):
+    rows = order[np.arange(start, start + batch_size) % n]
+    yield {k: v[_local_slice(rows)] for k, v in _model_inputs(features).items()}
+
+
+def steps_per_epoch(features: dict, batch_size: int) -> int:
+  return max(_num_rows(features) // batch_size, 1)
+
+
+def predict_all(predict_step, params, features: dict, batch_size: int, mesh) -> dict:
+  """Predictions for every row, in order; the last batch is padded and the padding dropped."""
+  n = _num_rows(features)
+  inputs = _model_inputs(features)
+  outputs = []
+  rng = jax.random.key(0)
+  for start in range(0, n, batch_size):
+    rows = np.minimum(np.arange(start, start + batch_size), n - 1)
+    local = {k: v[_local_slice(rows)] for k, v in inputs.items()}
+    out = predict_step(params, parallel.global_batch(local, mesh), rng)
+    outputs.append(jax.tree.map(np.asarray, jax.device_get(out)))
+  merged = {k: np.concatenate([o[k] for o in outputs])[:n] for k in outputs[0]}
+  return merged
+
+
+def score(task, c, eval_set: EvalSet, outputs: dict) -> dict:
+  """Task metrics (and mean eval loss) for one eval split."""
+  f = eval_set.features
+  result = dict(loss=float(np.mean(outputs['loss'])))
+  if task.kind == tasks_lib.CLASSIFICATION:
+    result.update(metrics_lib.classification_metrics(f['label'], outputs['prediction'],
+                                                     task.metric_names))
+  elif task.kind == tasks_lib.REGRESSION:
+    # Scores on the original scale (STS-B targets were divided by label_scale for training).
+    result.update(metrics_lib.regression_metrics(f['label'] * task.label_scale,
+                                                 outputs['prediction'] * task.label_scale))
+  else:
+    answers = spans.decode_answers(f, outputs, eval_set.examples, c.max_answer_length,
+                                   tasks_lib.is_squad_v2(task))
+    gold = {e['id']: [a for a, _ in e['answers']] for e in eval_set.examples}
+    result.update(metrics_lib.squad_metrics(answers, gold))
+  return {eval_set.prefix + k: v for k, v in result.items()}
+
+
+# --- Model and initialisation ---------------------------------------------------------------------
+
+def make_model(task, model_config) -> heads.FinetuneModel:
+  if task.kind == tasks_lib.SPAN:
+    head = heads.SpanHead(model_config.hidden_size, model_config.dropout_rate, model_config.dtype)
+  else:
+    head = heads.ClassificationHead(task.num_outputs, model_config.dropout_rate,
+                                    model_config.dtype)
+  return heads.FinetuneModel(model_config, head)
+
+
+def init_params(model, sample: dict, rng, pretrained_params=None):
+  """Fresh params from `rng`; the encoder is replaced by the pretrained one when given."""
+  batch = {k: v[:1] for k, v in _model_inputs(sample).items()}
+  params = jax.jit(lambda r: model.init({'params': r}, batch)['params'])(rng)
+  if pretrained_params is None:
+    return params
+  fresh = jax.tree_util.tree_structure(params['electra'])
+  if jax.tree_util.tree_structure(pretrained_params) != fresh:
+    raise UserError('the pretrained parameters do not match the fine-tuning model '
+                    '(different architecture or format); check config.init_checkpoint')
+  for got, want in zip(jax.tree.leaves(pretrained_params), jax.tree.leaves(params['electra'])):
+    if got.shape != want.shape:
+      raise UserError(f'pretrained parameter shape {got.shape} differs from the model\'s '
+                      f'{want.shape}; check config.init_checkpoint')
+  return dict(params, electra=jax.tree.map(jax.numpy.asarray, pretrained_params))
+
+
+# --- One seed -----------------------------------------------------------------------------------
+
+def _append_jsonl(path: str, record: dict):
+  with open(path, 'a', encoding='utf-8') as f:
+    f.write(cli.json_line(record) + '\n')
+
+
+@dataclasses.dataclass
+class Trainer:
+  """What every seed shares: the model, optimizer and the compiled steps."""
+  model: heads.FinetuneModel
+  tx: object
+  schedule: object
+  train_step: object
+  predict_step: object
+  init_state: object
+
+
+def make_trainer(c, task, model, model_config, sample_params, num_steps: int, mesh) -> Trainer:
+  warmup = int(round(c.warmup_fraction * num_steps))
+  tx, schedule = optim.make_finetune_optimizer(c, sample_params, model_config.num_layers,
+                                               num_steps, warmup)
+  rep = parallel.replicated(mesh)
+  init_state = jax.jit(lambda p: ts.TrainState(step=jax.numpy.zeros((), jax.numpy.int32),
+                                               params=p, opt_state=tx.init(p)),
+                       out_shardings=rep)
+  objective = steps.make_objective(model, task, c.answerable_weight)
+  return Trainer(model, tx, schedule, ts.jit_train_step(ts.make_train_step(objective, tx), mesh),
+                 ts.jit_eval_step(steps.make_predict(model, task, c), mesh), init_state)
+
+
+def run_seed(c, data: Data, trainer: Trainer, pretrained_params, seed: int, mesh,
+             seed_dir: str, bar) -> dict:
+  """Trains one run for c.num_epochs, evaluating after each; returns its history and best."""
+  task = data.task
+  params = init_params(trainer.model, data.train, jax.random.key(seed), pretrained_params)
+  state = trainer.init_state(jax.device_put(params, parallel.replicated(mesh)))
+  train_step, predict_step, schedule = trainer.train_step, trainer.predict_step, trainer.schedule
+  base_rng = jax.random.fold_in(jax.random.key(seed), 1)
+
+  manager = None
+  if c.save_best_checkpoint:
+    options = ocp.CheckpointManagerOptions(
+        preservation_policy=ocp.checkpoint_managers.BestN(
+            get_metric_fn=lambda m: m[task.main_metric], n=1),
+        enable_async_checkpointing=False, create=True, cleanup_tmp_directories=True)
+    manager = ocp.CheckpointManager(os.path.join(seed_dir, 'best'), options=options)
+  history, best = [], None
+  metrics_path = os.path.join(seed_dir, 'metrics.jsonl')
+  for epoch in range(1, c.num_epochs + 1):
+    loss_sum, count = 0.0, 0
+    for batch in train_batches(data.train, c.train_batch_size, seed, epoch):
+      state, sums = train_step(state, parallel.global_batch(batch, mesh), base_rng)
+      sums = jax.device_get(sums)
+      loss_sum += float(sums['loss_sum'])
+      count += float(sums['num_examples'])
+      bar.update(1)
+      bar.set_postfix(seed=seed, epoch=epoch, loss=f'{loss_sum / max(count, 1):.4f}',
+                      refresh=False)
+    step = int(jax.device_get(state.step))
+    record = dict(seed=seed, epoch=epoch, step=step, train_loss=loss_sum / max(count, 1),
+                  learning_rate=float(schedule(step - 1)))
+    for eval_set in data.evals:
+      outputs = predict_all(predict_step, state.params, eval_set.features, c.eval_batch_size,
+                            mesh)
+      record.update({f'eval_{k}': v for k, v in score(task, c, eval_set, outputs).items()})
+    history.append(record)
+    if jax.process_index() == 0:
+      _append_jsonl(metrics_path, record)
+    main = record[f'eval_{task.main_metric}']
+    bar.write(f'seed {seed} epoch {epoch}/{c.num_epochs} | train loss {record["train_loss"]:.4f}'
+              f' | eval loss {record["eval_loss"]:.4f} | {task.main_metric} {main:.4f}',
+              file=sys.stdout)
+    if best is None or main > best[f'eval_{task.main_metric}']:
+      best = record
+      if manager is not None:
+        manager.save(step, args=ocp.args.StandardSave(state.params),
+                     metrics={task.main_metric: main}, force=True)
+  if manager is not None:
+    manager.wait_until_finished()
+    manager.close()
+  return dict(seed=seed, best=best, final=history[-1], history=history,
+              checkpoint=os.path.join(seed_dir, 'best', str(best['step'])) if manager else None)
+
+
+# --- All seeds ----------------------------------------------------------------------------------
+
+def _prepare_output(workdir: str) -> str:
+  workdir = experiment_lib.prepare_workdir(workdir)
+  if os.path.exists(os.path.join(workdir, 'results.json')) or any(
+      name.startswith('seed_') for name in os.listdir(workdir)):
+    raise UserError(f"--workdir '{workdir}' already holds fine-tuning results; pass a new "
+                    '--workdir (results are never overwritten)')
+  return workdir
+
+
+def _model_and_tokenizer(c):
+  """(pretrained params or None, ModelConfig, tokenizer) from init_checkpoint / model_size."""
+  vocab_file = c.vocab_file
+  params = None
+  if c.init_checkpoint:
+    hf = pretrained.is_hf_dir(c.init_checkpoint)
+    if c.random_init and not hf:  # Same architecture, random weights: the baseline.
+      model_config = model_lib.ModelConfig.from_config(
+          pretrained.pretraining_config(c.init_checkpoint))
+    else:
+      params, model_config = pretrained.load_pretrained(c.init_checkpoint)
+      params = None if c.random_init else params
+    if vocab_file is None and not hf:
+      vocab_file = pretrained.pretraining_config(c.init_checkpoint).vocab_file
+    if vocab_file is None:
+      raise UserError('config.vocab_file is needed with a transformers init_checkpoint; pass '
+                      'the sentencepiece model the checkpoint was trained with')
+    tokenizer = tokenizer_lib.load_tokenizer(vocab_file, model_config.vocab_size)
+  elif c.random_init:
+    tokenizer = tokenizer_lib.load_tokenizer(vocab_file or DEFAULT_VOCAB)
+    model_config = pretrained.model_config_for_size(c.model_size, tokenizer.vocab_size)
+  else:
+    raise UserError('set --config.init_checkpoint=WORKDIR (a pretraining workdir) or '
+                    '--config.random_init=true (random weights of config.model_size)')
+  model_config = pretrained.with_dropout(model_config, c)
+  if c.max_seq_length > model_config.max_position_embeddings:
+    raise UserError(f'config.max_seq_length={c.max_seq_length} exceeds the model\'s '
+                    f'{model_config.max_position_embeddings} positions; lower it')
+  return params, model_config, tokenizer
+
+
+def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Runs config.num_seeds fine-tuning runs; returns the summary (also in results.json)."""
+  start_time = time.time()
+  task = tasks_lib.get_task(config.task)
+  params, model_config, tokenizer = _model_and_tokenizer(config)
+  c = settings.resolve(config, task, model_config.hidden_size)
+  mesh = parallel.make_mesh()
+  parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size')
+  parallel.check_batch_divides(c.eval_batch_size, mesh, 'eval_batch_size')
+  data = load_data(c, task, tokenizer)
+  task = data.task
+  workdir = _prepare_output(workdir)
+  is_chief = jax.process_index() == 0
+  say = print if is_chief else (lambda *a, **k: None)
+  if is_chief:
+    with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
+      f.write(json.dumps(c.to_dict(), indent=2, sort_keys=True) + '\n')
+  model = make_model(task, model_config)
+  origin = 'random init' if params is None else f'init from {c.init_checkpoint}'
+  eval_rows = ', '.join(f'{_num_rows(e.features)} eval rows'
+                        + (f' ({e.prefix.strip("_")})' if e.prefix else '') for e in data.evals)
+  say(f'Writing to {workdir} | task {task.name} ({task.kind}) | {origin} | '
+      f'{_num_rows(data.train)} train rows, {eval_rows} | {c.num_seeds} seed(s) x '
+      f'{c.num_epochs} epoch(s), lr {c.learning_rate:g}, layer decay '
+      f'{c.layerwise_lr_decay:g}', flush=True)
+  total = c.num_seeds * c.num_epochs * steps_per_epoch(data.train, c.train_batch_size)
+  bar = tqdm.tqdm(total=total, unit='step', file=sys.stderr, dynamic_ncols=True,
+                  disable=not (is_chief and c.progress_bar),
+                  mininterval=1.0 if sys.stderr.isatty() else 30.0)
+  sample_params = jax.eval_shape(lambda: init_params(model, data.train, jax.random.key(0)))
+  trainer = make_trainer(c, task, model, model_config, sample_params,
+                         c.num_epochs * steps_per_epoch(data.train, c.train_batch_size), mesh)
+  runs = []
+  for seed in range(c.seed, c.seed + c.num_seeds):
+    seed_dir = os.path.join(workdir, f'seed_{seed}')
+    os.makedirs(seed_dir, exist_ok=True)
+    runs.append(run_seed(c, data, trainer, params, seed, mesh, seed_dir, bar))
+  bar.close()
+  summary = summarize(task, runs)
+  summary.update(task=task.name, label_names=list(task.label_names), workdir=workdir,
+                 init_checkpoint=c.init_checkpoint,
+                 random_init=bool(c.random_init or not c.init_checkpoint),
+                 wall_time_sec=round(time.time() - start_time, 2))
+  if is_chief:
+    results = dict(summary, runs=runs, config=c.to_dict())
+    tmp = os.path.join(workdir, 'results.json.tmp')
+    with open(tmp, 'w', encoding='utf-8') as f:
+      json.dump(results, f, indent=2)
+    os.replace(tmp, os.path.join(workdir, 'results.json'))
+  return summary
+
+
+def summarize(task, runs: list[dict]) -> dict:
+  """Median over seeds of each run's best-epoch and final-epoch eval metrics."""
+  metric_keys = [k for k in runs[0]['best'] if k.startswith('eval_')]
+  summary = dict(main_metric=task.main_metric, num_seeds=len(runs))
+  for key in metric_keys:
+    summary[f'median_best_{key[5:]}'] = float(np.median([r['best'][key] for r in runs]))
+  for key in metric_keys:
+    summary[f'median_final_{key[5:]}'] = float(np.median([r['final'][key] for r in runs]))
+  summary['best_' + task.main_metric + '_per_seed'] = [
+      r['best'][f'eval_{task.main_metric}'] for r in runs]
+  return summary

@@ -1,0 +1,103 @@
+"""Task metrics as GLUE and SQuAD define them, in numpy/scipy (no sklearn).
+
+CoLA: Matthews correlation; STS-B: Pearson and Spearman; MRPC, QQP: F1 (positive class 1) and
+accuracy; other classification tasks: accuracy. SQuAD: exact match and token F1 after the
+official answer normalisation (lowercase, strip punctuation, articles and extra whitespace),
+each prediction scored against its best-matching gold answer.
+"""
+import collections
+import re
+import string
+
+import numpy as np
+from scipy import stats
+
+
+def accuracy(labels, predictions) -> float:
+  labels, predictions = np.asarray(labels), np.asarray(predictions)
+  return float(np.mean(labels == predictions)) if labels.size else 0.0
+
+
+def binary_f1(labels, predictions, positive=1) -> float:
+  """F1 of the positive class (GLUE's MRPC/QQP F1); 0 when nothing is predicted or present."""
+  labels, predictions = np.asarray(labels) == positive, np.asarray(predictions) == positive
+  tp = np.sum(labels & predictions)
+  denom = np.sum(labels) + np.sum(predictions)
+  return float(2 * tp / denom) if denom else 0.0
+
+
+def matthews_corrcoef(labels, predictions) -> float:
+  """Binary MCC = (tp·tn − fp·fn) / sqrt((tp+fp)(tp+fn)(tn+fp)(tn+fn)); 0 if undefined."""
+  y, p = np.asarray(labels).astype(bool), np.asarray(predictions).astype(bool)
+  tp, tn = float(np.sum(y & p)), float(np.sum(~y & ~p))
+  fp, fn = float(np.sum(~y & p)), float(np.sum(y & ~p))
+  denom = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+  return float((tp * tn - fp * fn) / denom) if denom else 0.0
+
+
+def pearson(x, y) -> float:
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  if x.size < 2 or np.std(x) == 0 or np.std(y) == 0:
+    return 0.0
+  return float(stats.pearsonr(x, y)[0])
+
+
+def spearman(x, y) -> float:
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  if x.size < 2 or np.std(x) == 0 or np.std(y) == 0:
+    return 0.0
+  return float(stats.spearmanr(x, y)[0])
+
+
+def classification_metrics(labels, predictions, metric_names) -> dict:
+  """The named metrics among 'accuracy', 'f1', 'mcc' for class-id labels and predictions."""
+  fns = {'accuracy': accuracy, 'f1': binary_f1, 'mcc': matthews_corrcoef}
+  return {name: fns[name](labels, predictions) for name in metric_names}
+
+
+def regression_metrics(targets, predictions) -> dict:
+  """Pearson and Spearman correlation, and their mean (GLUE's STS-B score)."""
+  p, s = pearson(targets, predictions), spearman(targets, predictions)
+  mse = float(np.mean((np.asarray(targets) - np.asarray(predictions)) ** 2))
+  return dict(pearson=p, spearman=s, corr=(p + s) / 2, mse=mse)
+
+
+# --- SQuAD (the official evaluate-v1.1 / v2.0 normalisation) -------------------------------
+
+_ARTICLES = re.compile(r'\b(a|an|the)\b', re.UNICODE)
+_PUNCTUATION = frozenset(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+  """Lowercase, remove punctuation, articles (a/an/the) and extra whitespace."""
+  text = ''.join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+  return ' '.join(_ARTICLES.sub(' ', text).split())
+
+
+def exact_match(prediction: str, gold: str) -> float:
+  return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def token_f1(prediction: str, gold: str) -> float:
+  pred_tokens, gold_tokens = normalize_answer(prediction).split(), normalize_answer(gold).split()
+  if not pred_tokens or not gold_tokens:  # SQuAD 2.0: no-answer matches only no-answer.
+    return float(pred_tokens == gold_tokens)
+  common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
+  same = sum(common.values())
+  if same == 0:
+    return 0.0
+  precision, recall = same / len(pred_tokens), same / len(gold_tokens)
+  return 2 * precision * recall / (precision + recall)
+
+
+def squad_metrics(predictions: dict, gold_answers: dict) -> dict:
+  """EM and F1 in percent. predictions: id -> text ('' = no answer); gold_answers: id -> list
+  of answer texts (empty list = unanswerable, scored against '')."""
+  em = f1 = 0.0
+  for qid, golds in gold_answers.items():
+    golds = list(golds) or ['']
+    prediction = predictions.get(qid, '')
+    em += max(exact_match(prediction, g) for g in golds)
+    f1 += max(token_f1(prediction, g) for g in golds)
+  n = max(len(gold_answers), 1)
+  return dict(exact_match=100.0 * em / n, f1=100.0 * f1 / n)

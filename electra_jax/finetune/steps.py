@@ -1,0 +1,62 @@
+"""Per-task losses and the pure train objective / prediction functions the loop jits.
+
+Every loss is per example (float32) so evaluation can weight out padding; training uses the
+mean. Classification: softmax cross-entropy; regression: squared error on the scaled target;
+SQuAD: (start CE + end CE) / 2 on windows that hold the answer, plus answerable_weight times
+the answerability sigmoid cross-entropy (SQuAD 2.0).
+"""
+import jax
+import jax.numpy as jnp
+import optax
+
+from electra_jax.finetune import tasks as tasks_lib
+
+
+def per_example_loss(task, outputs, batch, answerable_weight: float):
+  if task.kind == tasks_lib.CLASSIFICATION:
+    return optax.softmax_cross_entropy_with_integer_labels(outputs, batch['label'])
+  if task.kind == tasks_lib.REGRESSION:
+    return jnp.square(outputs[:, 0] - batch['label'])
+  start, end, answerable = outputs
+  has_answer = batch['answerable'].astype(jnp.float32)
+  span = 0.5 * (optax.softmax_cross_entropy_with_integer_labels(start, batch['start_position'])
+                + optax.softmax_cross_entropy_with_integer_labels(end, batch['end_position']))
+  loss = has_answer * span
+  if tasks_lib.is_squad_v2(task):
+    loss += answerable_weight * optax.sigmoid_binary_cross_entropy(answerable, has_answer)
+  return loss
+
+
+def make_objective(model, task, answerable_weight: float):
+  """(params, batch, rng) -> (mean loss, sums); the dropout rng is the step's rng."""
+
+  def objective(params, batch, rng, deterministic=False):
+    outputs = model.apply({'params': params}, batch, deterministic=deterministic,
+                          rngs={'dropout': rng})
+    losses = per_example_loss(task, outputs, batch, answerable_weight)
+    n = jnp.float32(losses.shape[0])
+    return jnp.mean(losses), dict(loss_sum=jnp.sum(losses), num_examples=n)
+
+  return objective
+
+
+def make_predict(model, task, c):
+  """(params, batch, rng) -> per-example loss and predictions, without dropout."""
+
+  def predict(params, batch, rng):
+    del rng
+    variables = {'params': params}
+    outputs = model.apply(variables, batch, deterministic=True)
+    result = dict(loss=per_example_loss(task, outputs, batch, c.answerable_weight))
+    if task.kind == tasks_lib.CLASSIFICATION:
+      result['prediction'] = jnp.argmax(outputs, axis=-1)
+    elif task.kind == tasks_lib.REGRESSION:
+      result['prediction'] = outputs[:, 0]
+    else:
+      start_lp, start_index, end_lp, end_index, answerable = model.apply(
+          variables, batch, c.beam_size, c.max_answer_length, method=model.span_beam)
+      result.update(start_log_prob=start_lp, start_index=start_index, end_log_prob=end_lp,
+                    end_index=end_index, answerable_prob=jax.nn.sigmoid(answerable))
+    return result
+
+  return predict

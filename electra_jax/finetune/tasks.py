@@ -1,0 +1,252 @@
+"""Fine-tuning tasks by name: what to read, how to label it, how to score it.
+
+GLUE and SQuAD come from TFDS (`tfds.data_source`, random access without TensorFlow; the
+dataset is downloaded and prepared as ArrayRecord on first use unless `tfds_download=false`);
+`files` reads a user's CSV/TSV/JSONL. Every loader returns plain Python examples:
+classification/regression: {'text_a', 'text_b' (or None), 'label'}; span (SQuAD):
+{'id', 'question', 'context', 'answers': [(text, start_char)], 'is_impossible'}.
+"""
+import csv
+import dataclasses
+import json
+import os
+import re
+
+from electra_jax.data import paths
+from electra_jax.errors import UserError
+
+CLASSIFICATION, REGRESSION, SPAN = 'classification', 'regression', 'span'
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  name: str
+  kind: str                              # CLASSIFICATION, REGRESSION or SPAN
+  main_metric: str                       # picks the best epoch / checkpoint (higher is better)
+  num_epochs: int                        # the paper's default
+  metric_names: tuple = ('accuracy',)    # classification metrics reported
+  label_names: tuple = ()                # class names, index = class id
+  tfds_name: str | None = None
+  text_keys: tuple = ()                  # TFDS feature names of text_a (and text_b)
+  train_split: str = 'train'
+  # Eval splits and the prefix their metrics get ('' for the main one).
+  eval_splits: tuple = (('validation', ''),)
+  label_scale: float = 1.0               # regression targets are divided by it (STS-B: 5)
+
+  @property
+  def num_outputs(self) -> int:
+    return len(self.label_names) if self.kind == CLASSIFICATION else 1
+
+
+def _glue(name, text_keys, label_names, main='accuracy', metrics=('accuracy',), epochs=3,
+          **kwargs):
+  kind = REGRESSION if not label_names else CLASSIFICATION
+  return Task(name=name, kind=kind, main_metric=main, num_epochs=epochs, metric_names=metrics,
+              label_names=tuple(label_names), tfds_name=f'glue/{name}',
+              text_keys=tuple(text_keys), **kwargs)
+
+
+# The paper reports MCC for CoLA, Spearman for STS-B and accuracy for the other GLUE tasks;
+# GLUE's F1 is reported beside accuracy for MRPC and QQP.
+TASKS = {t.name: t for t in [
+    _glue('cola', ('sentence',), ('unacceptable', 'acceptable'), main='mcc',
+          metrics=('mcc', 'accuracy')),
+    _glue('sst2', ('sentence',), ('negative', 'positive')),
+    _glue('mrpc', ('sentence1', 'sentence2'), ('not_equivalent', 'equivalent'),
+          metrics=('accuracy', 'f1')),
+    _glue('qqp', ('question1', 'question2'), ('not_duplicate', 'duplicate'),
+          metrics=('accuracy', 'f1')),
+    _glue('stsb', ('sentence1', 'sentence2'), (), main='spearman', epochs=10, label_scale=5.0),
+    _glue('mnli', ('premise', 'hypothesis'), ('entailment', 'neutral', 'contradiction'),
+          eval_splits=(('validation_matched', ''), ('validation_mismatched', 'mismatched_'))),
+    _glue('qnli', ('question', 'sentence'), ('entailment', 'not_entailment')),
+    _glue('rte', ('sentence1', 'sentence2'), ('entailment', 'not_entailment'), epochs=10),
+    _glue('wnli', ('sentence1', 'sentence2'), ('not_entailment', 'entailment')),
+    Task(name='squad_v1', kind=SPAN, main_metric='f1', num_epochs=2,
+         tfds_name='squad/v1.1'),
+    Task(name='squad_v2', kind=SPAN, main_metric='f1', num_epochs=2,
+         tfds_name='squad/v2.0'),
+    # A user's files; label names (or regression) are read from the training file.
+    Task(name='files', kind=CLASSIFICATION, main_metric='accuracy', num_epochs=3),
+]}
+
+
+def get_task(name: str) -> Task:
+  if name not in TASKS:
+    raise UserError(f'config.task={name!r} is not a task; pick one of {sorted(TASKS)}')
+  return TASKS[name]
+
+
+def is_squad_v2(task: Task) -> bool:
+  return task.tfds_name == 'squad/v2.0'
+
+
+# --- TFDS -------------------------------------------------------------------------------------
+
+def _import_builders():
+  """Registers the GLUE and SQuAD builders (tfds skips text datasets when TF is absent)."""
+  # pylint: disable=import-outside-toplevel,unused-import
+  import tensorflow_datasets.datasets.squad.squad_dataset_builder  # noqa: F401
+  import tensorflow_datasets.text.glue  # noqa: F401
+
+
+def tfds_source(name: str, split: str, data_dir: str | None, download: bool):
+  """A random-access TFDS split (ArrayRecord), or a UserError saying how to get it."""
+  try:
+    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    raise UserError(f"task dataset '{name}' needs tensorflow-datasets; pip install -e "
+                    "'.[finetune]' (or use config.task=files with your own files)") from None
+  _import_builders()
+  try:
+    return tfds.data_source(name, split=split, data_dir=data_dir or None, download=download)
+  except (AssertionError, FileNotFoundError, ValueError, NotImplementedError) as e:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise UserError(f"TFDS dataset '{name}' split '{split}' is not available ({first[:200]}); "
+                    'prepare it with `tfds build '
+                    f"{name} --file_format=array_record` or set --config.tfds_download=true "
+                    'and --config.tfds_data_dir=DIR') from None
+
+
+def _text(value) -> str:
+  return value.decode('utf-8') if isinstance(value, bytes) else str(value)
+
+
+def _limit(n_max: int, n: int) -> int:
+  return n if not n_max else min(n, n_max)
+
+
+def glue_examples(task: Task, source, max_examples: int = 0) -> list[dict]:
+  examples = []
+  for i in range(_limit(max_examples, len(source))):
+    record = source[i]
+    label = record['label']
+    label = float(label) / task.label_scale if task.kind == REGRESSION else int(label)
+    texts = [_text(record[k]) for k in task.text_keys]
+    examples.append(dict(text_a=texts[0], text_b=texts[1] if len(texts) > 1 else None,
+                         label=label))
+  return examples
+
+
+def _answers(field) -> list:
+  texts = [_text(t) for t in field['text']]
+  starts = [int(s) for s in field['answer_start']]
+  return list(zip(texts, starts))
+
+
+def squad_examples(source, max_examples: int = 0) -> list[dict]:
+  examples = []
+  for i in range(_limit(max_examples, len(source))):
+    record = source[i]
+    impossible = bool(record.get('is_impossible', False))
+    examples.append(dict(id=_text(record['id']), question=_text(record['question']),
+                         context=_text(record['context']),
+                         answers=[] if impossible else _answers(record['answers']),
+                         is_impossible=impossible))
+  return examples
+
+
+# --- User files (task=files) ------------------------------------------------------------------
+
+_FORMATS = {'.csv': 'csv', '.tsv': 'tsv', '.jsonl': 'jsonl', '.json': 'jsonl'}
+_FLOAT_LITERAL = re.compile(r'^[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+)$')
+
+
+def read_rows(path: str) -> list[dict]:
+  """Rows of a CSV/TSV (header row required) or JSONL file as dicts of strings."""
+  resolved = paths.resolve_path(path)
+  if not os.path.isfile(resolved):
+    raise UserError(f"file '{path}' not found; pass an existing CSV/TSV/JSONL file")
+  fmt = _FORMATS.get(os.path.splitext(resolved)[1].lower())
+  if fmt is None:
+    raise UserError(f"file '{path}' is not .csv, .tsv or .jsonl; rename it or convert it")
+  with open(resolved, encoding='utf-8', newline='') as f:
+    if fmt == 'jsonl':
+      rows = []
+      for n, line in enumerate(f, 1):
+        if not line.strip():
+          continue
+        try:
+          row = json.loads(line)
+        except json.JSONDecodeError as e:
+          raise UserError(f"file '{path}' line {n} is not JSON ({e.msg}); write one object "
+                          'per line') from None
+        if not isinstance(row, dict):
+          raise UserError(f"file '{path}' line {n} is not a JSON object")
+        rows.append({k: v if isinstance(v, str) else json.dumps(v) for k, v in row.items()})
+      return rows
+    reader = csv.DictReader(f, delimiter=',' if fmt == 'csv' else '\t',
+                            quoting=csv.QUOTE_MINIMAL if fmt == 'csv' else csv.QUOTE_NONE)
+    rows = list(reader)
+    header = reader.fieldnames or []
+  if 'label' not in header and not ({'text', 'text_a'} & set(header)):
+    raise UserError(f"file '{path}' has no header row with columns text (or text_a, text_b) "
+                    f'and label (first row: {header}); add one')
+  return rows
+
+
+def _columns(rows, path) -> tuple[str, str | None]:
+  columns = set(rows[0]) if rows else set()
+  text_a = 'text' if 'text' in columns else 'text_a' if 'text_a' in columns else None
+  missing = [name for name, ok in (('text (or text_a)', text_a), ('label', 'label' in columns))
+             if not ok]
+  if missing:
+    raise UserError(f"file '{path}' lacks column(s) {', '.join(missing)} (has "
+                    f'{sorted(columns)}); name them text or text_a/text_b, and label')
+  return text_a, 'text_b' if 'text_b' in columns else None
+
+
+def files_task(train_rows: list[dict], label_type: str = 'auto',
+               path: str = 'the training file') -> Task:
+  """The files task with its label names (sorted), or regression if the labels are floats."""
+  if not train_rows:
+    raise UserError(f"file '{path}' has no examples")
+  _columns(train_rows, path)
+  labels = [r['label'] for r in train_rows]
+  if label_type == 'auto':
+    floats = all(_is_float(x) for x in labels) and any(_FLOAT_LITERAL.match(x.strip())
+                                                       for x in labels)
+    label_type = 'regression' if floats else 'class'
+  if label_type == 'regression':
+    return dataclasses.replace(TASKS['files'], kind=REGRESSION, main_metric='spearman',
+                               metric_names=())
+  names = tuple(sorted(set(labels)))
+  if len(names) < 2:
+    raise UserError(f'the training file has a single label value {names}; a classifier needs '
+                    'at least two classes')
+  metrics = ('accuracy', 'f1', 'mcc') if len(names) == 2 else ('accuracy',)
+  return dataclasses.replace(TASKS['files'], label_names=names, metric_names=metrics)
+
+
+def _is_float(x: str) -> bool:
+  try:
+    float(x)
+    return True
+  except ValueError:
+    return False
+
+
+def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0) -> list[dict]:
+  """Rows -> examples; labels become class ids (or floats) of `task`."""
+  if not rows:
+    raise UserError(f"file '{path}' has no examples")
+  text_a, text_b = _columns(rows, path)
+  index = {name: i for i, name in enumerate(task.label_names)}
+  examples = []
+  for n, row in enumerate(rows[:_limit(max_examples, len(rows))], 1):
+    raw = row.get('label')
+    if raw is None or row.get(text_a) is None:
+      raise UserError(f"file '{path}' example {n} has no {text_a if raw else 'label'} value")
+    if task.kind == REGRESSION:
+      if not _is_float(raw):
+        raise UserError(f"file '{path}' example {n} has label {raw!r}, not a number "
+                        '(the training labels are floats: regression)')
+      label = float(raw)
+    elif raw not in index:
+      raise UserError(f"file '{path}' example {n} has label {raw!r}, which the training file "
+                      f'never uses (its labels: {list(task.label_names)})')
+    else:
+      label = index[raw]
+    examples.append(dict(text_a=row[text_a], text_b=row.get(text_b) if text_b else None,
+                         label=label))
+  return examples

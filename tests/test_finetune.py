@@ -1,0 +1,449 @@
+"""Fine-tuning: tasks and files, TFDS GLUE/SQuAD adapters, LLRD, SQuAD head and decoding,
+initialisation from a pretraining workdir, and the CLI end to end on a tiny model."""
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from electra_jax import checkpoint
+from electra_jax import config as config_lib
+from electra_jax import experiment as experiment_lib
+from electra_jax import model as model_lib
+from electra_jax import optim
+from electra_jax import parallel
+from electra_jax import train_state as ts
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.errors import UserError
+from electra_jax.finetune import features, heads, loop, pretrained, spans, tasks
+from tests.conftest import REPO_ROOT, tiny_config
+
+VOCAB = os.path.join(REPO_ROOT, 'data', 'demo_spm.model')
+
+
+@pytest.fixture(scope='module')
+def tokenizer():
+  return tokenizer_lib.load_tokenizer(VOCAB)
+
+
+def ft_config(**overrides):
+  from configs.finetune import glue  # pylint: disable=import-outside-toplevel
+  c = glue.get_config()
+  c.update(dict(max_seq_length=32, train_batch_size=16, eval_batch_size=32, num_epochs=2,
+                dropout_rate=0.0, attention_dropout_rate=0.0, progress_bar=False))
+  c.update(overrides)
+  return c
+
+
+# --- Files task ---------------------------------------------------------------------------------
+
+def test_files_task_reads_csv_tsv_and_jsonl_with_sorted_class_names(tmp_path):
+  (tmp_path / 'a.csv').write_text('text,label\n"Hello, world",pos\nBad day,neg\nOk,neu\n')
+  (tmp_path / 'b.tsv').write_text('text_a\ttext_b\tlabel\nA "quoted" one\tB\tyes\nC\tD\tno\n')
+  (tmp_path / 'c.jsonl').write_text('{"text": "x", "label": 0.5}\n\n{"text": "y", "label": 2}\n')
+  rows = tasks.read_rows(str(tmp_path / 'a.csv'))
+  task = tasks.files_task(rows)
+  assert task.kind == tasks.CLASSIFICATION and task.label_names == ('neg', 'neu', 'pos')
+  examples = tasks.file_examples(task, rows, 'a.csv')
+  assert examples[0] == dict(text_a='Hello, world', text_b=None, label=2)
+  pairs = tasks.read_rows(str(tmp_path / 'b.tsv'))
+  pair_task = tasks.files_task(pairs)
+  assert pair_task.label_names == ('no', 'yes') and pair_task.metric_names[0] == 'accuracy'
+  assert tasks.file_examples(pair_task, pairs, 'b.tsv')[0] == dict(
+      text_a='A "quoted" one', text_b='B', label=1)
+  floats = tasks.read_rows(str(tmp_path / 'c.jsonl'))
+  reg = tasks.files_task(floats)
+  assert reg.kind == tasks.REGRESSION
+  assert [e['label'] for e in tasks.file_examples(reg, floats, 'c.jsonl')] == [0.5, 2.0]
+  # Integer labels are classes unless told otherwise.
+  ints = [dict(text='a', label='1'), dict(text='b', label='2')]
+  assert tasks.files_task(ints).kind == tasks.CLASSIFICATION
+  assert tasks.files_task(ints, 'regression').kind == tasks.REGRESSION
+
+
+def test_files_task_errors_are_one_clear_line(tmp_path):
+  (tmp_path / 'nolabel.csv').write_text('text,target\nhi,1\n')
+  (tmp_path / 'train.tsv').write_text('text\tlabel\na\tx\nb\ty\n')
+  (tmp_path / 'eval.tsv').write_text('text\tlabel\nc\tz\n')
+  (tmp_path / 'data.txt').write_text('hi\n')
+  with pytest.raises(UserError, match=r"lacks column\(s\) label \(has \['target', 'text'\]\)"):
+    rows = tasks.read_rows(str(tmp_path / 'nolabel.csv'))
+    tasks.file_examples(tasks.TASKS['files'], rows, 'nolabel.csv')
+  with pytest.raises(UserError, match="file '/nowhere.csv' not found"):
+    tasks.read_rows('/nowhere.csv')
+  with pytest.raises(UserError, match='is not .csv, .tsv or .jsonl'):
+    tasks.read_rows(str(tmp_path / 'data.txt'))
+  task = tasks.files_task(tasks.read_rows(str(tmp_path / 'train.tsv')))
+  with pytest.raises(UserError, match="label 'z', which the training file never uses"):
+    tasks.file_examples(task, tasks.read_rows(str(tmp_path / 'eval.tsv')), 'eval.tsv')
+  with pytest.raises(UserError, match="config.task='nope' is not a task"):
+    tasks.get_task('nope')
+
+
+def test_pairs_are_packed_and_truncated_longest_first(tokenizer):
+  long_a = ' '.join(['Elizabeth'] * 40)
+  out = features.encode_classification(
+      tokenizer, [dict(text_a=long_a, text_b='Mr. Darcy', label=1),
+                  dict(text_a='Emma', text_b=None, label=0)], 16, regression=False)
+  ids, seg, mask = out['input_ids'], out['segment_ids'], out['input_mask']
+  assert ids.shape == (2, 16) and out['label'].tolist() == [1, 0]
+  b = tokenizer.encode('Mr. Darcy')
+  # [CLS] a... [SEP] b [SEP]: b kept whole, a truncated to fill the rest.
+  assert ids[0, 0] == tokenizer.cls_id and ids[0, -1] == tokenizer.sep_id
+  assert ids[0, 16 - len(b) - 1:-1].tolist() == b
+  assert seg[0].tolist() == [0] * (16 - len(b) - 1) + [1] * (len(b) + 1)
+  assert mask[0].all()
+  n = len(tokenizer.encode('Emma')) + 2
+  assert mask[1].tolist() == [1] * n + [0] * (16 - n) and not seg[1].any()
+
+
+# --- TFDS ---------------------------------------------------------------------------------------
+
+def test_glue_tasks_load_from_tfds_mock_data(tokenizer):
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  c = ft_config()
+  with tfds.testing.mock_data(num_examples=6):
+    mnli = loop.load_data(c, tasks.get_task('mnli'), tokenizer)
+    stsb = loop.load_data(c, tasks.get_task('stsb'), tokenizer)
+    raw = tasks.tfds_source('glue/stsb', 'train', None, False)
+    raw_labels = [float(raw[i]['label']) for i in range(6)]
+    cola = loop.load_data(c, tasks.get_task('cola'), tokenizer)
+  assert [e.prefix for e in mnli.evals] == ['', 'mismatched_']
+  assert mnli.train['input_ids'].shape == (6, 32)
+  assert set(mnli.train['label'].tolist()) <= {0, 1, 2}
+  assert (mnli.train['segment_ids'].sum(axis=1) > 0).all()  # premise + hypothesis pairs
+  # STS-B: regression targets divided by 5 (official code); metrics on the original scale.
+  assert stsb.task.kind == tasks.REGRESSION
+  np.testing.assert_allclose(stsb.train['label'], np.array(raw_labels) / 5, rtol=1e-6)
+  assert not cola.train['segment_ids'].any()  # single sentences
+  assert tasks.get_task('cola').main_metric == 'mcc'
+
+
+def test_squad_v2_loads_from_tfds_mock_data(tokenizer):
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  c = ft_config(max_seq_length=64, doc_stride=16, max_query_length=16)
+  with tfds.testing.mock_data(num_examples=4):
+    data = loop.load_data(c, tasks.get_task('squad_v2'), tokenizer)
+  assert len(data.evals[0].examples) == 4
+  assert data.train['input_ids'].shape[1] == 64
+  assert {e['is_impossible'] for e in data.evals[0].examples} <= {True, False}
+
+
+def test_missing_tfds_dataset_is_a_user_error(tmp_path):
+  with pytest.raises(UserError, match="TFDS dataset 'glue/rte' split 'train' is not available"):
+    tasks.tfds_source('glue/rte', 'train', str(tmp_path), download=False)
+
+
+# --- Layer-wise learning-rate decay --------------------------------------------------------------
+
+def _model(task, num_layers=3):
+  c = config_lib.resolve(tiny_config(vocab_size=8000, num_layers=num_layers))
+  return loop.make_model(task, model_lib.ModelConfig.from_config(c))
+
+
+def test_layerwise_lr_multipliers_follow_the_paper_not_the_official_bug():
+  task = tasks.TASKS['sst2']
+  model = _model(task)  # E 16 != H 32: has an embeddings_project
+  params = jax.eval_shape(lambda: model.init(
+      {'params': jax.random.key(0)},
+      {k: jnp.zeros((1, 8), jnp.int32) for k in ('input_ids', 'segment_ids', 'input_mask')}
+  )['params'])
+  m = optim.layerwise_lr_multipliers(params, 0.8, 3)
+  enc = m['electra']['discriminator']['encoder']
+  assert m['head']['output']['kernel'] == 1.0
+  assert enc['layer_2']['attention']['query']['kernel'] == pytest.approx(0.8)  # top: decay^1
+  assert enc['layer_1']['output_LayerNorm']['scale'] == pytest.approx(0.8 ** 2)
+  assert enc['layer_0']['intermediate']['bias'] == pytest.approx(0.8 ** 3)
+  assert enc['embeddings_project']['kernel'] == pytest.approx(0.8 ** 4)
+  assert m['electra']['embeddings']['word_embeddings'] == pytest.approx(0.8 ** 4)
+  assert 'generator' not in params['electra'] and 'head' not in params['electra']['discriminator']
+
+
+def test_finetune_optimizer_scales_each_layers_step_by_its_multiplier():
+  params = {'electra': {'embeddings': {'w': jnp.ones(3)},
+                        'discriminator': {'encoder': {'layer_0': {'w': jnp.ones(3)},
+                                                      'layer_1': {'w': jnp.ones(3)}}}},
+            'head': {'w': jnp.ones(3)}}
+  c = ml_collections.ConfigDict(dict(learning_rate=1e-2, adam_b1=0.9, adam_b2=0.999,
+                                     adam_epsilon=1e-12, weight_decay_rate=0.0,
+                                     max_grad_norm=0.0, layerwise_lr_decay=0.5))
+  tx, _ = optim.make_finetune_optimizer(c, params, 2, total_steps=10, warmup_steps=0)
+  grads = jax.tree.map(lambda p: 0.3 * p, params)
+  updates, _ = tx.update(grads, tx.init(params), params)
+  # Adam's first step moves every weight by the learning rate; LLRD scales that.
+  step = {jax.tree_util.keystr(p): float(-u[0] / 1e-2)
+          for p, u in jax.tree_util.tree_leaves_with_path(updates)}
+  assert step["['head']['w']"] == pytest.approx(1.0, rel=1e-4)
+  layer = "['electra']['discriminator']['encoder']['layer_{}']['w']"
+  assert step[layer.format(1)] == pytest.approx(0.5, rel=1e-4)
+  assert step[layer.format(0)] == pytest.approx(0.25, rel=1e-4)
+  assert step["['electra']['embeddings']['w']"] == pytest.approx(0.125, rel=1e-4)
+
+
+# --- SQuAD --------------------------------------------------------------------------------------
+
+CONTEXT = ('Anne Elliot walked to the Cobb at Lyme with Captain Wentworth, and Louisa Musgrove '
+           'jumped from the steps and fell on the pavement below.')
+
+
+def test_squad_windows_map_answers_to_the_right_tokens(tokenizer):
+  answer = 'Louisa Musgrove'
+  example = dict(id='q', question='Who fell?', context=CONTEXT, is_impossible=False,
+                 answers=[(answer, CONTEXT.index(answer))])
+  one = features.encode_squad(tokenizer, [example], 64, doc_stride=8, max_query_length=16)
+  assert one['input_ids'].shape == (1, 64)
+  s, e = one['start_position'][0], one['end_position'][0]
+  assert one['answerable'][0] == 1
+  assert CONTEXT[one['token_begin'][0, s]:one['token_end'][0, e]] == answer
+  # Context tokens carry their segment and context_mask; the question's do not.
+  assert one['context_mask'][0, s] == 1 and one['segment_ids'][0, s] == 1
+  assert one['context_mask'][0, 0] == 0 and one['token_begin'][0, 0] == -1
+  # Short windows: several per example; the answer is in some, [CLS] (0) in the others.
+  many = features.encode_squad(tokenizer, [example], 24, doc_stride=4, max_query_length=16)
+  assert len(many['example_index']) > 3 and set(many['example_index'].tolist()) == {0}
+  hits = np.flatnonzero(many['answerable'])
+  assert hits.size >= 1 and (many['start_position'][many['answerable'] == 0] == 0).all()
+  for f in hits:
+    s, e = many['start_position'][f], many['end_position'][f]
+    assert CONTEXT[many['token_begin'][f, s]:many['token_end'][f, e]] == answer
+
+
+def test_span_head_shapes_and_end_conditioned_on_start(tokenizer):
+  task = tasks.TASKS['squad_v2']
+  model = _model(task, num_layers=1)
+  example = dict(id='q', question='Who fell?', context=CONTEXT, is_impossible=False,
+                 answers=[('Louisa', CONTEXT.index('Louisa'))])
+  f = features.encode_squad(tokenizer, [example, dict(example, id='r')], 48, 16, 16)
+  inputs = loop._model_inputs(f)  # pylint: disable=protected-access
+  batch = {k: jnp.asarray(v) for k, v in inputs.items()}
+  # Jitted: eager op-by-op dispatch of a whole model is slow on a busy CPU.
+  params = jax.jit(lambda r: model.init({'params': r}, batch)['params'])(jax.random.key(0))
+  start, end, answerable = jax.jit(lambda p: model.apply({'params': p}, batch))(params)
+  assert start.shape == end.shape == (2, 48) and answerable.shape == (2,)
+  assert (start[batch['context_mask'] == 0] < -1e8).all()
+  s_lp, s_idx, e_lp, e_idx, _ = jax.jit(lambda p: model.apply(
+      {'params': p}, batch, 5, 3, method=model.span_beam))(params)
+  assert s_idx.shape == s_lp.shape == (2, 5) and e_idx.shape == e_lp.shape == (2, 5, 5)
+  valid = e_lp > -1e8
+  gap = np.asarray(e_idx) - np.asarray(s_idx)[..., None]
+  assert ((gap >= 0) & (gap < 3))[np.asarray(valid)].all()
+  # End logits depend on the start they are conditioned on.
+  head = heads.SpanHead(32, 0.0)
+
+  @jax.jit
+  def end_logits(p):
+    hidden = model.apply({'params': p}, batch, True, method=model.hidden)
+    return head.apply({'params': p['head']}, hidden, batch['context_mask'],
+                      jnp.array([[20, 25], [20, 25]]), method=head.end_logits)
+  ends = end_logits(params)
+  assert not np.allclose(ends[:, 0], ends[:, 1])
+
+
+def test_span_decoding_picks_the_best_candidate_across_windows():
+  context = 'alpha beta gamma delta'
+  # Two windows of one example; tokens 1..4 are the four words (spans), 0 is [CLS].
+  spans_ = [(0, 5), (6, 10), (11, 16), (17, 22)]
+  begin = np.full((2, 6), -1)
+  end = np.full((2, 6), -1)
+  for j, (b, e) in enumerate(spans_):
+    begin[:, j + 1], end[:, j + 1] = b, e
+  feats = dict(example_index=np.array([0, 0]), token_begin=begin, token_end=end)
+  outputs = dict(
+      start_index=np.array([[2, 1], [1, 3]]),
+      start_log_prob=np.array([[-0.5, -1.0], [-0.2, -2.0]]),
+      end_index=np.array([[[3, 2], [1, 4]], [[0, 2], [4, 3]]]),
+      end_log_prob=np.array([[[-0.1, -0.3], [-0.5, -0.2]], [[-0.01, -0.5], [-0.1, -0.1]]]),
+      answerable_prob=np.array([0.3, 0.7]))
+  examples = [dict(id='q', context=context)]
+  # Token j+1 is word j. Window 0: (2, 3) scores -0.6, (2, 2) -0.8, (1, 1) -1.5, (1, 4) is
+  # too long. Window 1: (1, 0) ends before it starts ([CLS]), (1, 2) -0.7, (3, 3) -2.1.
+  got = spans.decode_answers(feats, outputs, examples, max_answer_length=3, squad_v2=False)
+  assert got == {'q': 'beta gamma'}
+  # One-token answers only: (2, 2) = 'beta' beats (1, 1) and window 1's (3, 3).
+  got = spans.decode_answers(feats, outputs, examples, max_answer_length=1, squad_v2=False)
+  assert got == {'q': 'beta'}
+  # A more confident start in window 1 makes its (1, 2) the best overall: -0.55.
+  outputs['start_log_prob'] = np.array([[-0.5, -1.0], [-0.05, -2.0]])
+  assert spans.decode_answers(feats, outputs, examples, 3, squad_v2=False) == {'q': 'alpha beta'}
+  outputs['start_log_prob'] = np.array([[-0.5, -1.0], [-0.2, -2.0]])
+  # SQuAD 2.0: some window is confident enough there is an answer (0.7) -> keep it.
+  assert spans.decode_answers(feats, outputs, examples, 3, squad_v2=True) == {'q': 'beta gamma'}
+  outputs['answerable_prob'] = np.array([0.3, 0.4])
+  assert spans.decode_answers(feats, outputs, examples, 3, squad_v2=True) == {'q': ''}
+
+
+# --- Initialisation from a pretraining workdir ---------------------------------------------------
+
+@pytest.fixture(scope='module')
+def pretrain_workdir(tmp_path_factory):
+  """A tiny pretraining workdir (config.json + one Orbax checkpoint) with the demo vocabulary."""
+  workdir = str(tmp_path_factory.mktemp('pretrained'))
+  c = config_lib.resolve(tiny_config(vocab_size=8000, vocab_file=VOCAB))
+  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+  tx, _ = optim.make_optimizer(c)
+  mesh = parallel.make_mesh()
+  state = ts.init_state(mesh, jax.random.key(42), model, tx, c.max_seq_length,
+                        c.max_predictions_per_seq)
+  ckpt = checkpoint.Checkpointer(os.path.join(workdir, 'checkpoints'))
+  ckpt.save(7, state, force=True)
+  ckpt.close()
+  experiment_lib.write_config(workdir, c)
+  return workdir, jax.device_get(state.params)
+
+
+def test_load_pretrained_keeps_embeddings_and_discriminator_encoder(pretrain_workdir):
+  workdir, saved = pretrain_workdir
+  params, model_config = pretrained.load_pretrained(workdir)
+  assert set(params) == {'embeddings', 'discriminator'}
+  assert set(params['discriminator']) == {'encoder'}  # generator and RTD head dropped
+  assert model_config.hidden_size == 32 and model_config.num_layers == 2
+  for path, value in jax.tree_util.tree_leaves_with_path(params):
+    expected = saved
+    for key in path:
+      expected = expected[key.key]
+    np.testing.assert_array_equal(value, expected)
+  # random_init: the same shape and vocabulary, no pretrained weights.
+  c = ft_config(init_checkpoint=workdir, random_init=True)
+  params, random_config, tok = loop._model_and_tokenizer(c)  # pylint: disable=protected-access
+  assert params is None and random_config.hidden_size == 32 and tok.vocab_size == 8000
+  assert random_config.dropout_rate == c.dropout_rate
+
+
+def test_transformers_directory_needs_the_export_module(tmp_path):
+  (tmp_path / 'config.json').write_text(json.dumps({'model_type': 'electra'}))
+  (tmp_path / 'model.safetensors').write_bytes(b'')
+  assert pretrained.is_hf_dir(str(tmp_path))
+  try:
+    from electra_jax import export  # pylint: disable=import-outside-toplevel
+    if hasattr(export, 'hf_to_params'):
+      pytest.skip('electra_jax.export is installed; its own tests cover HF import')
+  except ImportError:
+    pass
+  with pytest.raises(UserError, match='needs electra_jax.export.hf_to_params'):
+    pretrained.load_pretrained(str(tmp_path))
+
+
+# --- End to end ---------------------------------------------------------------------------------
+
+def _write_sentiment(path, n, seed):
+  """A toy task a tiny model learns in two epochs: the words decide the label."""
+  rng = np.random.default_rng(seed)
+  good = ['happy', 'kind', 'lovely', 'cheerful']
+  bad = ['sad', 'cruel', 'awful', 'gloomy']
+  filler = ['the', 'day', 'was', 'and', 'very', 'house']
+  lines = ['text\tlabel']
+  for _ in range(n):
+    label = rng.integers(2)
+    words = list(rng.choice(filler, 4)) + list(rng.choice(good if label else bad, 2))
+    rng.shuffle(words)
+    lines.append(' '.join(words) + '\t' + ('good' if label else 'bad'))
+  path.write_text('\n'.join(lines) + '\n')
+
+
+def run_cli(*flags, check=True):
+  env = dict(os.environ, PYTHONUNBUFFERED='1', JAX_PLATFORMS='cpu',
+             PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
+  proc = subprocess.run([sys.executable, '-m', 'electra_jax.finetune', *flags], cwd=REPO_ROOT,
+                        env=env, capture_output=True, text=True, timeout=600)
+  if check and proc.returncode != 0:
+    raise AssertionError(f'finetune failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}')
+  return proc
+
+
+@pytest.fixture(scope='module')
+def finetuned(tmp_path_factory, pretrain_workdir):
+  """Two seeds x two epochs of the CLI from the tiny pretraining workdir on the toy task."""
+  root = tmp_path_factory.mktemp('ft')
+  _write_sentiment(root / 'train.tsv', 256, 0)
+  _write_sentiment(root / 'eval.tsv', 64, 1)
+  flags = ['--config=configs/finetune/files.py', f'--config.train_file={root}/train.tsv',
+           f'--config.eval_file={root}/eval.tsv', '--config.max_seq_length=16',
+           '--config.train_batch_size=16', '--config.num_epochs=3', '--config.num_seeds=2',
+           '--config.learning_rate=5e-3', '--config.dropout_rate=0.0',
+           '--config.attention_dropout_rate=0.0', '--config.progress_bar=false']
+  out = str(root / 'out')
+  proc = run_cli(*flags, f'--config.init_checkpoint={pretrain_workdir[0]}', f'--workdir={out}')
+  return dict(root=root, flags=flags, out=out, proc=proc)
+
+
+def test_cli_trains_every_seed_and_ends_with_a_json_summary(finetuned):
+  summary = json.loads(finetuned['proc'].stdout.strip().splitlines()[-1])
+  assert summary['task'] == 'files' and summary['num_seeds'] == 2
+  assert summary['label_names'] == ['bad', 'good'] and not summary['random_init']
+  per_seed = summary['best_accuracy_per_seed']
+  assert len(per_seed) == 2 and summary['median_best_accuracy'] == pytest.approx(
+      np.median(per_seed))
+  assert summary['median_best_accuracy'] > 0.8  # the toy task is learnable
+  with open(os.path.join(finetuned['out'], 'results.json'), encoding='utf-8') as f:
+    results = json.load(f)
+  assert [r['seed'] for r in results['runs']] == [0, 1]
+  for seed in (0, 1):
+    with open(os.path.join(finetuned['out'], f'seed_{seed}', 'metrics.jsonl'),
+              encoding='utf-8') as f:
+      rows = [json.loads(line) for line in f]
+    assert [r['epoch'] for r in rows] == [1, 2, 3]
+    assert {'train_loss', 'eval_loss', 'eval_accuracy', 'eval_f1', 'eval_mcc'} <= set(rows[0])
+
+
+def test_finetuning_lowers_eval_loss_and_the_best_checkpoint_reproduces_its_score(
+    finetuned, pretrain_workdir, tokenizer):
+  with open(os.path.join(finetuned['out'], 'results.json'), encoding='utf-8') as f:
+    results = json.load(f)
+  c = ml_collections.ConfigDict(results['config'])
+  task = tasks.files_task(tasks.read_rows(c.train_file))
+  data = loop.load_data(c, tasks.TASKS['files'], tokenizer)
+  enc, model_config = pretrained.load_pretrained(pretrain_workdir[0])
+  model = loop.make_model(task, pretrained.with_dropout(model_config, c))
+  mesh = parallel.make_mesh()
+  predict = ts.jit_eval_step(loop.steps.make_predict(model, task, c), mesh)
+  run = results['runs'][0]
+  initial = loop.init_params(model, data.train, jax.random.key(run['seed']), enc)
+  before = loop.predict_all(predict, initial, data.evals[0].features, 32, mesh)
+  assert run['final']['eval_loss'] < float(np.mean(before['loss'])) - 0.05
+  best_dir = os.path.join(finetuned['out'], 'seed_0', 'best')
+  assert os.listdir(best_dir) == [str(run['best']['step'])]  # only the best epoch is kept
+  with ocp.StandardCheckpointer() as checkpointer:
+    best = checkpointer.restore(os.path.join(best_dir, str(run['best']['step']), 'default'))
+  outputs = loop.predict_all(predict, best, data.evals[0].features, 32, mesh)
+  scores = loop.score(task, c, data.evals[0], outputs)
+  assert scores['accuracy'] == pytest.approx(run['best']['eval_accuracy'])
+
+
+def test_cli_refuses_to_overwrite_results_and_reports_bad_input(finetuned):
+  again = run_cli(*finetuned['flags'], '--config.random_init=true', '--config.model_size=demo',
+                  f'--workdir={finetuned["out"]}', check=False)
+  assert again.returncode == 2 and 'already holds fine-tuning results' in again.stderr
+  (finetuned['root'] / 'bad.csv').write_text('sentence,label\nhi,a\n')
+  bad = run_cli('--config=configs/finetune/files.py', '--config.random_init=true',
+                f'--config.train_file={finetuned["root"]}/bad.csv',
+                f'--workdir={finetuned["root"]}/bad', check=False)
+  assert bad.returncode == 2 and 'Traceback' not in bad.stderr
+  assert bad.stderr.strip().splitlines()[-1].startswith(
+      f"error: file '{finetuned['root']}/bad.csv' lacks column(s) text (or text_a)")
+  unknown = run_cli('--config=configs/finetune/glue.py', '--config.lerning_rate=1e-4',
+                    f'--workdir={finetuned["root"]}/x', check=False)
+  assert unknown.returncode != 0 and 'lerning_rate' in unknown.stderr
+
+
+def test_paper_defaults_fill_by_model_size_and_task():
+  from electra_jax.finetune import settings  # pylint: disable=import-outside-toplevel
+  small = settings.resolve(ft_config(num_epochs=None), tasks.get_task('rte'), 256)
+  assert (small.learning_rate, small.layerwise_lr_decay, small.num_epochs) == (3e-4, 0.8, 10)
+  large = settings.resolve(ft_config(num_epochs=None), tasks.get_task('squad_v2'), 1024)
+  assert (large.learning_rate, large.layerwise_lr_decay, large.num_epochs) == (5e-5, 0.9, 2)
+  base = settings.resolve(ft_config(learning_rate=2e-5, num_epochs=None),
+                          tasks.get_task('sst2'), 768)
+  assert (base.learning_rate, base.layerwise_lr_decay, base.num_epochs) == (2e-5, 0.8, 3)
+  with pytest.raises(UserError, match=r'config.layerwise_lr_decay=1.5 must be in \(0, 1\]'):
+    settings.resolve(ft_config(layerwise_lr_decay=1.5), tasks.get_task('sst2'), 256)
+
+
+def test_without_checkpoint_or_random_init_the_error_says_what_to_set():
+  with pytest.raises(UserError, match='set --config.init_checkpoint=WORKDIR'):
+    loop._model_and_tokenizer(ft_config())  # pylint: disable=protected-access

@@ -1,0 +1,60 @@
+"""Each fine-tuning metric against a value computed by hand."""
+import math
+
+import numpy as np
+import pytest
+
+from electra_jax.finetune import metrics
+
+
+def test_accuracy_and_f1_on_a_hand_counted_example():
+  labels = [1, 1, 0, 0, 1, 0]
+  preds = [1, 0, 0, 1, 1, 0]
+  # tp=2, fp=1, fn=1 -> precision 2/3, recall 2/3, F1 2/3; 4 of 6 correct.
+  assert metrics.accuracy(labels, preds) == pytest.approx(4 / 6)
+  assert metrics.binary_f1(labels, preds) == pytest.approx(2 / 3)
+  assert metrics.binary_f1([0, 0], [0, 0]) == 0.0
+
+
+def test_matthews_correlation_matches_the_formula():
+  labels = [1, 1, 1, 0, 0, 0, 0, 1]
+  preds = [1, 1, 0, 0, 0, 1, 0, 1]
+  tp, tn, fp, fn = 3, 3, 1, 1
+  expected = (tp * tn - fp * fn) / math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+  assert metrics.matthews_corrcoef(labels, preds) == pytest.approx(expected)  # 0.5
+  assert metrics.matthews_corrcoef(labels, labels) == pytest.approx(1.0)
+  assert metrics.matthews_corrcoef(labels, [1 - p for p in labels]) == pytest.approx(-1.0)
+  assert metrics.matthews_corrcoef(labels, [1] * 8) == 0.0  # undefined -> 0, as GLUE
+
+
+def test_pearson_and_spearman():
+  x = [1.0, 2.0, 3.0, 4.0]
+  assert metrics.pearson(x, [2.0, 4.0, 6.0, 8.0]) == pytest.approx(1.0)
+  # Monotone but not linear: Spearman 1, Pearson below 1.
+  y = [1.0, 8.0, 27.0, 64.0]
+  assert metrics.spearman(x, y) == pytest.approx(1.0)
+  xm, ym = np.mean(x), np.mean(y)
+  r = sum((a - xm) * (b - ym) for a, b in zip(x, y)) / math.sqrt(
+      sum((a - xm) ** 2 for a in x) * sum((b - ym) ** 2 for b in y))
+  assert metrics.pearson(x, y) == pytest.approx(r)
+  # Ranks [1,2,3,4] vs [2,1,4,3]: d^2 sum = 4 -> 1 - 6*4 / (4*15) = 0.6.
+  assert metrics.spearman(x, [2.0, 1.0, 4.0, 3.0]) == pytest.approx(0.6)
+  out = metrics.regression_metrics(x, [2.0, 1.0, 4.0, 3.0])
+  assert out['corr'] == pytest.approx((out['pearson'] + out['spearman']) / 2)
+  assert out['mse'] == pytest.approx(1.0)
+
+
+def test_squad_normalisation_exact_match_and_f1():
+  assert metrics.normalize_answer('The  Cat, sat!') == 'cat sat'
+  assert metrics.exact_match('the Eiffel Tower.', 'Eiffel tower') == 1.0
+  # pred tokens [eiffel, tower, paris], gold [eiffel, tower]: P 2/3, R 1 -> F1 0.8.
+  assert metrics.token_f1('Eiffel Tower, Paris', 'the Eiffel Tower') == pytest.approx(0.8)
+  # [eiffel, tower, in, paris] ('in' is no article): P 1/2, R 1 -> F1 2/3.
+  assert metrics.token_f1('Eiffel Tower in Paris', 'the Eiffel Tower') == pytest.approx(2 / 3)
+  assert metrics.token_f1('', '') == 1.0 and metrics.token_f1('x', '') == 0.0
+  scores = metrics.squad_metrics(
+      {'q1': 'Eiffel Tower in Paris', 'q2': '', 'q3': 'blue'},
+      {'q1': ['the Eiffel Tower', 'Eiffel Tower in Paris'], 'q2': [], 'q3': ['red']})
+  # q1 best gold matches exactly, q2 correctly unanswered, q3 wrong.
+  assert scores['exact_match'] == pytest.approx(200 / 3)
+  assert scores['f1'] == pytest.approx(200 / 3)

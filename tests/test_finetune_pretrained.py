@@ -1,0 +1,35 @@
+"""The claim pretraining exists for: fine-tuning a pretrained demo model beats the same
+architecture from random weights on the bundled Austen set. Slow (pretrains the demo model,
+then 2 x 3 fine-tuning runs): `pytest -m slow tests/test_finetune_pretrained.py`. Set
+ELECTRA_DEMO_WORKDIR to an existing demo pretraining workdir to skip the pretraining."""
+import json
+import os
+
+import pytest
+
+from tests.test_finetune import run_cli
+from tests.test_train_cli import run_cli as run_module
+
+FLAGS = ['--config=configs/finetune/files.py', '--config.max_seq_length=64',
+         '--config.num_seeds=3', '--config.progress_bar=false']
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=False, reason=(
+    'not yet true: a demo checkpoint (488 of 800 steps) fine-tuned to a median 0.28 accuracy '
+    'vs 0.42 from random init (benchmarks/RESULTS.md); the demo discriminator does not learn '
+    'transferable features in minutes. Remove this mark once pretraining beats the baseline.'))
+def test_finetuning_a_pretrained_demo_model_beats_random_init(tmp_path):
+  workdir = os.environ.get('ELECTRA_DEMO_WORKDIR')
+  if not workdir:
+    workdir = str(tmp_path / 'pretrain')
+    run_module('electra_jax.train', '--config=configs/demo.py', f'--workdir={workdir}',
+               '--config.progress_bar=false')
+  summaries = {}
+  for name, extra in (('pretrained', []), ('random', ['--config.random_init=true'])):
+    proc = run_cli(*FLAGS, *extra, f'--config.init_checkpoint={workdir}',
+                   f'--workdir={tmp_path / name}')
+    summaries[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+  pretrained, random = summaries['pretrained'], summaries['random']
+  assert random['random_init'] and not pretrained['random_init']
+  assert pretrained['median_best_accuracy'] > random['median_best_accuracy'], summaries
