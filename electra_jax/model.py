@@ -32,6 +32,7 @@ class ModelConfig:
   type_vocab_size: int = 2
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.1
+  disc_output_bias_init: float = 0.0
   dtype: Any = jnp.float32
 
   @classmethod
@@ -46,12 +47,14 @@ class ModelConfig:
                max_position_embeddings=c.max_position_embeddings,
                type_vocab_size=c.type_vocab_size, dropout_rate=c.dropout_rate,
                attention_dropout_rate=c.attention_dropout_rate,
+               disc_output_bias_init=c.disc_output_bias_init,
                dtype=jnp.dtype(c.dtype))
 
 
-def _dense(features, dtype, name):
+def _dense(features, dtype, name, bias_init=nn.initializers.zeros):
   return nn.Dense(features, dtype=dtype, param_dtype=jnp.float32,
-                  kernel_init=nn.initializers.truncated_normal(0.02), name=name)
+                  kernel_init=nn.initializers.truncated_normal(0.02), bias_init=bias_init,
+                  name=name)
 
 
 def _layer_norm(name):
@@ -182,7 +185,10 @@ class DiscriminatorHead(nn.Module):
   def __call__(self, hidden):
     h = _dense(self.cfg.hidden_size, self.cfg.dtype, 'dense')(hidden)
     h = nn.gelu(h, approximate=False)
-    logits = _dense(1, self.cfg.dtype, 'dense_prediction')(h)
+    # Starting at the prior logit of 'replaced' (instead of 0) spares the encoder from having
+    # to produce that constant itself, which can collapse a young discriminator's states.
+    bias_init = nn.initializers.constant(self.cfg.disc_output_bias_init)
+    logits = _dense(1, self.cfg.dtype, 'dense_prediction', bias_init)(h)
     return logits[..., 0].astype(jnp.float32)
 
 
