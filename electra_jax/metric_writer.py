@@ -1,5 +1,6 @@
 """Metrics to WORKDIR/<name>.jsonl (one JSON object per line) and TensorBoard scalars."""
 import json
+import math
 import os
 
 from electra_jax import cli
@@ -64,7 +65,9 @@ class MetricWriter:
     f.flush()
     prefix = 'train' if name == 'metrics' else name.replace('_metrics', '')
     for key, value in record.items():
-      if isinstance(value, (int, float)):
+      # Undefined ratios (e.g. precision with no positive prediction) are null in the JSONL
+      # and left out of TensorBoard, which would otherwise warn on every one.
+      if isinstance(value, (int, float)) and math.isfinite(value):
         self._tb.add_scalar(f'{prefix}/{key}', value, step)
 
   def close(self):
