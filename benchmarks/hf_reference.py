@@ -162,33 +162,37 @@ class Trainer:
             for k in ('input_ids', 'input_mask', 'segment_ids')]
 
 
-def time_reference(c, batch, *, steps: int, warmup: int, gather: bool, special_ids, mask_id,
-                   platform: str) -> dict:
-  """Warms up and times `steps` blocking steps on the device matching JAX's platform."""
-  if platform == 'gpu' and not torch.cuda.is_available():
-    raise RuntimeError('JAX runs on GPU but this torch has no CUDA: install a CUDA torch wheel')
-  device = 'cuda' if platform == 'gpu' else 'cpu'
-  trainer = Trainer(c, special_ids, mask_id, device, gather, c.seed)
-  inputs = trainer.to_device(batch)
-  if device == 'cuda':
-    torch.cuda.reset_peak_memory_stats()
-  for _ in range(warmup):
-    trainer.step(*inputs)
-  trainer.sync()
-  times, losses = [], []
-  for _ in range(steps):
-    t = time.perf_counter()
-    loss = trainer.step(*inputs)
-    trainer.sync()
-    times.append(time.perf_counter() - t)
-    losses.append(float(loss))
-  attn = trainer.model.discriminator.config._attn_implementation  # pylint: disable=protected-access
-  return dict(
-      times=times, losses=losses,
-      peak_memory_bytes=torch.cuda.max_memory_allocated() if device == 'cuda' else None,
-      description=(f'HF transformers {transformers.__version__} + torch {torch.__version__} on '
-                   f'{device}, {torch.get_num_threads()} threads, attention {attn}, '
-                   f'{"bf16 autocast" if trainer.autocast else "float32"}, generator logits '
-                   f'{"at masked positions only" if gather else "at every position"}'),
-      versions=dict(torch=torch.__version__, transformers=transformers.__version__,
-                    attention=attn, threads=torch.get_num_threads()))
+class ReferenceStep:
+  """The benchmark's view: a Trainer on the batch, on the device matching JAX's platform."""
+
+  def __init__(self, c, batch, *, gather: bool, special_ids, mask_id, platform: str):
+    if platform == 'gpu' and not torch.cuda.is_available():
+      raise RuntimeError('JAX runs on GPU but this torch has no CUDA: install a CUDA torch wheel')
+    device = 'cuda' if platform == 'gpu' else 'cpu'
+    self.trainer = Trainer(c, special_ids, mask_id, device, gather, c.seed)
+    self.inputs = self.trainer.to_device(batch)
+    if device == 'cuda':
+      torch.cuda.reset_peak_memory_stats()
+    attn = self.trainer.model.discriminator.config._attn_implementation  # pylint: disable=protected-access
+    self.versions = dict(torch=torch.__version__, transformers=transformers.__version__,
+                         attention=attn, threads=torch.get_num_threads())
+    self.description = (
+        f'HF transformers {transformers.__version__} + torch {torch.__version__} on {device}, '
+        f'{torch.get_num_threads()} threads, attention {attn}, '
+        f'{"bf16 autocast" if self.trainer.autocast else "float32"}, generator logits '
+        f'{"at masked positions only" if gather else "at every position"}')
+
+  def run(self, steps: int) -> tuple[list[float], list[float]]:
+    """Times `steps` blocking steps; returns (seconds per step, losses)."""
+    times, losses = [], []
+    for _ in range(steps):
+      t = time.perf_counter()
+      loss = self.trainer.step(*self.inputs)
+      self.trainer.sync()
+      times.append(time.perf_counter() - t)
+      losses.append(float(loss))
+    return times, losses
+
+  def peak_memory_bytes(self):
+    """CUDA allocator peak; None on CPU (the process RSS is shared with the JAX run)."""
+    return torch.cuda.max_memory_allocated() if self.trainer.device.type == 'cuda' else None

@@ -36,7 +36,9 @@ from electra_jax.errors import UserError
 
 config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
                                 'override any key with --config.KEY=VALUE.', lock_config=True)
-flags.DEFINE_integer('steps', 20, 'Timed train steps.')
+flags.DEFINE_integer('steps', 20, 'Timed train steps (per round).')
+flags.DEFINE_integer('rounds', 1, 'With --compare: alternate the implementations this many '
+                     'times, --steps each (fairer ratios on a machine whose load changes).')
 flags.DEFINE_integer('warmup', 3, 'Untimed steps after compilation (first-run effects).')
 flags.DEFINE_list('compare', [], "Reference implementations to run after ours: 'hf' (HF "
                   "transformers + PyTorch, generator logits only at masked positions) and/or "
@@ -117,36 +119,43 @@ def peak_memory() -> tuple[int | None, str]:
           'process peak RSS (getrusage; includes host runtime, data and compiler)')
 
 
-def time_jax(exp, host_batch: dict, steps: int, warmup: int, profile_dir: str | None) -> dict:
-  """Compiles, warms up and times the jitted train step; returns timings and the loss trace."""
-  c = exp.config
-  state = exp.init_state()
-  batch = parallel.global_batch(host_batch, exp.mesh)
-  rng = jax.random.key(c.seed)
-  step_fn = ts.jit_train_step(ts.make_train_step(exp.objective, exp.tx), exp.mesh)
-  t = time.perf_counter()
-  compiled = step_fn.lower(state, batch, rng).compile()
-  compile_s = time.perf_counter() - t
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  for _ in range(warmup):
-    state, sums = compiled(state, batch, rng)
-    jax.block_until_ready((state, sums))
-  times, losses = [], []
-  for _ in range(steps):
+class JaxStep:
+  """The jitted train step, compiled once and warmed up; `run(n)` times n blocking steps."""
+
+  def __init__(self, exp, host_batch: dict, warmup: int):
+    c = self.config = exp.config
+    self.state = exp.init_state()
+    self.batch = parallel.global_batch(host_batch, exp.mesh)
+    self.rng = jax.random.key(c.seed)
+    step_fn = ts.jit_train_step(ts.make_train_step(exp.objective, exp.tx), exp.mesh)
     t = time.perf_counter()
-    state, sums = compiled(state, batch, rng)
-    jax.block_until_ready((state, sums))
-    times.append(time.perf_counter() - t)
-    losses.append(objective_lib.summarize(jax.device_get(sums), c.gen_weight,
-                                          c.disc_weight)['loss'])
-  if profile_dir:
+    self.compiled = step_fn.lower(self.state, self.batch, self.rng).compile()
+    self.compile_s = time.perf_counter() - t
+    cost = self.compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    self.xla_flops = float(cost['flops']) if cost and 'flops' in cost else None
+    self.run(warmup)
+
+  def step(self):
+    self.state, sums = self.compiled(self.state, self.batch, self.rng)
+    jax.block_until_ready((self.state, sums))
+    return sums
+
+  def run(self, steps: int) -> tuple[list[float], list[float]]:
+    times, losses = [], []
+    for _ in range(steps):
+      t = time.perf_counter()
+      sums = self.step()
+      times.append(time.perf_counter() - t)
+      c = self.config
+      losses.append(objective_lib.summarize(jax.device_get(sums), c.gen_weight,
+                                            c.disc_weight)['loss'])
+    return times, losses
+
+  def profile(self, profile_dir: str, steps: int = 3):
     with jax.profiler.trace(profile_dir):
-      for _ in range(3):
-        state, sums = compiled(state, batch, rng)
-        jax.block_until_ready((state, sums))
-  return dict(times=times, losses=losses, compile_s=compile_s,
-              xla_flops=float(cost.get('flops', 0.0)) if cost else None)
+      for _ in range(steps):
+        self.step()
 
 
 def load_hf_reference():
@@ -198,9 +207,10 @@ def print_table(rows: list[dict]):
 
 
 def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synthetic',
-                  profile_dir: str | None = None, peak_override: float | None = None) -> dict:
-  if steps < 1 or warmup < 0:
-    raise UserError(f'--steps={steps} must be >= 1 and --warmup={warmup} >= 0')
+                  profile_dir: str | None = None, peak_override: float | None = None,
+                  rounds: int = 1) -> dict:
+  if steps < 1 or warmup < 0 or rounds < 1:
+    raise UserError(f'--steps={steps} and --rounds={rounds} must be >= 1, --warmup={warmup} >= 0')
   unknown = sorted(set(compare) - {'hf', 'hf_full'})
   if unknown:
     raise UserError(f'--compare={",".join(unknown)} is not known; use hf and/or hf_full')
@@ -213,48 +223,72 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
   peak, peak_source = peak_tflops(device.device_kind, c.dtype, peak_override)
   print(f'Benchmarking the train step: {device.device_kind} x{devices} ({device.platform}), '
         f'jax {jax.__version__}, {c.dtype}, batch {c.train_batch_size} x {c.max_seq_length}, '
-        f'{steps} timed steps after {warmup} warmup; data: {data}'
-        + (f'; profile -> {profile_dir}' if profile_dir else ''), flush=True)
-  if profile_dir:
-    profile_dir = os.path.abspath(os.path.expanduser(profile_dir))
+        f'dropout {c.dropout_rate}/{c.attention_dropout_rate}, {rounds} round(s) of {steps} '
+        f'timed steps after {warmup} warmup; data: {data}; '
+        f'XLA_FLAGS={os.environ.get("XLA_FLAGS", "")!r}', flush=True)
 
-  jax_run = time_jax(exp, host_batch, steps, warmup, profile_dir)
-  memory, memory_source = peak_memory()
-  rows = [summarize('electra_jax', jax_run['times'], model_flops, c, devices, peak)]
-  print(f'electra_jax: compiled in {jax_run["compile_s"]:.1f}s; loss {jax_run["losses"][0]:.3f}'
-        f' -> {jax_run["losses"][-1]:.3f}', flush=True)
-
-  result = dict(rows[0])
-  del result['implementation']
-  result.update(
-      model_flops_per_step=model_flops, xla_flops_per_step=jax_run['xla_flops'],
-      peak_tflops_per_device=peak, peak_source=peak_source,
-      peak_memory_bytes=memory, peak_memory_source=memory_source,
-      compile_s=jax_run['compile_s'], device_kind=device.device_kind,
-      platform=device.platform, device_count=devices, jax_version=jax.__version__,
-      dtype=c.dtype, batch=c.train_batch_size, seq=c.max_seq_length, steps=steps,
-      warmup=warmup, data=data, dropout_rate=c.dropout_rate,
-      attention_dropout_rate=c.attention_dropout_rate, first_loss=jax_run['losses'][0],
-      last_loss=jax_run['losses'][-1], profile_dir=profile_dir)
-
+  ours = JaxStep(exp, host_batch, warmup)
+  print(f'electra_jax: compiled in {ours.compile_s:.1f}s', flush=True)
+  refs = {}
   for name in compare:
-    ref = hf_reference.time_reference(
-        c, host_batch, steps=steps, warmup=warmup, gather=(name == 'hf'),
+    refs[name] = hf_reference.ReferenceStep(
+        c, host_batch, gather=(name == 'hf'),
         special_ids=tokenizer_lib.SentencePieceTokenizer.special_ids,
         mask_id=tokenizer_lib.SentencePieceTokenizer.mask_id, platform=device.platform)
-    row = summarize(name, ref['times'], model_flops, c, devices, peak)
-    rows.append(row)
-    print(f'{name}: {ref["description"]}; loss {ref["losses"][0]:.3f} -> {ref["losses"][-1]:.3f}',
-          flush=True)
+    refs[name].run(warmup)
+    print(f'{name}: {refs[name].description}', flush=True)
+
+  # Rounds alternate the implementations, so a load change on a shared machine hits both.
+  times = {name: [] for name in ['electra_jax', *compare]}
+  losses = {name: [] for name in times}
+  round_ratios = {name: [] for name in compare}
+  for r in range(rounds):
+    for name in times:
+      t, l = (ours if name == 'electra_jax' else refs[name]).run(steps)
+      times[name] += t
+      losses[name] += l
+      if name != 'electra_jax':
+        round_ratios[name].append(statistics.median(t) / statistics.median(
+            times['electra_jax'][r * steps:(r + 1) * steps]))
+    if rounds > 1:
+      print(f'round {r + 1}/{rounds}: ' + ', '.join(
+          f'{n} {1e3 * statistics.median(times[n][r * steps:]):.1f} ms' for n in times),
+            flush=True)
+  memory, memory_source = peak_memory()
+  if profile_dir:
+    profile_dir = os.path.abspath(os.path.expanduser(profile_dir))
+    ours.profile(profile_dir)
+    print(f'Profile of 3 steps written to {profile_dir}', flush=True)
+
+  rows = [summarize(name, times[name], model_flops, c, devices, peak) for name in times]
+  for name in times:
+    print(f'{name}: loss {losses[name][0]:.3f} -> {losses[name][-1]:.3f}')
+  print_table(rows)
+  result = {k: v for k, v in rows[0].items() if k != 'implementation'}
+  result.update(
+      model_flops_per_step=model_flops, xla_flops_per_step=ours.xla_flops,
+      peak_tflops_per_device=peak, peak_source=peak_source,
+      peak_memory_bytes=memory, peak_memory_source=memory_source,
+      compile_s=ours.compile_s, device_kind=device.device_kind,
+      platform=device.platform, device_count=devices, jax_version=jax.__version__,
+      dtype=c.dtype, batch=c.train_batch_size, seq=c.max_seq_length, steps=steps,
+      rounds=rounds, warmup=warmup, data=data, dropout_rate=c.dropout_rate,
+      attention_dropout_rate=c.attention_dropout_rate, xla_flags=os.environ.get('XLA_FLAGS'),
+      first_loss=losses['electra_jax'][0], last_loss=losses['electra_jax'][-1],
+      profile_dir=profile_dir)
+  for row in rows[1:]:
+    name = row['implementation']
     result[f'{name}_tokens_per_sec'] = row['tokens_per_sec']
     result[f'{name}_step_ms'] = row['step_ms']
     result[f'{name}_mfu'] = row['mfu']
-    result[f'{name}_peak_memory_bytes'] = ref['peak_memory_bytes']
+    result[f'{name}_peak_memory_bytes'] = refs[name].peak_memory_bytes()
+    result[f'{name}_first_loss'] = losses[name][0]
     result[f'speedup_vs_{name}'] = rows[0]['tokens_per_sec'] / row['tokens_per_sec']
-    result[f'{name}_versions'] = ref['versions']
-  print_table(rows)
-  for name in compare:
-    print(f'electra_jax / {name}: {result[f"speedup_vs_{name}"]:.2f}x tokens/s')
+    result[f'speedup_vs_{name}_per_round'] = round_ratios[name]
+    result[f'{name}_versions'] = refs[name].versions
+    print(f'electra_jax / {name}: {result[f"speedup_vs_{name}"]:.2f}x tokens/s'
+          + (f' (per round: {", ".join(f"{x:.2f}" for x in round_ratios[name])})'
+             if rounds > 1 else ''))
   return result
 
 
@@ -262,7 +296,8 @@ def main(argv):
   if len(argv) > 1:
     raise UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
   cli.print_result(run_benchmark(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.compare,
-                                 FLAGS.data, FLAGS.profile_dir, FLAGS.peak_tflops))
+                                 FLAGS.data, FLAGS.profile_dir, FLAGS.peak_tflops,
+                                 FLAGS.rounds))
 
 
 def run():
