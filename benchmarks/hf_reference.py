@@ -53,8 +53,9 @@ class ElectraPretrainer(nn.Module):
     self.generator = ElectraForMaskedLM(g_cfg)
     self.discriminator = ElectraForPreTraining(d_cfg)
     # Tie: one embeddings module for both networks, and the MLM output = token embeddings.
-    self.discriminator.electra.embeddings = self.generator.electra.embeddings
-    self.generator.generator_lm_head.weight = self.generator.electra.embeddings.word_embeddings.weight
+    embeddings = self.generator.electra.embeddings
+    self.discriminator.electra.embeddings = embeddings
+    self.generator.generator_lm_head.weight = embeddings.word_embeddings.weight
     self.register_buffer('special_ids', torch.tensor(sorted(special_ids)), persistent=False)
     self.mask_id, self.gather = mask_id, gather
     self.mask_prob, self.max_predictions = c.mask_prob, c.max_predictions_per_seq
@@ -173,7 +174,8 @@ class ReferenceStep:
     self.inputs = self.trainer.to_device(batch)
     if device == 'cuda':
       torch.cuda.reset_peak_memory_stats()
-    attn = self.trainer.model.discriminator.config._attn_implementation  # pylint: disable=protected-access
+    # pylint: disable-next=protected-access
+    attn = self.trainer.model.discriminator.config._attn_implementation
     self.versions = dict(torch=torch.__version__, transformers=transformers.__version__,
                          attention=attn, threads=torch.get_num_threads())
     self.description = (

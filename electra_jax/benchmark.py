@@ -166,7 +166,8 @@ def load_hf_reference():
   if not os.path.isfile(path):
     raise UserError(f"--compare=hf needs {path} (run from a clone of the repository)")
   try:
-    import torch, transformers  # pylint: disable=import-outside-toplevel,unused-import,multiple-imports
+    # pylint: disable-next=import-outside-toplevel,unused-import,multiple-imports
+    import torch, transformers
   except ImportError as e:
     raise UserError(f"--compare=hf needs torch and transformers ({e}); install them with "
                     "pip install -e '.[bench]'") from None

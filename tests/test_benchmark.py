@@ -98,7 +98,8 @@ def test_benchmark_cli_prints_a_table_and_a_json_line_with_every_field():
   assert math.isclose(result['tokens_per_sec'], 8 * 32 / (result['step_ms'] / 1e3))
   # The analytic count of this config, and MFU against the peak given on the command line.
   assert result['model_flops_per_step'] == 3 * (
-      2 * 256 * (16 * 8 + 4 * 64 + 2 * 8 * 16) + 4 * 8 * 32 * 32 * 8 + 2 * 8 * 4 * (8 * 16 + 16 * 512)
+      2 * 256 * (16 * 8 + 4 * 64 + 2 * 8 * 16) + 4 * 8 * 32 * 32 * 8
+      + 2 * 8 * 4 * (8 * 16 + 16 * 512)
       + 2 * 256 * (16 * 32 + 4 * 1024 + 2 * 32 * 64) + 4 * 8 * 32 * 32 * 32 + 2 * 256 * (1024 + 32))
   expected_mfu = result['model_flops_per_step'] / (result['step_ms'] / 1e3) / 1e12 / 0.1
   assert math.isclose(result['mfu'], expected_mfu, rel_tol=1e-9)
