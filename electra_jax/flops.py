@@ -1,37 +1,54 @@
-"""Analytic model FLOPs of one training step (MaxText convention), for dry runs and MFU.
+"""Analytic model FLOPs of one ELECTRA optimizer step (the MaxText convention).
 
-Counted: every weight matmul as 2 FLOPs per multiply-add per token, attention scores and
-context as 4 * B * S^2 * H per layer (not halved: ELECTRA attends both ways), for the generator
-and the discriminator, forward x 3 for forward + backward. The generator's head and its tied
-vocabulary projection run only at the B x max_predictions_per_seq gathered positions.
-Embedding lookups, LayerNorm, softmax and the optimizer update are not counted.
+Counted so that every implementation of the same model gets the same number, whatever it
+really executes: weight matmuls cost 2 FLOPs per weight per token in the forward pass,
+attention 4·B·S²·H per layer (QKᵀ and PV, not halved: ELECTRA attends both ways), and the
+backward pass twice the forward (×3 in all). Embedding lookups, LayerNorm, softmax, biases,
+sampling and losses are not counted. The generator is counted at its own width; its head and
+tied vocabulary projection only at the `max_predictions_per_seq` masked slots of each sequence
+(the gather-first model computes nothing else), the discriminator's head at every position.
 """
 from electra_jax import config as config_lib
 
 
-def _encoder_flops(tokens: int, batch: int, seq: int, embedding: int, hidden: int,
-                   intermediate: int, layers: int) -> float:
-  """Forward FLOPs of one transformer stack (with its E -> H projection if E != H)."""
-  per_token = layers * (2 * 4 * hidden * hidden + 2 * 2 * hidden * intermediate)
-  if embedding != hidden:
-    per_token += 2 * embedding * hidden
-  attention = layers * 4 * batch * seq * seq * hidden
-  return float(tokens * per_token + attention)
+def encoder_matmul_params(embedding_size: int, hidden: int, intermediate: int,
+                          num_layers: int) -> int:
+  """Weights one token meets in an encoder: E->H projection (if any), QKV, output, FFN."""
+  project = embedding_size * hidden if embedding_size != hidden else 0
+  per_layer = 4 * hidden * hidden + 2 * hidden * intermediate
+  return project + num_layers * per_layer
+
+
+def attention_flops(batch: int, seq: int, hidden: int, num_layers: int) -> int:
+  """Forward FLOPs of QKᵀ and PV over all heads and layers."""
+  return 4 * batch * seq * seq * hidden * num_layers
+
+
+def forward_flops(config) -> dict:
+  """Forward FLOPs of one global batch, split by part (for tables and checks)."""
+  c = config_lib.resolve(config)
+  b, s, p = c.train_batch_size, c.max_seq_length, c.max_predictions_per_seq
+  e, v = c.embedding_size, c.vocab_size
+  gen = config_lib.generator_sizes(c)
+  hg = gen['hidden_size']
+  tokens, masked = b * s, b * p
+  return {
+      'generator_encoder': 2 * tokens * encoder_matmul_params(
+          e, hg, gen['intermediate_size'], c.num_layers),
+      'generator_attention': attention_flops(b, s, hg, c.num_layers),
+      # dense(H_G -> E), then the tied projection E -> vocab, at the masked slots only.
+      'generator_head': 2 * masked * (hg * e + e * v),
+      'discriminator_encoder': 2 * tokens * encoder_matmul_params(
+          e, c.hidden_size, c.intermediate_size, c.num_layers),
+      'discriminator_attention': attention_flops(b, s, c.hidden_size, c.num_layers),
+      # dense(H -> H) + dense(H -> 1) at every position.
+      'discriminator_head': 2 * tokens * (c.hidden_size * c.hidden_size + c.hidden_size),
+  }
 
 
 def model_flops_per_step(config) -> float:
-  """FLOPs of one optimizer step (generator + discriminator, forward + backward) on the whole
-  global batch of a resolved config (config_lib.resolve)."""
-  c = config
-  batch, seq = c.train_batch_size, c.max_seq_length
-  tokens = batch * seq
-  gen = config_lib.generator_sizes(c)
-  disc = _encoder_flops(tokens, batch, seq, c.embedding_size, c.hidden_size,
-                        c.intermediate_size, c.num_layers)
-  disc += tokens * (2 * c.hidden_size * c.hidden_size + 2 * c.hidden_size)  # RTD head
-  generator = _encoder_flops(tokens, batch, seq, c.embedding_size, gen['hidden_size'],
-                             gen['intermediate_size'], c.num_layers)
-  predictions = batch * c.max_predictions_per_seq
-  generator += predictions * (2 * gen['hidden_size'] * c.embedding_size  # MLM head dense
-                              + 2 * c.embedding_size * c.vocab_size)     # tied vocab logits
-  return 3.0 * (disc + generator)
+  """Model FLOPs of one optimizer step over the global batch (forward + backward = 3×).
+
+  `config`: an experiment ConfigDict (resolved or not; presets are filled in here).
+  """
+  return float(3 * sum(forward_flops(config).values()))

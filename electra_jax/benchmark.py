@@ -1,0 +1,310 @@
+"""Times the real pretraining step: tokens/s, step time, model FLOPs, MFU, peak memory.
+
+  python -m electra_jax.benchmark --config=configs/small.py --config.train_batch_size=32 \
+      --steps=20 [--warmup=3] [--compare=hf] [--profile_dir=/tmp/prof] [--peak_tflops=X]
+
+Builds the train step exactly as training does (Experiment + train_state.jit_train_step, state
+donated), compiles it once, runs `--warmup` untimed steps, then times `--steps` steps, blocking
+on each step's results. One batch is reused for every step, so input loading is not measured.
+`--compare=hf` then runs a HF transformers + PyTorch implementation of the same objective
+(benchmarks/hf_reference.py) in the same process on the same batch and reports both and the
+ratio. Prints a table; the last stdout line is a JSON summary.
+"""
+import os
+import platform
+import resource
+import statistics
+import time
+
+import jax
+import numpy as np
+from absl import flags
+from ml_collections import config_flags
+
+from electra_jax import cli
+from electra_jax import config as config_lib
+from electra_jax import experiment as experiment_lib
+from electra_jax import flops as flops_lib
+from electra_jax import model as model_lib
+from electra_jax import objective as objective_lib
+from electra_jax import optim
+from electra_jax import parallel
+from electra_jax import train_state as ts
+from electra_jax.data import pipeline
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.errors import UserError
+
+config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
+                                'override any key with --config.KEY=VALUE.', lock_config=True)
+flags.DEFINE_integer('steps', 20, 'Timed train steps (per round).')
+flags.DEFINE_integer('rounds', 1, 'With --compare: alternate the implementations this many '
+                     'times, --steps each (fairer ratios on a machine whose load changes).')
+flags.DEFINE_integer('warmup', 3, 'Untimed steps after compilation (first-run effects).')
+flags.DEFINE_list('compare', [], "Reference implementations to run after ours: 'hf' (HF "
+                  "transformers + PyTorch, generator logits only at masked positions) and/or "
+                  "'hf_full' (HF's ElectraForMaskedLM as is: logits at every position).")
+flags.DEFINE_enum('data', 'synthetic', ['synthetic', 'corpus'],
+                  "'synthetic': random token ids, every row full length (any vocab_size); "
+                  "'corpus': the first batch of config.train_files through the real pipeline.")
+flags.DEFINE_string('profile_dir', None, 'If set, trace a few extra steps with jax.profiler '
+                    'into this directory (TensorBoard / Perfetto) after timing.')
+flags.DEFINE_float('peak_tflops', None, 'Peak TFLOP/s per device for MFU when the device is '
+                   'not in the built-in table (e.g. CPUs, which have none).')
+FLAGS = flags.FLAGS
+
+# Dense peak TFLOP/s per device (vendor figures, no sparsity). bfloat16 matmul peaks; float32
+# where the vendor states one (H100/H200 SXM: 67 without tensor cores; TF32 tensor cores 494,
+# which XLA uses for float32 matmuls only at jax_default_matmul_precision='tensorfloat32').
+PEAK_TFLOPS = {
+    'bfloat16': {'TPU v4': 275, 'TPU v5 lite': 197, 'TPU v5e': 197, 'TPU v5p': 459,
+                 'TPU v5': 459, 'TPU v6 lite': 918, 'TPU v6e': 918, 'H100': 989, 'H200': 989,
+                 'A100': 312},
+    'float32': {'H100': 67, 'H200': 67, 'A100': 19.5},
+}
+
+
+def peak_tflops(device_kind: str, dtype: str, override: float | None) -> tuple[float | None, str]:
+  """(peak TFLOP/s per device, where it came from); the longest matching table name wins."""
+  if override is not None:
+    return override, '--peak_tflops'
+  table = PEAK_TFLOPS.get(dtype, {})
+  matches = [name for name in table if name.lower() in device_kind.lower()]
+  if not matches:
+    return None, f'no {dtype} peak known for {device_kind!r}; pass --peak_tflops'
+  name = max(matches, key=len)
+  return float(table[name]), f'table: {name} {dtype} dense'
+
+
+def synthetic_batch(c, seed: int = 0) -> dict:
+  """Full-length rows: [CLS] ids... [SEP] ids... [SEP], two segments, every token real."""
+  rng = np.random.default_rng(seed)
+  b, s = c.train_batch_size, c.max_seq_length
+  ids = rng.integers(5, c.vocab_size, (b, s)).astype(np.int32)
+  half = s // 2
+  ids[:, 0] = tokenizer_lib.SentencePieceTokenizer.cls_id
+  ids[:, half - 1] = ids[:, -1] = tokenizer_lib.SentencePieceTokenizer.sep_id
+  segments = np.zeros((b, s), np.int32)
+  segments[:, half:] = 1
+  return dict(input_ids=ids, input_mask=np.ones((b, s), np.int32), segment_ids=segments)
+
+
+def build(c, data: str):
+  """(experiment, host batch). Synthetic data needs no vocabulary file, so any vocab_size runs."""
+  if data == 'corpus':
+    exp = experiment_lib.Experiment.create(c)
+    batch = next(pipeline.make_train_iterator(exp.config, exp.tokenizer))
+    return exp, {k: np.asarray(v) for k, v in batch.items()}
+  c = config_lib.resolve(c)
+  mesh = parallel.make_mesh()
+  parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size')
+  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+  tok = tokenizer_lib.SentencePieceTokenizer
+  objective = objective_lib.ElectraObjective.from_config(model, c, tok.special_ids, tok.mask_id)
+  tx, schedule = optim.make_optimizer(c)
+  exp = experiment_lib.Experiment(c, None, mesh, model, objective, tx, schedule)
+  return exp, synthetic_batch(c, c.seed)
+
+
+def percentile(values, q: float) -> float:
+  return float(np.percentile(np.asarray(values), q))
+
+
+def peak_memory() -> tuple[int | None, str]:
+  """Device allocator peak where the backend reports one, else the process's peak RSS."""
+  stats = jax.devices()[0].memory_stats() or {}
+  if 'peak_bytes_in_use' in stats:
+    return int(stats['peak_bytes_in_use']), 'device memory_stats peak_bytes_in_use'
+  scale = 1 if platform.system() == 'Darwin' else 1024  # ru_maxrss: bytes on macOS, else KiB.
+  return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
+          'process peak RSS (getrusage; includes host runtime, data and compiler)')
+
+
+class JaxStep:
+  """The jitted train step, compiled once and warmed up; `run(n)` times n blocking steps."""
+
+  def __init__(self, exp, host_batch: dict, warmup: int):
+    c = self.config = exp.config
+    self.state = exp.init_state()
+    self.batch = parallel.global_batch(host_batch, exp.mesh)
+    self.rng = jax.random.key(c.seed)
+    step_fn = ts.jit_train_step(ts.make_train_step(exp.objective, exp.tx), exp.mesh)
+    t = time.perf_counter()
+    self.compiled = step_fn.lower(self.state, self.batch, self.rng).compile()
+    self.compile_s = time.perf_counter() - t
+    cost = self.compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    self.xla_flops = float(cost['flops']) if cost and 'flops' in cost else None
+    self.run(warmup)
+
+  def step(self):
+    self.state, sums = self.compiled(self.state, self.batch, self.rng)
+    jax.block_until_ready((self.state, sums))
+    return sums
+
+  def run(self, steps: int) -> tuple[list[float], list[float]]:
+    times, losses = [], []
+    for _ in range(steps):
+      t = time.perf_counter()
+      sums = self.step()
+      times.append(time.perf_counter() - t)
+      c = self.config
+      losses.append(objective_lib.summarize(jax.device_get(sums), c.gen_weight,
+                                            c.disc_weight)['loss'])
+    return times, losses
+
+  def profile(self, profile_dir: str, steps: int = 3):
+    with jax.profiler.trace(profile_dir):
+      for _ in range(steps):
+        self.step()
+
+
+def load_hf_reference():
+  """benchmarks/hf_reference.py from the repository checkout (it is not part of the package)."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                      'benchmarks', 'hf_reference.py')
+  if not os.path.isfile(path):
+    raise UserError(f"--compare=hf needs {path} (run from a clone of the repository)")
+  try:
+    # pylint: disable-next=import-outside-toplevel,unused-import,multiple-imports
+    import torch, transformers
+  except ImportError as e:
+    raise UserError(f"--compare=hf needs torch and transformers ({e}); install them with "
+                    "pip install -e '.[bench]'") from None
+  spec = importlib.util.spec_from_file_location('hf_reference', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def summarize(name: str, times, model_flops: float, c, num_devices: int,
+              peak: float | None) -> dict:
+  tokens = c.train_batch_size * c.max_seq_length
+  median = statistics.median(times)
+  achieved = model_flops / median / num_devices / 1e12
+  return {
+      'implementation': name,
+      'tokens_per_sec': tokens / median,
+      'step_ms': 1e3 * median,
+      'step_ms_p10': 1e3 * percentile(times, 10),
+      'step_ms_p90': 1e3 * percentile(times, 90),
+      'model_tflops_per_sec_per_device': achieved,
+      'mfu': achieved / peak if peak else None,
+  }
+
+
+def print_table(rows: list[dict]):
+  cols = [('implementation', '{}'), ('tokens_per_sec', '{:,.0f}'), ('step_ms', '{:.1f}'),
+          ('step_ms_p10', '{:.1f}'), ('step_ms_p90', '{:.1f}'),
+          ('model_tflops_per_sec_per_device', '{:.3f}'), ('mfu', '{:.3f}')]
+  header = ['implementation', 'tokens/s', 'step ms (median)', 'p10', 'p90',
+            'model TFLOP/s/device', 'MFU']
+  cells = [[fmt.format(r[k]) if r[k] is not None else '-' for k, fmt in cols] for r in rows]
+  widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(header)]
+  line = lambda values: '  '.join(v.rjust(w) for v, w in zip(values, widths))
+  print(line(header))
+  for row in cells:
+    print(line(row))
+
+
+def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synthetic',
+                  profile_dir: str | None = None, peak_override: float | None = None,
+                  rounds: int = 1) -> dict:
+  if steps < 1 or warmup < 0 or rounds < 1:
+    raise UserError(f'--steps={steps} and --rounds={rounds} must be >= 1, --warmup={warmup} >= 0')
+  unknown = sorted(set(compare) - {'hf', 'hf_full'})
+  if unknown:
+    raise UserError(f'--compare={",".join(unknown)} is not known; use hf and/or hf_full')
+  hf_reference = load_hf_reference() if compare else None  # Fail before any compile.
+  exp, host_batch = build(config, data)
+  c = exp.config
+  devices = exp.mesh.devices.size
+  device = jax.devices()[0]
+  model_flops = flops_lib.model_flops_per_step(c)
+  peak, peak_source = peak_tflops(device.device_kind, c.dtype, peak_override)
+  print(f'Benchmarking the train step: {device.device_kind} x{devices} ({device.platform}), '
+        f'jax {jax.__version__}, {c.dtype}, batch {c.train_batch_size} x {c.max_seq_length}, '
+        f'dropout {c.dropout_rate}/{c.attention_dropout_rate}, {rounds} round(s) of {steps} '
+        f'timed steps after {warmup} warmup; data: {data}; '
+        f'XLA_FLAGS={os.environ.get("XLA_FLAGS", "")!r}', flush=True)
+
+  ours = JaxStep(exp, host_batch, warmup)
+  print(f'electra_jax: compiled in {ours.compile_s:.1f}s', flush=True)
+  refs = {}
+  for name in compare:
+    refs[name] = hf_reference.ReferenceStep(
+        c, host_batch, gather=(name == 'hf'),
+        special_ids=tokenizer_lib.SentencePieceTokenizer.special_ids,
+        mask_id=tokenizer_lib.SentencePieceTokenizer.mask_id, platform=device.platform)
+    refs[name].run(warmup)
+    print(f'{name}: {refs[name].description}', flush=True)
+
+  # Rounds alternate the implementations, so a load change on a shared machine hits both.
+  times = {name: [] for name in ['electra_jax', *compare]}
+  losses = {name: [] for name in times}
+  round_ratios = {name: [] for name in compare}
+  for r in range(rounds):
+    for name in times:
+      t, l = (ours if name == 'electra_jax' else refs[name]).run(steps)
+      times[name] += t
+      losses[name] += l
+      if name != 'electra_jax':
+        round_ratios[name].append(statistics.median(t) / statistics.median(
+            times['electra_jax'][r * steps:(r + 1) * steps]))
+    if rounds > 1:
+      print(f'round {r + 1}/{rounds}: ' + ', '.join(
+          f'{n} {1e3 * statistics.median(times[n][r * steps:]):.1f} ms' for n in times),
+            flush=True)
+  memory, memory_source = peak_memory()
+  if profile_dir:
+    profile_dir = os.path.abspath(os.path.expanduser(profile_dir))
+    ours.profile(profile_dir)
+    print(f'Profile of 3 steps written to {profile_dir}', flush=True)
+
+  rows = [summarize(name, times[name], model_flops, c, devices, peak) for name in times]
+  for name in times:
+    print(f'{name}: loss {losses[name][0]:.3f} -> {losses[name][-1]:.3f}')
+  print_table(rows)
+  result = {k: v for k, v in rows[0].items() if k != 'implementation'}
+  result.update(
+      model_flops_per_step=model_flops, xla_flops_per_step=ours.xla_flops,
+      peak_tflops_per_device=peak, peak_source=peak_source,
+      peak_memory_bytes=memory, peak_memory_source=memory_source,
+      compile_s=ours.compile_s, device_kind=device.device_kind,
+      platform=device.platform, device_count=devices, jax_version=jax.__version__,
+      dtype=c.dtype, batch=c.train_batch_size, seq=c.max_seq_length, steps=steps,
+      rounds=rounds, warmup=warmup, data=data, dropout_rate=c.dropout_rate,
+      attention_dropout_rate=c.attention_dropout_rate, xla_flags=os.environ.get('XLA_FLAGS'),
+      first_loss=losses['electra_jax'][0], last_loss=losses['electra_jax'][-1],
+      profile_dir=profile_dir)
+  for row in rows[1:]:
+    name = row['implementation']
+    result[f'{name}_tokens_per_sec'] = row['tokens_per_sec']
+    result[f'{name}_step_ms'] = row['step_ms']
+    result[f'{name}_mfu'] = row['mfu']
+    result[f'{name}_peak_memory_bytes'] = refs[name].peak_memory_bytes()
+    result[f'{name}_first_loss'] = losses[name][0]
+    result[f'speedup_vs_{name}'] = rows[0]['tokens_per_sec'] / row['tokens_per_sec']
+    result[f'speedup_vs_{name}_per_round'] = round_ratios[name]
+    result[f'{name}_versions'] = refs[name].versions
+    print(f'electra_jax / {name}: {result[f"speedup_vs_{name}"]:.2f}x tokens/s'
+          + (f' (per round: {", ".join(f"{x:.2f}" for x in round_ratios[name])})'
+             if rounds > 1 else ''))
+  return result
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
+  cli.print_result(run_benchmark(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.compare,
+                                 FLAGS.data, FLAGS.profile_dir, FLAGS.peak_tflops,
+                                 FLAGS.rounds))
+
+
+def run():
+  flags.mark_flags_as_required(['config'])
+  cli.run(main)
+
+
+if __name__ == '__main__':
+  run()

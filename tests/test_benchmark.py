@@ -1,0 +1,169 @@
+"""The benchmark instrument: analytic FLOPs, the CLI's JSON line, and the HF reference step."""
+import importlib.util
+import math
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from electra_jax import benchmark
+from electra_jax import config as config_lib
+from electra_jax import flops
+from tests.conftest import REPO_ROOT, tiny_config, tiny_trainer
+from tests.test_train_cli import last_json, run_cli
+
+HAS_TORCH = importlib.util.find_spec('torch') is not None and importlib.util.find_spec(
+    'transformers') is not None
+
+
+def test_model_flops_match_a_hand_count_for_a_tiny_config():
+  # Generator at 1/4 width: hidden 8, FFN 16, 1 head; E 16 != 8, so it has an E->H projection.
+  c = tiny_config(generator_hidden_size=0.25)  # B 8, S 32, E 16, H 32, FFN 64, 2 layers, V 64
+  b, s, p = 8, 32, 4  # p = int((0.15 + 0.005) * 32)
+  tokens = b * s
+  gen_encoder = 2 * tokens * (16 * 8 + 2 * (4 * 8 * 8 + 2 * 8 * 16))
+  gen_attention = 2 * 4 * b * s * s * 8
+  gen_head = 2 * b * p * (8 * 16 + 16 * 64)  # dense H_G->E, tied projection E->V
+  disc_encoder = 2 * tokens * (16 * 32 + 2 * (4 * 32 * 32 + 2 * 32 * 64))
+  disc_attention = 2 * 4 * b * s * s * 32
+  disc_head = 2 * tokens * (32 * 32 + 32 * 1)
+  forward = gen_encoder + gen_attention + gen_head + disc_encoder + disc_attention + disc_head
+  assert flops.model_flops_per_step(c) == 3 * forward == 37_429_248
+
+
+def _dot_general_flops(jaxpr) -> int:
+  """2 · output elements · contracted size, for every dot_general in a jaxpr (recursively)."""
+  total = 0
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'dot_general':
+      (lhs_contract, _), _ = eqn.params['dimension_numbers']
+      lhs = eqn.invars[0].aval.shape
+      total += 2 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[d] for d in lhs_contract)
+    for param in eqn.params.values():
+      for sub in param if isinstance(param, (list, tuple)) else [param]:
+        if isinstance(sub, jax.extend.core.ClosedJaxpr):
+          total += _dot_general_flops(sub.jaxpr)
+        elif isinstance(sub, jax.extend.core.Jaxpr):
+          total += _dot_general_flops(sub)
+  return total
+
+
+def test_model_flops_equal_the_matmuls_the_train_step_actually_traces():
+  """Forward + backward of the real objective contain exactly the counted matmul FLOPs."""
+  c, objective, state, _, _ = tiny_trainer(generator_hidden_size=0.25)
+  batch = benchmark.synthetic_batch(c)
+  grad_fn = jax.value_and_grad(objective, has_aux=True)
+  traced = jax.make_jaxpr(grad_fn)(state.params, batch, jax.random.key(0))
+  assert _dot_general_flops(traced.jaxpr) == flops.model_flops_per_step(c)
+
+
+def test_peak_table_matches_device_kinds_and_dtypes():
+  assert benchmark.peak_tflops('NVIDIA H100 80GB HBM3', 'bfloat16', None)[0] == 989
+  assert benchmark.peak_tflops('NVIDIA H100 80GB HBM3', 'float32', None)[0] == 67
+  assert benchmark.peak_tflops('TPU v5 lite', 'bfloat16', None)[0] == 197
+  assert benchmark.peak_tflops('TPU v5p', 'bfloat16', None)[0] == 459
+  assert benchmark.peak_tflops('TPU v4', 'bfloat16', None)[0] == 275
+  assert benchmark.peak_tflops('cpu', 'float32', None)[0] is None
+  assert benchmark.peak_tflops('cpu', 'float32', 0.5) == (0.5, '--peak_tflops')
+
+
+def test_synthetic_batch_is_full_length_two_segments_without_masking_candidates_lost():
+  c = config_lib.resolve(tiny_config())
+  batch = benchmark.synthetic_batch(c)
+  ids = batch['input_ids']
+  assert ids.shape == (c.train_batch_size, c.max_seq_length)
+  assert (ids[:, 0] == 2).all() and (ids[:, -1] == 3).all()
+  assert batch['input_mask'].all() and set(np.unique(batch['segment_ids'])) == {0, 1}
+  assert ids[:, 1:15].min() >= 5 and ids.max() < c.vocab_size  # no specials inside the text
+
+
+BENCH_FLAGS = ['--config=configs/demo.py', '--config.num_layers=1', '--config.hidden_size=32',
+               '--config.embedding_size=16', '--config.intermediate_size=64',
+               '--config.num_heads=2', '--config.max_seq_length=32', '--config.vocab_size=512',
+               '--config.train_batch_size=8', '--steps=2', '--warmup=1']
+
+
+def test_benchmark_cli_prints_a_table_and_a_json_line_with_every_field():
+  compare = ['--compare=hf'] if HAS_TORCH else []
+  proc = run_cli('electra_jax.benchmark', *BENCH_FLAGS, '--peak_tflops=0.1', *compare)
+  result = last_json(proc.stdout)
+  assert 'tokens/s' in proc.stdout and 'electra_jax' in proc.stdout
+  for key in ('tokens_per_sec', 'step_ms', 'step_ms_p10', 'step_ms_p90', 'model_flops_per_step',
+              'mfu', 'peak_memory_bytes', 'peak_memory_source', 'device_kind', 'device_count',
+              'jax_version', 'dtype', 'batch', 'seq'):
+    assert key in result, key
+  assert result['batch'] == 8 and result['seq'] == 32 and result['dtype'] == 'float32'
+  assert result['step_ms_p10'] <= result['step_ms'] <= result['step_ms_p90']
+  assert math.isclose(result['tokens_per_sec'], 8 * 32 / (result['step_ms'] / 1e3))
+  # The analytic count of this config, and MFU against the peak given on the command line.
+  assert result['model_flops_per_step'] == 3 * (
+      2 * 256 * (16 * 8 + 4 * 64 + 2 * 8 * 16) + 4 * 8 * 32 * 32 * 8
+      + 2 * 8 * 4 * (8 * 16 + 16 * 512)
+      + 2 * 256 * (16 * 32 + 4 * 1024 + 2 * 32 * 64) + 4 * 8 * 32 * 32 * 32 + 2 * 256 * (1024 + 32))
+  expected_mfu = result['model_flops_per_step'] / (result['step_ms'] / 1e3) / 1e12 / 0.1
+  assert math.isclose(result['mfu'], expected_mfu, rel_tol=1e-9)
+  assert result['peak_memory_bytes'] > 0 and math.isfinite(result['first_loss'])
+  if HAS_TORCH:
+    assert result['hf_tokens_per_sec'] > 0
+    assert math.isclose(result['speedup_vs_hf'],
+                        result['tokens_per_sec'] / result['hf_tokens_per_sec'])
+
+
+def test_benchmark_cli_rejects_an_unknown_reference():
+  proc = run_cli('electra_jax.benchmark', *BENCH_FLAGS, '--compare=pytorch', check=False)
+  assert proc.returncode == 2 and 'error: --compare=pytorch' in proc.stderr
+
+
+def _hf_reference():
+  spec = importlib.util.spec_from_file_location(
+      'hf_reference', os.path.join(REPO_ROOT, 'benchmarks', 'hf_reference.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason='needs torch + transformers (test/bench extras)')
+def test_hf_reference_shares_embeddings_masks_exactly_and_learns():
+  import torch  # pylint: disable=import-outside-toplevel
+  hf = _hf_reference()
+  c = config_lib.resolve(tiny_config(num_warmup_steps=0, learning_rate=2e-3))
+  trainer = hf.Trainer(c, (0, 2, 3, 4), 4, 'cpu', gather=True, seed=0)
+  model = trainer.model
+  # One embedding module for both networks; the MLM output matrix is the token table.
+  assert model.discriminator.electra.embeddings is model.generator.electra.embeddings
+  assert (model.generator.generator_lm_head.weight.data_ptr()
+          == model.generator.electra.embeddings.word_embeddings.weight.data_ptr())
+
+  batch = benchmark.synthetic_batch(c)
+  ids, mask, segments = trainer.to_device(batch)
+  mask[0, 20:] = 0  # a padded row: fewer real tokens, fewer predictions
+  positions, original, weights, replacement = model.mask(ids, mask)
+  n_real = mask.sum(-1).float()
+  expected = torch.clamp(torch.round(n_real * c.mask_prob), 1, c.max_predictions_per_seq)
+  assert torch.equal(weights.sum(-1).float(), expected)
+  chosen = positions[weights]
+  rows = torch.arange(ids.shape[0])[:, None].expand_as(positions)[weights]
+  assert mask[rows, chosen].all() and not torch.isin(ids[rows, chosen], torch.tensor([2, 3])).any()
+  assert len(set(zip(rows.tolist(), chosen.tolist()))) == len(chosen)  # no position twice
+  assert set(replacement[weights].tolist()) <= set(original[weights].tolist()) | {4}
+
+  losses = [float(trainer.step(ids, mask, segments)) for _ in range(25)]
+  assert all(math.isfinite(x) for x in losses)
+  assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 1.0, losses
+
+
+def test_half_bits_dropout_keeps_the_rate_and_the_expectation():
+  from electra_jax import model as model_lib  # pylint: disable=import-outside-toplevel
+  x = jax.numpy.ones((64, 33, 130))  # odd widths: the last element of a 32-bit pair is dropped
+  layer = model_lib.Dropout(0.1)
+  out = layer.apply({}, x, deterministic=False, rngs={'dropout': jax.random.key(0)})
+  kept = np.asarray(out != 0)
+  assert abs(kept.mean() - 0.9) < 0.003 and math.isclose(float(out.mean()), 1.0, abs_tol=0.005)
+  assert np.allclose(np.asarray(out)[kept], 65536 / 58982)  # inverted dropout, exact keep rate
+  # Neighbouring elements come from different halves of one draw: they must not be correlated.
+  pairs = kept[..., 0:128:2] & kept[..., 1:128:2]
+  assert abs(pairs.mean() - 0.81) < 0.005
+  other = layer.apply({}, x, deterministic=False, rngs={'dropout': jax.random.key(1)})
+  assert (np.asarray(other != 0) != kept).mean() > 0.1  # the key matters
+  assert (layer.apply({}, x, deterministic=True) == x).all()
