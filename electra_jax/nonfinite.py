@@ -29,14 +29,21 @@ def poisoned(objective, steps: tuple[int, ...], step):
   return objective_with_nan
 
 
+def _count(opt_state, name: str) -> jax.Array:
+  """A counter of optax.apply_if_finite's state; 0 for an optimizer without that wrapper
+  (e.g. fine-tuning's), which never skips."""
+  count = optax.tree_utils.tree_get(opt_state, name)
+  return jnp.zeros((), jnp.int32) if count is None else count
+
+
 def consecutive_skipped(opt_state) -> jax.Array:
   """Updates skipped in a row up to now (0 after a finite step)."""
-  return optax.tree_utils.tree_get(opt_state, 'notfinite_count')
+  return _count(opt_state, 'notfinite_count')
 
 
 def total_skipped(opt_state) -> jax.Array:
   """Updates skipped since training started (kept in checkpoints with the optimizer state)."""
-  return optax.tree_utils.tree_get(opt_state, 'total_notfinite')
+  return _count(opt_state, 'total_notfinite')
 
 
 def drop_skipped(sums: dict, opt_state) -> dict:
