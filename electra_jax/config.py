@@ -40,7 +40,8 @@ def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   return c
 
 
-def _check(condition: bool, message: str):
+def check(condition: bool, message: str):
+  """Raises UserError(message) unless condition holds: one line per invalid config value."""
   if not condition:
     raise UserError(message)
 
@@ -51,51 +52,51 @@ def _validate(c):
               'num_train_steps', 'log_every_steps', 'max_predictions_per_seq',
               'keep_checkpoint_max', 'save_checkpoints_steps', 'grad_accum_steps',
               'fsdp_axis_size'):
-    _check(c[key] > 0, f'config.{key}={c[key]} must be a positive integer')
+    check(c[key] > 0, f'config.{key}={c[key]} must be a positive integer')
   for key in ('num_warmup_steps', 'eval_every_steps', 'num_eval_steps', 'seed',
               'max_consecutive_nonfinite'):
-    _check(c[key] >= 0, f'config.{key}={c[key]} must be >= 0')
-  _check(c.hidden_size % c.num_heads == 0,
+    check(c[key] >= 0, f'config.{key}={c[key]} must be >= 0')
+  check(c.hidden_size % c.num_heads == 0,
          f'config.hidden_size={c.hidden_size} is not divisible by config.num_heads='
          f'{c.num_heads}; pick sizes with an integer head width')
-  _check(0 < c.generator_hidden_size <= 1,
+  check(0 < c.generator_hidden_size <= 1,
          f'config.generator_hidden_size={c.generator_hidden_size} must be a fraction in (0, 1]')
   gen = generator_sizes(c)
-  _check(gen['hidden_size'] % gen['num_heads'] == 0,
+  check(gen['hidden_size'] % gen['num_heads'] == 0,
          f"generator width {gen['hidden_size']} (config.generator_hidden_size="
          f"{c.generator_hidden_size} of {c.hidden_size}) is not divisible by its "
          f"{gen['num_heads']} heads; choose a fraction giving a multiple of the head count")
-  _check(c.max_seq_length <= c.max_position_embeddings,
+  check(c.max_seq_length <= c.max_position_embeddings,
          f'config.max_seq_length={c.max_seq_length} exceeds config.max_position_embeddings='
          f'{c.max_position_embeddings}; lower max_seq_length or raise max_position_embeddings')
-  _check(c.max_seq_length >= 8, f'config.max_seq_length={c.max_seq_length} must be >= 8')
-  _check(0 < c.mask_prob < 1, f'config.mask_prob={c.mask_prob} must be in (0, 1)')
-  _check(c.max_predictions_per_seq <= c.max_seq_length,
+  check(c.max_seq_length >= 8, f'config.max_seq_length={c.max_seq_length} must be >= 8')
+  check(0 < c.mask_prob < 1, f'config.mask_prob={c.mask_prob} must be in (0, 1)')
+  check(c.max_predictions_per_seq <= c.max_seq_length,
          f'config.max_predictions_per_seq={c.max_predictions_per_seq} exceeds '
          f'config.max_seq_length={c.max_seq_length}')
-  _check(c.mask_token_prob >= 0 and c.random_token_prob >= 0
+  check(c.mask_token_prob >= 0 and c.random_token_prob >= 0
          and c.mask_token_prob + c.random_token_prob <= 1,
          f'config.mask_token_prob={c.mask_token_prob} + config.random_token_prob='
          f'{c.random_token_prob} must be probabilities summing to at most 1')
-  _check(c.temperature > 0, f'config.temperature={c.temperature} must be > 0')
-  _check(c.dtype in DTYPES, f'config.dtype={c.dtype!r} must be one of {DTYPES}')
+  check(c.temperature > 0, f'config.temperature={c.temperature} must be > 0')
+  check(c.dtype in DTYPES, f'config.dtype={c.dtype!r} must be one of {DTYPES}')
   for key in ('dropout_rate', 'attention_dropout_rate'):
-    _check(0 <= c[key] < 1, f'config.{key}={c[key]} must be in [0, 1)')
-  _check(c.num_warmup_steps <= c.num_train_steps,
+    check(0 <= c[key] < 1, f'config.{key}={c[key]} must be in [0, 1)')
+  check(c.num_warmup_steps <= c.num_train_steps,
          f'config.num_warmup_steps={c.num_warmup_steps} exceeds config.num_train_steps='
          f'{c.num_train_steps}; lower the warmup or raise the step count')
-  _check(c.num_data_workers >= 0,
+  check(c.num_data_workers >= 0,
          f'config.num_data_workers={c.num_data_workers} must be >= 0 (0 = no worker processes)')
   if c.tfds_name:
     for key in ('tfds_split', 'tfds_text_key'):
-      _check(bool(c[key]), f'config.{key} is empty but config.tfds_name={c.tfds_name!r} is set; '
+      check(bool(c[key]), f'config.{key} is empty but config.tfds_name={c.tfds_name!r} is set; '
              f'set --config.{key}')
-  _check(c.learning_rate > 0, f'config.learning_rate={c.learning_rate} must be > 0')
+  check(c.learning_rate > 0, f'config.learning_rate={c.learning_rate} must be > 0')
   unknown = [k for k in split_keys(c.allow_config_change) if k not in c]
-  _check(not unknown, f'config.allow_config_change={c.allow_config_change!r} names unknown '
+  check(not unknown, f'config.allow_config_change={c.allow_config_change!r} names unknown '
          f'keys {unknown}; list config keys separated by commas')
   steps = [s.strip() for s in c.debug_nonfinite_steps.split(',') if s.strip()]
-  _check(all(s.isdigit() for s in steps),
+  check(all(s.isdigit() for s in steps),
          f'config.debug_nonfinite_steps={c.debug_nonfinite_steps!r} must be step numbers '
          "separated by commas, e.g. '3,4'")
 

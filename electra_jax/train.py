@@ -27,7 +27,6 @@ from electra_jax import experiment as experiment_lib
 from electra_jax import metric_writer
 from electra_jax import nonfinite
 from electra_jax import objective as objective_lib
-from electra_jax import parallel
 from electra_jax import train_state as ts
 from electra_jax.data import pipeline
 from electra_jax.data import prefetch
