@@ -315,18 +315,20 @@ def test_load_pretrained_keeps_embeddings_and_discriminator_encoder(pretrain_wor
   assert random_config.dropout_rate == c.dropout_rate
 
 
-def test_transformers_directory_needs_the_export_module(tmp_path):
-  (tmp_path / 'config.json').write_text(json.dumps({'model_type': 'electra'}))
-  (tmp_path / 'model.safetensors').write_bytes(b'')
-  assert pretrained.is_hf_dir(str(tmp_path))
-  try:
-    from electra_jax import export  # pylint: disable=import-outside-toplevel
-    if hasattr(export, 'hf_to_params'):
-      pytest.skip('electra_jax.export is installed; its own tests cover HF import')
-  except ImportError:
-    pass
-  with pytest.raises(UserError, match='needs electra_jax.export.hf_to_params'):
-    pretrained.load_pretrained(str(tmp_path))
+def test_a_transformers_directory_starts_from_the_same_weights_as_its_workdir(pretrain_workdir,
+                                                                              tmp_path):
+  pytest.importorskip('transformers')
+  from electra_jax import export  # pylint: disable=import-outside-toplevel
+  workdir, _ = pretrain_workdir
+  hf_dir = str(tmp_path / 'hf')
+  export.export_workdir(workdir, hf_dir)
+  assert pretrained.is_hf_dir(hf_dir)
+  from_hf, hf_config = pretrained.load_pretrained(hf_dir)
+  from_workdir, workdir_config = pretrained.load_pretrained(workdir)
+  assert hf_config.hidden_size == workdir_config.hidden_size
+  assert hf_config.num_layers == workdir_config.num_layers
+  assert jax.tree.structure(from_hf) == jax.tree.structure(from_workdir)
+  jax.tree.map(np.testing.assert_array_equal, from_hf, from_workdir)
 
 
 # --- End to end ---------------------------------------------------------------------------------
