@@ -34,22 +34,6 @@ from electra_jax.data import pipeline
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
 
-config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
-                                'override any key with --config.KEY=VALUE.', lock_config=True)
-flags.DEFINE_integer('steps', 20, 'Timed train steps (per round).')
-flags.DEFINE_integer('rounds', 1, 'With --compare: alternate the implementations this many '
-                     'times, --steps each (fairer ratios on a machine whose load changes).')
-flags.DEFINE_integer('warmup', 3, 'Untimed steps after compilation (first-run effects).')
-flags.DEFINE_list('compare', [], "Reference implementations to run after ours: 'hf' (HF "
-                  "transformers + PyTorch, generator logits only at masked positions) and/or "
-                  "'hf_full' (HF's ElectraForMaskedLM as is: logits at every position).")
-flags.DEFINE_enum('data', 'synthetic', ['synthetic', 'corpus'],
-                  "'synthetic': random token ids, every row full length (any vocab_size); "
-                  "'corpus': the first batch of config.train_files through the real pipeline.")
-flags.DEFINE_string('profile_dir', None, 'If set, trace a few extra steps with jax.profiler '
-                    'into this directory (TensorBoard / Perfetto) after timing.')
-flags.DEFINE_float('peak_tflops', None, 'Peak TFLOP/s per device for MFU when the device is '
-                   'not in the built-in table (e.g. CPUs, which have none).')
 FLAGS = flags.FLAGS
 
 # Dense peak TFLOP/s per device (vendor figures, no sparsity). bfloat16 matmul peaks; float32
@@ -293,6 +277,27 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
   return result
 
 
+def _define_flags():
+  """Flags are defined when the command runs, so importing this module beside another
+  command's module (tests, notebooks) does not clash on --config."""
+  config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
+                                  'override any key with --config.KEY=VALUE.', lock_config=True)
+  flags.DEFINE_integer('steps', 20, 'Timed train steps (per round).')
+  flags.DEFINE_integer('rounds', 1, 'With --compare: alternate the implementations this many '
+                       'times, --steps each (fairer ratios on a machine whose load changes).')
+  flags.DEFINE_integer('warmup', 3, 'Untimed steps after compilation (first-run effects).')
+  flags.DEFINE_list('compare', [], "Reference implementations to run after ours: 'hf' (HF "
+                    "transformers + PyTorch, generator logits only at masked positions) and/or "
+                    "'hf_full' (HF's ElectraForMaskedLM as is: logits at every position).")
+  flags.DEFINE_enum('data', 'synthetic', ['synthetic', 'corpus'],
+                    "'synthetic': random token ids, every row full length (any vocab_size); "
+                    "'corpus': the first batch of config.train_files through the real pipeline.")
+  flags.DEFINE_string('profile_dir', None, 'If set, trace a few extra steps with jax.profiler '
+                      'into this directory (TensorBoard / Perfetto) after timing.')
+  flags.DEFINE_float('peak_tflops', None, 'Peak TFLOP/s per device for MFU when the device is '
+                     'not in the built-in table (e.g. CPUs, which have none).')
+
+
 def main(argv):
   if len(argv) > 1:
     raise UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
@@ -302,6 +307,7 @@ def main(argv):
 
 
 def run():
+  _define_flags()
   flags.mark_flags_as_required(['config'])
   cli.run(main)
 

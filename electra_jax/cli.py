@@ -1,6 +1,7 @@
 """What every electra_jax command shares: error handling, quiet library logs, JSON results."""
 import json
 import math
+import os
 import re
 import sys
 
@@ -73,7 +74,12 @@ def run(main):
     except UserError as e:
       if flags.FLAGS.verbose:
         raise
-      _fail(str(e))
+      print(f'error: {e}', file=sys.stderr, flush=True)
+      sys.stdout.flush()
+      # Exit now: library threads (Orbax's async writers, the batch prefetcher) would otherwise
+      # print their own tracebacks of the same failure during interpreter shutdown, after the
+      # one line that explains it. Pending saves of good states were finished before this.
+      os._exit(2)
 
   app.run(wrapped, flags_parser=parse_flags)
 

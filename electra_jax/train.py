@@ -103,6 +103,9 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error) -> dict:
 
   train_iter = prefetch.to_mesh(pipeline.make_train_iterator(
       c, exp.tokenizer, jax.process_index(), jax.process_count()), mesh)
+  # Stop the prefetch thread before exiting: one still placing arrays on devices while the
+  # interpreter shuts down can abort the process.
+  on_error.append(train_iter.close)
   if c.eval_every_steps:
     sources.list_files(c.eval_files)  # A bad eval glob fails now, not after hours of training.
   abstract_state = exp.abstract_state()
@@ -206,6 +209,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error) -> dict:
       ckpt.save(step, state, train_iter, force=True, loop_state=_window_to_json(window))
     if preempted and step < c.num_train_steps:
       ckpt.close()
+      train_iter.close()
       bar.close()
       writer.close()
       reason = (f'signal {stop.signal}' if stop.signal is not None else
@@ -217,6 +221,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error) -> dict:
 
   bar.close()
   ckpt.close()
+  train_iter.close()
   if c.eval_every_steps and last_eval_step != step:
     run_eval()
   writer.close()

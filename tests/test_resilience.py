@@ -154,7 +154,8 @@ def test_sigterm_saves_exits_0_and_resumes_exactly_after_a_failed_save(
                env=env_for(cache_copy))
   assert full.returncode == 2
   error = full.stderr.strip().splitlines()[-1]
-  assert error.startswith('error: saving a checkpoint in') and 'Free disk space' in error
+  assert error.startswith('error: saving a checkpoint in') and 'Free disk space' in error, (
+      full.stderr[-3000:])
   assert f'step {stopped}, is intact' in error
   assert os.path.isdir(saved)
 
