@@ -17,12 +17,6 @@ from electra_jax import eval_loop
 from electra_jax import experiment as experiment_lib
 from electra_jax import train_state as ts
 
-config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py).',
-                                lock_config=True)
-flags.DEFINE_string('workdir', None, 'Training workdir holding checkpoints/.')
-flags.DEFINE_string('eval_files', None, 'Glob of held-out text (default: config.eval_files).')
-flags.DEFINE_integer('num_batches', 0, 'Evaluate at most this many batches (0: all).')
-flags.DEFINE_integer('step', None, 'Checkpoint step to restore (default: the latest).')
 FLAGS = flags.FLAGS
 
 def main(argv):
@@ -56,7 +50,19 @@ def main(argv):
                         wall_time_sec=round(time.time() - start, 2)))
 
 
+def _define_flags():
+  """Defined when the command runs, so this module imports beside other commands' modules
+  (tests, notebooks) without a clash on --config."""
+  config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py).',
+                                  lock_config=True)
+  flags.DEFINE_string('workdir', None, 'Training workdir holding checkpoints/.')
+  flags.DEFINE_string('eval_files', None, 'Glob of held-out text (default: config.eval_files).')
+  flags.DEFINE_integer('num_batches', 0, 'Evaluate at most this many batches (0: all).')
+  flags.DEFINE_integer('step', None, 'Checkpoint step to restore (default: the latest).')
+
+
 def run():
+  _define_flags()
   flags.mark_flags_as_required(['config', 'workdir'])
   cli.run(main)
 

@@ -32,15 +32,6 @@ from electra_jax.data import pipeline
 from electra_jax.data import prefetch
 from electra_jax.data import sources
 
-config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
-                                'override any key with --config.KEY=VALUE.', lock_config=True)
-flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and TensorBoard logs.')
-flags.DEFINE_integer('stop_after_steps', None, 'Save and exit after this many steps in this '
-                     'invocation (e.g. to fit a job time limit); the schedule still runs to '
-                     'config.num_train_steps and the same command resumes.')
-flags.DEFINE_bool('dry_run', False, 'Print the mesh, per-host/per-device batch, parameter and '
-                  'optimizer memory per device and FLOPs per step, then exit without training '
-                  'or writing anything.')
 FLAGS = flags.FLAGS
 
 
@@ -249,7 +240,22 @@ def main(argv):
   cli.print_result(train_and_evaluate(FLAGS.config, FLAGS.workdir, FLAGS.stop_after_steps))
 
 
+def _define_flags():
+  """Defined when the command runs, so this module imports beside other commands' modules
+  (tests, notebooks) without a clash on --config."""
+  config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
+                                  'override any key with --config.KEY=VALUE.', lock_config=True)
+  flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and TensorBoard logs.')
+  flags.DEFINE_integer('stop_after_steps', None, 'Save and exit after this many steps in this '
+                       'invocation (e.g. to fit a job time limit); the schedule still runs to '
+                       'config.num_train_steps and the same command resumes.')
+  flags.DEFINE_bool('dry_run', False, 'Print the mesh, per-host/per-device batch, parameter and '
+                    'optimizer memory per device and FLOPs per step, then exit without training '
+                    'or writing anything.')
+
+
 def run():
+  _define_flags()
   flags.mark_flags_as_required(['config', 'workdir'])
   cli.run(main)
 

@@ -283,7 +283,9 @@ def test_from_hf_without_generator_initialises_it_and_says_so(exported, tmp_path
 
 
 def test_export_imports_as_a_library_beside_other_commands():
-  """Its flags are defined only when the command runs, so fine-tuning (which has its own
-  --workdir and --output) can import the conversion functions."""
-  from electra_jax import evaluate  # pylint: disable=import-outside-toplevel,unused-import
-  assert 'workdir' in evaluate.FLAGS and 'from_hf' not in evaluate.FLAGS
+  """Commands define their flags only when they run, so fine-tuning (which has its own
+  --workdir and --output) and tests can import the conversion functions beside the others."""
+  # pylint: disable=import-outside-toplevel,unused-import
+  from absl import flags
+  from electra_jax import benchmark, evaluate, train
+  assert 'from_hf' not in flags.FLAGS
