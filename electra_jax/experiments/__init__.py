@@ -1,0 +1,1 @@
+"""Experiments built on the train and finetune commands (compare: runs matched on compute)."""

@@ -1,0 +1,113 @@
+"""A comparison's outputs: results.json, results.md (one table) and two plots.
+
+The markdown table is written from results.json's numbers, so the two always agree.
+"""
+import os
+
+from electra_jax.experiments import runs
+
+CURVE_METRICS = (('loss', 'training loss'), ('mlm_accuracy', 'MLM accuracy (masked positions)'),
+                 ('disc_auc', 'discriminator AUC'))
+
+
+def fmt_flops(value: float) -> str:
+  return f'{value:.3g}'
+
+
+def fmt_score(value: float) -> str:
+  return f'{value:.4f}'
+
+
+def markdown(results: dict) -> str:
+  metric = results['main_metric'] or 'score'
+  lines = [
+      f"# Compute-matched comparison: {results['finetune_task']}",
+      '',
+      f"Pretraining budget {fmt_flops(results['flops_budget'])} FLOPs per config "
+      f"(model FLOPs, electra_jax/flops.py); fine-tuning: median {metric} over "
+      f"{results['num_seeds']} seed(s), each seed's best epoch.",
+      '',
+      f'| config | objective | pretraining FLOPs | steps | median {metric} | seed min–max |',
+      '|---|---|---|---|---|---|',
+  ]
+  for run in results['configs']:
+    for point in run['points']:
+      seeds = point['finetune']['seeds']
+      lines.append(f"| {run['name']} | {run['objective']} | {fmt_flops(point['flops'])} | "
+                   f"{point['step']} | {fmt_score(point['finetune']['median'])} | "
+                   f'{fmt_score(min(seeds))}–{fmt_score(max(seeds))} |')
+  lines += ['', 'Warmup per config: ' + ', '.join(
+      f"{r['name']} {r['num_warmup_steps']} steps (config {r['config_warmup_steps']})"
+      for r in results['configs'])
+      + ' — capped at 10 % of each run\'s steps.', '']
+  return '\n'.join(lines)
+
+
+def _pyplot():
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  return plt
+
+
+def plot_downstream(results: dict, path: str):
+  """Median downstream score vs pretraining FLOPs, one line per config, seed min–max bars."""
+  plt = _pyplot()
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  for run in results['configs']:
+    x = [p['flops'] for p in run['points']]
+    y = [p['finetune']['median'] for p in run['points']]
+    low = [m - min(p['finetune']['seeds']) for m, p in zip(y, run['points'])]
+    high = [max(p['finetune']['seeds']) - m for m, p in zip(y, run['points'])]
+    ax.errorbar(x, y, yerr=[low, high], marker='o', capsize=4,
+                label=f"{run['name']} ({run['objective']})")
+  ax.set_xlabel('pretraining FLOPs')
+  ax.set_ylabel(f"{results['finetune_task']}: median {results['main_metric']}")
+  ax.set_title('Downstream score at equal pretraining compute (bars: seed min–max)')
+  ax.grid(alpha=0.3)
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def plot_curves(results: dict, output: str, path: str):
+  """Pretraining metrics from each run's metrics.jsonl against FLOPs spent (step × FLOPs per
+  step); a metric no run logs (e.g. disc_auc without a discriminator) gets no panel."""
+  plt = _pyplot()
+  curves = {}
+  for run in results['configs']:
+    rows = runs.read_jsonl(os.path.join(output, 'pretrain', run['name'], 'metrics.jsonl'))
+    curves[run['name']] = (run, rows)
+  metrics = [(key, title) for key, title in CURVE_METRICS
+             if any(r.get(key) is not None for _, rows in curves.values() for r in rows)]
+  metrics = metrics or CURVE_METRICS[:1]
+  fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
+  for ax, (key, title) in zip(axes[0], metrics):
+    for name, (run, rows) in curves.items():
+      points = [(r['step'] * run['flops_per_step'], r[key]) for r in rows
+                if r.get(key) is not None]
+      if points:
+        ax.plot(*zip(*points), marker='.', label=name)
+    ax.set_xlabel('pretraining FLOPs')
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def write_all(results: dict, output: str) -> dict:
+  """Writes every output file; returns their paths."""
+  paths = dict(results_json=os.path.join(output, 'results.json'),
+               results_md=os.path.join(output, 'results.md'),
+               downstream_plot=os.path.join(output, 'downstream_vs_flops.png'),
+               curves_plot=os.path.join(output, 'pretraining_curves.png'))
+  runs.write_json(paths['results_json'], results)
+  with open(paths['results_md'] + '.tmp', 'w', encoding='utf-8') as f:
+    f.write(markdown(results))
+  os.replace(paths['results_md'] + '.tmp', paths['results_md'])
+  plot_downstream(results, paths['downstream_plot'])
+  plot_curves(results, output, paths['curves_plot'])
+  return paths
