@@ -1,0 +1,214 @@
+"""python -m electra_jax.experiments.compare: FLOPs-matched step counts, the end-to-end sweep on
+tiny configs, resuming without redoing finished runs, and one-line errors."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from electra_jax.errors import UserError
+from electra_jax.experiments import budget
+from tests.conftest import REPO_ROOT
+
+# A 1-layer, 32-wide model on 32-token rows: each train / finetune command runs in seconds.
+TINY = ['num_layers=1', 'hidden_size=32', 'embedding_size=16', 'intermediate_size=64',
+        'num_heads=2', 'max_seq_length=32', 'train_batch_size=8', 'eval_batch_size=8',
+        'num_eval_steps=1', 'log_every_steps=1', 'eval_every_steps=0', 'progress_bar=false']
+TINY_FINETUNE = ['max_seq_length=16', 'train_batch_size=16', 'eval_batch_size=32',
+                 'num_epochs=1', 'progress_bar=false', 'dropout_rate=0.0',
+                 'attention_dropout_rate=0.0', 'learning_rate=5e-3']
+
+
+def write_config(path, generator_hidden_size, num_warmup_steps=100):
+  path.write_text('from configs import demo\n\n\ndef get_config():\n'
+                  '  c = demo.get_config()\n'
+                  f'  c.generator_hidden_size = {generator_hidden_size}\n'
+                  f'  c.num_warmup_steps = {num_warmup_steps}\n'
+                  '  return c\n')
+  return str(path)
+
+
+def test_steps_are_inversely_proportional_to_flops_per_step(tmp_path):
+  small = write_config(tmp_path / 'quarter.py', 0.25)
+  large = write_config(tmp_path / 'whole.py', 1.0, num_warmup_steps=3)
+  flops_budget = 3.3e14
+  a, b = budget.plan_all([small, large], [], flops_budget, 3)
+  assert (a.name, b.name) == ('quarter', 'whole')
+  assert b.flops_per_step > 1.5 * a.flops_per_step  # a full-width generator costs more
+  for plan in (a, b):
+    # As many whole steps as the budget buys, and not one more.
+    assert plan.total_flops <= flops_budget < plan.total_flops + plan.flops_per_step
+    assert plan.config.num_train_steps == plan.num_train_steps
+    # Three points evenly spaced in FLOPs, the last at the end of pretraining.
+    gaps = np.diff([0] + plan.points)
+    assert plan.points[-1] == plan.num_train_steps and len(plan.points) == 3
+    assert gaps.max() - gaps.min() <= 1
+  # Step counts in inverse proportion to FLOPs per step, within one step.
+  assert abs(a.num_train_steps - b.num_train_steps * b.flops_per_step / a.flops_per_step) <= 1
+  # Warmup: the config's, capped at 10 % of the run.
+  assert a.num_warmup_steps == min(100, a.num_train_steps // 10) and a.config_warmup_steps == 100
+  assert b.num_warmup_steps == min(3, b.num_train_steps // 10)
+  assert b.train_overrides(['seed=1'])[-2:] == [f'--config.num_train_steps={b.num_train_steps}',
+                                                f'--config.num_warmup_steps={b.num_warmup_steps}']
+
+
+def test_overrides_are_typed_like_the_config_and_change_the_flops(tmp_path):
+  path = write_config(tmp_path / 'a.py', 0.25)
+  plain = budget.plan_config(path, [], 1e15, 1)
+  wider = budget.plan_config(path, ['hidden_size=256', 'num_heads=4', 'progress_bar=false'],
+                             1e15, 1)
+  assert wider.config.hidden_size == 256 and wider.config.progress_bar is False
+  assert wider.flops_per_step > plain.flops_per_step
+  assert wider.num_train_steps < plain.num_train_steps
+  for bad, message in [('hidden_size=wide', 'bad value for hidden_size'),
+                       ('no_such_key=1', "unknown config key 'no_such_key'"),
+                       ('num_train_steps=5', 'set by --flops_budget'),
+                       ('hidden_size', 'is not KEY=VALUE')]:
+    with pytest.raises(UserError, match=message):
+      budget.plan_config(path, [bad], 1e15, 1)
+
+
+def run_compare(*flags, env=None):
+  env = dict(os.environ, PYTHONUNBUFFERED='1', JAX_PLATFORMS='cpu', **(env or {}),
+             PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
+  return subprocess.run([sys.executable, '-m', 'electra_jax.experiments.compare', *flags],
+                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _write_sentiment(path, n, seed):
+  """A toy two-class task: the words decide the label."""
+  rng = np.random.default_rng(seed)
+  lines = ['text\tlabel']
+  for _ in range(n):
+    label = int(rng.integers(2))
+    words = list(rng.choice(['the', 'day', 'was', 'and', 'very'], 4)) + list(
+        rng.choice(['happy', 'kind'] if label else ['sad', 'cruel'], 2))
+    rng.shuffle(words)
+    lines.append(' '.join(words) + '\t' + ('good' if label else 'bad'))
+  path.write_text('\n'.join(lines) + '\n')
+
+
+@pytest.fixture(scope='module')
+def sweep(tmp_path_factory):
+  """Two configs (generator 1/4 and 1/2 width) matched on FLOPs, 2 seeds each, run twice."""
+  root = tmp_path_factory.mktemp('compare')
+  with open(os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'train',
+                         sorted(os.listdir(os.path.join(REPO_ROOT, 'data', 'demo_corpus',
+                                                        'train')))[0]), encoding='utf-8') as f:
+    (root / 'corpus.txt').write_text(f.read(30_000).rsplit('\n', 1)[0] + '\n', encoding='utf-8')
+  _write_sentiment(root / 'train.tsv', 64, 0)
+  _write_sentiment(root / 'eval.tsv', 32, 1)
+  configs = [write_config(root / 'gen_quarter.py', 0.25), write_config(root / 'gen_half.py', 0.5)]
+  flags = [f'--configs={",".join(configs)}', '--flops_budget=2.3e8', '--finetune_task=files',
+           f'--output={root / "out"}', '--num_seeds=2',
+           *[f'--override={o}' for o in TINY + [f'train_files={root / "corpus.txt"}']],
+           *[f'--finetune_override={o}' for o in TINY_FINETUNE
+             + [f'train_file={root / "train.tsv"}', f'eval_file={root / "eval.tsv"}']]]
+  # One compilation cache for the whole module (compare otherwise keeps one per output).
+  env = dict(JAX_COMPILATION_CACHE_DIR=str(root / 'jax_cache'))
+  first = run_compare(*flags, env=env)
+  assert first.returncode == 0, first.stdout + first.stderr
+  out = str(root / 'out')
+  mtimes = {p: os.path.getmtime(os.path.join(out, p)) for p in (
+      'finetune/gen_quarter/5/results.json', 'points/gen_half/4/point.json',
+      'pretrain/gen_quarter/checkpoints/5')}
+  second = run_compare(*flags, env=env)
+  return dict(root=root, out=out, flags=flags, env=env, first=first, second=second,
+              mtimes=mtimes)
+
+
+def last_json(stdout):
+  return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_sweep_pretrains_each_config_for_the_budget_and_fine_tunes_every_seed(sweep):
+  summary = last_json(sweep['first'].stdout)
+  assert summary['status'] == 'completed' and summary['main_metric'] == 'accuracy'
+  assert (summary['pretrain_run'], summary['finetune_run']) == (2, 2)
+  with open(os.path.join(sweep['out'], 'results.json'), encoding='utf-8') as f:
+    results = json.load(f)
+  assert [c['name'] for c in results['configs']] == ['gen_quarter', 'gen_half']
+  for run in results['configs']:
+    assert run['objective'] == 'electra'
+    assert run['num_train_steps'] == int(2.3e8 // run['flops_per_step'])
+    assert run['total_flops'] == run['num_train_steps'] * run['flops_per_step'] <= 2.3e8
+    assert run['num_warmup_steps'] == 0  # 10 % of 4-5 steps
+    (point,) = run['points']
+    assert point['step'] == run['num_train_steps']
+    # The pretraining run really went that far and logged its last step.
+    workdir = os.path.join(sweep['out'], 'pretrain', run['name'])
+    with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
+      assert json.load(f)['num_train_steps'] == run['num_train_steps']
+    assert point['pretrain']['train']['step'] == point['step']
+    assert np.isfinite(point['pretrain']['train']['loss'])
+    # Fine-tuned from exactly that checkpoint, with every seed.
+    ft = point['finetune']
+    with open(os.path.join(ft['workdir'], 'results.json'), encoding='utf-8') as f:
+      ft_results = json.load(f)
+    assert ft_results['init_checkpoint'].endswith(f"points/{run['name']}/{point['step']}")
+    assert len(ft['seeds']) == 2 and ft['median'] == pytest.approx(np.median(ft['seeds']))
+    assert ft['seeds'] == ft_results['best_accuracy_per_seed']
+  steps = {c['name']: c['num_train_steps'] for c in results['configs']}
+  assert steps['gen_quarter'] > steps['gen_half']  # the wider generator costs more per step
+
+
+def test_results_markdown_matches_results_json_and_plots_exist(sweep):
+  out = sweep['out']
+  with open(os.path.join(out, 'results.json'), encoding='utf-8') as f:
+    results = json.load(f)
+  with open(os.path.join(out, 'results.md'), encoding='utf-8') as f:
+    rows = [line for line in f if re.match(r'\| gen_', line)]
+  assert len(rows) == 2
+  for row, run in zip(rows, results['configs']):
+    name, objective, flops, steps, median, spread = [x.strip() for x in row.strip('|\n')
+                                                     .split('|')]
+    point = run['points'][-1]
+    assert (name, objective, int(steps)) == (run['name'], run['objective'], point['step'])
+    assert float(flops) == pytest.approx(point['flops'], rel=5e-3)
+    assert float(median) == pytest.approx(point['finetune']['median'], abs=5e-5)
+    low, high = (float(x) for x in spread.split('–'))
+    assert low == pytest.approx(min(point['finetune']['seeds']), abs=5e-5)
+    assert high == pytest.approx(max(point['finetune']['seeds']), abs=5e-5)
+  for name in ('downstream_vs_flops.png', 'pretraining_curves.png'):
+    with open(os.path.join(out, name), 'rb') as f:
+      assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+
+
+def test_rerunning_the_same_command_skips_finished_runs(sweep):
+  summary = last_json(sweep['second'].stdout)
+  assert (summary['pretrain_run'], summary['pretrain_skipped']) == (0, 2)
+  assert (summary['finetune_run'], summary['finetune_skipped']) == (0, 2)
+  assert 'already done, skipped' in sweep['second'].stdout
+  for path, mtime in sweep['mtimes'].items():
+    assert os.path.getmtime(os.path.join(sweep['out'], path)) == mtime, path
+  assert summary['median'] == last_json(sweep['first'].stdout)['median']
+
+
+def test_a_different_budget_on_the_same_output_is_refused(sweep):
+  flags = [f for f in sweep['flags'] if not f.startswith('--flops_budget')]
+  proc = run_compare(*flags, '--flops_budget=4e8', env=sweep['env'])
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+  assert 'holds a comparison with different flops_budget' in proc.stderr
+
+
+def test_bad_config_path_and_too_small_budget_are_one_line_errors(tmp_path):
+  out = tmp_path / 'out'
+  cases = [(['--configs=configs/demo.py,configs/nope.py', '--flops_budget=1e15'],
+            "config file 'configs/nope.py' does not exist"),
+           (['--configs=configs/demo.py', '--flops_budget=1e6'],
+            '--flops_budget=1e+06 is too small for config demo'),
+           (['--configs=configs/demo.py', '--flops_budget=1e15', '--override=hidden_size=x'],
+            'bad value for hidden_size')]
+  for flags, message in cases:
+    proc = run_compare(*flags, '--finetune_task=files', f'--output={out}')
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith('error: ') and message in lines[0], lines
+    assert not out.exists()  # nothing written before the arguments check out
+  proc = run_compare('--configs=configs/demo.py', '--flops_budget=1e15',
+                     '--finetune_task=glue/nope', f'--output={out}')
+  assert proc.returncode == 2 and "--finetune_task='glue/nope' is not a task" in proc.stderr
