@@ -212,3 +212,35 @@ def test_bad_config_path_and_too_small_budget_are_one_line_errors(tmp_path):
   proc = run_compare('--configs=configs/demo.py', '--flops_budget=1e15',
                      '--finetune_task=glue/nope', f'--output={out}')
   assert proc.returncode == 2 and "--finetune_task='glue/nope' is not a task" in proc.stderr
+
+
+@pytest.mark.slow
+def test_budget_points_fine_tune_the_checkpoint_of_each_point(tmp_path):
+  """Two budget points: the train command stops at the first (exact checkpoint), continues to
+  the end, and each point is fine-tuned from its own step."""
+  _write_sentiment(tmp_path / 'train.tsv', 64, 0)
+  _write_sentiment(tmp_path / 'eval.tsv', 32, 1)
+  config = write_config(tmp_path / 'gen.py', 0.25)
+  out = tmp_path / 'out'
+  proc = run_compare(f'--configs={config}', '--flops_budget=2.7e8', '--finetune_task=files',
+                     f'--output={out}', '--num_seeds=1', '--budget_points=2',
+                     *[f'--override={o}' for o in TINY],
+                     *[f'--finetune_override={o}' for o in TINY_FINETUNE
+                       + [f'train_file={tmp_path / "train.tsv"}',
+                          f'eval_file={tmp_path / "eval.tsv"}']])
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  with open(out / 'results.json', encoding='utf-8') as f:
+    (run,) = json.load(f)['configs']
+  steps = run['num_train_steps']
+  assert [p['step'] for p in run['points']] == [steps // 2, steps]
+  assert f'Stopped at step {steps // 2}' in proc.stderr
+  for point in run['points']:
+    step = point['step']
+    assert point['flops'] == step * run['flops_per_step']
+    assert os.listdir(out / 'points' / 'gen' / str(step) / 'checkpoints') == [str(step)]
+    assert point['pretrain']['train']['step'] == step
+    with open(os.path.join(point['finetune']['workdir'], 'results.json'), encoding='utf-8') as f:
+      assert json.load(f)['init_checkpoint'] == str(out / 'points' / 'gen' / str(step))
+  # Stopping at the first point neither skipped nor repeated a logged step.
+  with open(out / 'pretrain' / 'gen' / 'metrics.jsonl', encoding='utf-8') as f:
+    assert [json.loads(line)['step'] for line in f] == list(range(1, steps + 1))
