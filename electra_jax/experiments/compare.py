@@ -99,14 +99,11 @@ def prepare_output(output: str, spec: dict) -> str:
   if os.path.isfile(spec_path):
     saved = runs.read_json(spec_path)
     differ = [k for k in spec if saved.get(k) != spec[k]]
-    if 'configs' in differ:
-      names = [c['name'] for c in spec['configs']]
-      saved_configs = {c['name']: c for c in saved.get('configs', [])}
-      changed = [n for n in names if saved_configs.get(n) != next(
-          c for c in spec['configs'] if c['name'] == n)]
-      differ[differ.index('configs')] = (
-          f"configs ({', '.join(changed) or 'the list'})" if changed or
-          sorted(saved_configs) != sorted(names) else 'configs')
+    if 'configs' in differ:  # Name the configs added, dropped or changed.
+      before = {c['name']: c for c in saved.get('configs', [])}
+      now = {c['name']: c for c in spec['configs']}
+      changed = sorted(n for n in set(before) | set(now) if before.get(n) != now.get(n))
+      differ[differ.index('configs')] = f"configs ({', '.join(changed) or 'their order'})"
     if differ:
       raise UserError(f"--output '{output}' holds a comparison with different "
                       f"{', '.join(differ)}; re-run with its arguments "

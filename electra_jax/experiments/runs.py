@@ -12,6 +12,7 @@ Layout under the output folder:
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -85,12 +86,28 @@ def run_command(module: str, args: list[str], log_path: str, label: str) -> dict
 
     reader = threading.Thread(target=pump_stderr, daemon=True)
     reader.start()
-    for line in proc.stdout:
-      if line.strip():
-        last_stdout = line
-      echo(line)
-    proc.wait()
-    reader.join()
+    stopped = []
+
+    def forward_sigterm(signum, frame):
+      del frame
+      stopped.append(signum)
+      proc.send_signal(signum)  # The train command saves a checkpoint and exits.
+
+    previous = signal.signal(signal.SIGTERM, forward_sigterm)
+    try:
+      for line in proc.stdout:
+        if line.strip():
+          last_stdout = line
+        echo(line)
+    except KeyboardInterrupt:  # Ctrl-C reached the command too (same process group).
+      stopped.append(signal.SIGINT)
+    finally:
+      proc.wait()
+      reader.join()
+      signal.signal(signal.SIGTERM, previous)
+  if stopped:
+    raise UserError(f'{label} was stopped (signal {stopped[0]}); re-run the same command to '
+                    'resume the comparison')
   if proc.returncode != 0:
     reason = error_lines[-1] if error_lines else f'exit code {proc.returncode}'
     raise UserError(f'{label} failed: {reason} (command log: {log_path})')
