@@ -36,10 +36,9 @@ def markdown(results: dict) -> str:
       lines.append(f"| {run['name']} | {run['objective']} | {fmt_flops(point['flops'])} | "
                    f"{point['step']} | {fmt_score(point['finetune']['median'])} | "
                    f'{fmt_score(min(seeds))}–{fmt_score(max(seeds))} |')
-  lines += ['', 'Warmup per config: ' + ', '.join(
-      f"{r['name']} {r['num_warmup_steps']} steps (config {r['config_warmup_steps']})"
-      for r in results['configs'])
-      + ' — capped at 10 % of each run\'s steps.', '']
+  lines += ['', 'Warmup steps (the config\'s, capped at 10 % of the run\'s steps): ' + ', '.join(
+      f"{r['name']} {r['num_warmup_steps']} (config {r['config_warmup_steps']})"
+      for r in results['configs']) + '.', '']
   return '\n'.join(lines)
 
 
@@ -61,6 +60,8 @@ def plot_downstream(results: dict, path: str):
     high = [max(p['finetune']['seeds']) - m for m, p in zip(y, run['points'])]
     ax.errorbar(x, y, yerr=[low, high], marker='o', capsize=4,
                 label=f"{run['name']} ({run['objective']})")
+  # From 0 to the budget: runs a few steps apart do not look far apart.
+  ax.set_xlim(0, 1.05 * results['flops_budget'])
   ax.set_xlabel('pretraining FLOPs')
   ax.set_ylabel(f"{results['finetune_task']}: median {results['main_metric']}")
   ax.set_title('Downstream score at equal pretraining compute (bars: seed min–max)')
