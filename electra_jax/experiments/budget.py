@@ -87,11 +87,12 @@ def _parse_value(text: str, kind):
 
 
 def apply_overrides(config: ml_collections.ConfigDict, overrides: list[str],
-                    flag: str = '--override',
-                    managed: dict | None = None) -> ml_collections.ConfigDict:
+                    flag: str = '--override', managed: dict | None = None,
+                    keys_file: str = 'configs/base_config.py') -> ml_collections.ConfigDict:
   """A copy of `config` with each 'key=value' applied (typed like the key's default).
 
   managed: keys the caller sets itself -> the flag that sets them (an override is an error).
+  keys_file: where the valid keys are listed (for the unknown-key message).
   """
   managed = MANAGED_KEYS if managed is None else managed
   c = copy.deepcopy(config)  # Keeps the type of placeholder (None) keys for parsing.
@@ -104,7 +105,7 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: list[str],
       raise UserError(f'{flag}={override!r}: {key} is set by {managed[key]}; drop it')
     if key not in c:
       raise UserError(f'{flag}={override!r}: unknown config key {key!r}; every key is listed '
-                      'in configs/base_config.py')
+                      f'in {keys_file}')
     try:
       c[key] = _parse_value(text, c.get_type(key))
     except (TypeError, ValueError) as e:
