@@ -1,0 +1,280 @@
+"""The paper's ablation objectives and weight sharing (config.objective, config.tie) through the
+real model, objective and train step; FLOPs accounting by hand; fine-tuning their workdirs."""
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from electra_jax import config as config_lib
+from electra_jax import flops
+from electra_jax import masking
+from electra_jax import model as model_lib
+from electra_jax import objective as objective_lib
+from electra_jax import parallel
+from electra_jax.errors import UserError
+from tests.conftest import REPO_ROOT, tiny_config, tiny_trainer
+from tests.test_model_objective import leaves_by_path, toy_batch
+
+TWO_STAGE = dict(objective='two_stage', tie='none', generator_hidden_size=1.0,
+                 two_stage_generator_steps=3)
+
+
+def build(**overrides):
+  """(config, model, params, objective) of a tiny model; initialised under jit (fast on CPU)."""
+  c = config_lib.resolve(tiny_config(**overrides))
+  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+  params = jax.jit(lambda r: model_lib.init_params(model, r, c.max_seq_length,
+                                                   c.max_predictions_per_seq))(jax.random.key(0))
+  return c, model, params, objective_lib.ElectraObjective.from_config(model, c, (0, 2, 3, 4), 4)
+
+
+def one_token_batch(c, mesh):
+  """toy_batch with every text token 7: a language each objective's loss learns in steps."""
+  batch = jax.device_get(toy_batch(c))
+  batch['input_ids'] = np.where(batch['input_ids'] >= 5, 7, batch['input_ids']).astype(np.int32)
+  return parallel.global_batch(batch, mesh)
+
+
+def run_steps(state, step, batch, num_steps, c):
+  losses = []
+  for _ in range(num_steps):
+    state, sums = step(state, batch, jax.random.key(1))
+    metrics = objective_lib.summarize(jax.device_get(sums), c.gen_weight, c.disc_weight)
+    assert np.isfinite(metrics['loss'])
+    losses.append(metrics['loss'])
+  return state, losses
+
+
+def flat(tree):
+  return {k: np.asarray(v) for k, v in leaves_by_path(jax.device_get(tree)).items()}
+
+
+@pytest.mark.parametrize('objective', ['mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm'])
+def test_each_objective_fits_one_batch_through_the_train_step(objective):
+  # (electra: tests/test_train_step.py; two_stage: its own test below.)
+  c, _, state, step, mesh = tiny_trainer(learning_rate=1e-2, num_train_steps=20, num_layers=1,
+                                         num_warmup_steps=2, vocab_size=32, objective=objective)
+  _, losses = run_steps(state, step, one_token_batch(c, mesh), c.num_train_steps, c)
+  first, last = np.mean(losses[:3]), np.mean(losses[-3:])
+  assert last < 0.5 * first, (first, last)
+
+
+def test_mlm_is_one_full_size_masked_lm_without_discriminator_parameters():
+  c, _, params, obj = build(objective='mlm', num_layers=1)
+  assert set(params) == {'embeddings', 'discriminator'}  # no generator
+  assert set(params['discriminator']) == {'encoder', 'mlm_head', 'mlm_output_bias'}  # no RTD
+  assert params['discriminator']['encoder']['layer_0']['attention']['query']['kernel'].shape == (
+      c.hidden_size, c.hidden_size)
+  _, sums = jax.jit(obj)(params, toy_batch(c), jax.random.key(0))
+  metrics = objective_lib.summarize(jax.device_get(sums), c.gen_weight, c.disc_weight)
+  assert not [k for k in list(sums) + list(metrics) if k.startswith(('disc_', 'mlm_'))]
+  assert metrics['loss'] == pytest.approx(metrics['full_mlm_loss'])
+  assert objective_lib.num_tokens(sums) == int(toy_batch(c)['input_mask'].sum())
+
+
+def test_tie_all_runs_the_generator_on_the_discriminator_encoder():
+  c, model, params, obj = build(tie='all', generator_hidden_size=1.0, num_layers=1)
+  assert set(params['generator']) == {'head', 'output_bias'}  # one encoder, D's
+  batch = toy_batch(c)
+  positions = jnp.tile(jnp.arange(c.max_predictions_per_seq)[None], (c.train_batch_size, 1))
+  gen = jax.jit(lambda p: model.apply({'params': p}, batch['input_ids'], batch['segment_ids'],
+                              batch['input_mask'], positions,
+                              method=model_lib.Electra.generator_logits))
+  moved = jax.tree.map(lambda x: x, params)
+  kernel = moved['discriminator']['encoder']['layer_0']['intermediate']['kernel']
+  moved['discriminator']['encoder']['layer_0']['intermediate']['kernel'] = kernel * 1.5
+  assert not np.allclose(gen(params), gen(moved))  # G reads the (one) encoder D trains
+  mlm_only = obj.__class__(**{**obj.__dict__, 'disc_weight': 0.0})
+  grads = jax.jit(jax.grad(lambda p: mlm_only(p, batch, jax.random.key(1))[0]))(params)
+  assert float(jnp.abs(grads['discriminator']['encoder']['layer_0']['intermediate'][
+      'kernel']).max()) > 0
+  # Against tie='embeddings' at the same sizes, exactly one encoder's parameters are gone.
+  untied_model = model_lib.Electra(model_lib.ModelConfig.from_config(
+      config_lib.resolve(tiny_config(generator_hidden_size=1.0, num_layers=1))))
+  untied = jax.eval_shape(lambda r: model_lib.init_params(
+      untied_model, r, c.max_seq_length, c.max_predictions_per_seq), jax.random.key(0))
+  count = lambda t: sum(x.size for x in jax.tree.leaves(t))
+  assert count(untied) - count(params) == count(untied['generator']['encoder'])
+
+
+def test_tie_none_gives_each_network_its_own_embedding_table():
+  c, _, params, obj = build(tie='none', num_layers=1)
+  table = (c.vocab_size, c.embedding_size)
+  tables = sorted(k for k, v in leaves_by_path(params).items() if v.shape == table)
+  assert tables == ["['embeddings']['word_embeddings']",
+                    "['generator_embeddings']['word_embeddings']"]
+  batch = toy_batch(c)
+  only = lambda g, d: obj.__class__(**{**obj.__dict__, 'gen_weight': g, 'disc_weight': d})
+  mlm = jax.jit(jax.grad(lambda p: only(1.0, 0.0)(p, batch, jax.random.key(1))[0]))(params)
+  absmax = lambda t: max(float(jnp.abs(x).max()) for x in jax.tree.leaves(t))
+  assert absmax(mlm['embeddings']) == 0.0  # G's loss never touches D's table
+  assert absmax(mlm['generator_embeddings']) > 0
+
+
+def _disc_logit_gradient(objective_name):
+  """d loss / d (discriminator logits) [B, S], via an additive perturbation of the RTD head."""
+  c, _, params, obj = build(objective=objective_name, gen_weight=0.0, num_layers=1)
+  batch, rng = toy_batch(c), jax.random.key(3)
+
+  def loss_with(eps):
+    def add_eps(next_fun, args, kwargs, context):
+      out = next_fun(*args, **kwargs)
+      is_head = (isinstance(context.module, model_lib.DiscriminatorHead)
+                 and context.method_name == '__call__')
+      return out + eps if is_head else out
+    with nn.intercept_methods(add_eps):
+      return obj(params, batch, rng, deterministic=True)[0]
+
+  grad = jax.jit(jax.grad(loss_with))(jnp.zeros(batch['input_ids'].shape))
+  keys = masking.example_keys(rng, c.train_batch_size)
+  mask_keys = jax.vmap(lambda k: jax.random.split(k, 4))(keys)[:, 0]
+  m = masking.mask_batch(mask_keys, batch['input_ids'], batch['input_mask'],
+                         special_ids=obj.special_ids, mask_id=obj.mask_id,
+                         vocab_size=c.vocab_size, mask_prob=c.mask_prob,
+                         max_predictions=c.max_predictions_per_seq)
+  return np.asarray(grad), np.asarray(objective_lib.masked_position_indicator(
+      batch['input_ids'], m)), np.asarray(batch['input_mask'])
+
+
+def test_electra_15_discriminator_loss_ignores_unmasked_positions():
+  grad, masked, real = _disc_logit_gradient('electra_15')
+  assert np.all(grad[masked == 0] == 0)
+  assert np.all(grad[masked == 1] != 0) and masked.sum() > 0
+  full_grad, _, _ = _disc_logit_gradient('electra')  # Full ELECTRA: every real token counts.
+  assert np.all(full_grad[real == 1] != 0) and np.all(full_grad[real == 0] == 0)
+
+
+def test_all_tokens_copy_mechanism_is_a_distribution_that_copies_when_told():
+  rng = np.random.default_rng(0)
+  mlm_logits = jnp.asarray(rng.normal(size=(4, 6, 11)) * 3, jnp.float32)
+  inputs = jnp.asarray(rng.integers(0, 11, (4, 6)), jnp.int32)
+  for replaced_logit in (-4.0, 0.0, 3.0):
+    log_probs = objective_lib.copy_log_probs(mlm_logits, jnp.full((4, 6), replaced_logit),
+                                             inputs)
+    np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, rtol=1e-5)
+    d = 1 / (1 + np.exp(replaced_logit))  # the copy probability
+    softmax = np.asarray(jax.nn.softmax(mlm_logits))
+    expected = (1 - d) * softmax + d * np.asarray(jax.nn.one_hot(inputs, 11))
+    np.testing.assert_allclose(np.exp(log_probs), expected, rtol=1e-4, atol=1e-7)
+
+
+def test_two_stage_freezes_each_network_outside_its_stage_and_starts_d_from_g():
+  c, obj, state, step, mesh = tiny_trainer(learning_rate=1e-2, num_warmup_steps=1,
+                                           num_layers=1, **TWO_STAGE)
+  n = c.two_stage_generator_steps
+  batch = one_token_batch(c, mesh)
+  gen_keys = lambda t: {k: v for k, v in t.items() if k.startswith("['generator")}
+  disc_keys = lambda t: {k: v for k, v in t.items() if not k.startswith("['generator")}
+  start = flat(state.params)
+  state, losses = run_steps(state, step, batch, n, c)  # Stage 1: G trains, D does not move.
+  stage_1 = flat(state.params)
+  assert all(np.array_equal(stage_1[k], v) for k, v in disc_keys(start).items())
+  assert not all(np.array_equal(stage_1[k], v) for k, v in gen_keys(start).items())
+  copied = flat(obj.prepare_params(state.params, n))  # What step n starts from: D := G.
+  for name in ('word_embeddings', 'position_embeddings', "['LayerNorm']['scale']"):
+    d = next(v for k, v in copied.items() if k.startswith("['embeddings']") and name in k)
+    g = next(v for k, v in copied.items() if k.startswith("['generator_emb") and name in k)
+    np.testing.assert_array_equal(d, g)
+  for k, v in copied.items():
+    if k.startswith("['discriminator']['encoder']"):
+      np.testing.assert_array_equal(v, copied[k.replace('discriminator', 'generator', 1)])
+  # The switch step copies G into D inside the jitted step; D's own schedule starts at lr 0
+  # (warmup), so after it and one more Adam step (|update| <= lr) D is within lr of G.
+  state, more = run_steps(state, step, batch, 2, c)
+  q = "['encoder']['layer_0']['attention']['query']['kernel']"
+  moved = flat(state.params)["['discriminator']" + q] - stage_1["['generator']" + q]
+  assert 0 < np.abs(moved).max() < 1.5 * c.learning_rate
+  state, rest = run_steps(state, step, batch, 11, c)  # Stage 2: G stays bit-identical.
+  stage_2 = flat(state.params)
+  assert all(np.array_equal(stage_2[k], v) for k, v in gen_keys(stage_1).items())
+  losses += more + rest
+  assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3]), losses
+
+
+def test_ablation_config_errors_name_the_key():
+  for overrides, key in ((dict(tie='all'), 'config.tie'),
+                         (dict(objective='bert'), 'config.objective'),
+                         (dict(objective='two_stage', tie='none'), 'generator_hidden_size'),
+                         (dict(TWO_STAGE, two_stage_generator_steps=0),
+                          'two_stage_generator_steps'),
+                         (dict(two_stage_generator_steps=5), 'two_stage_generator_steps')):
+    with pytest.raises(UserError, match=key):
+      config_lib.resolve(tiny_config(**overrides))
+  for fraction in (0.1, 0.3, 0.7, 1 / 3):  # Any generator fraction in (0, 1] resolves.
+    sizes = config_lib.generator_sizes(config_lib.resolve(tiny_config(
+        hidden_size=256, num_heads=4, intermediate_size=1024, generator_hidden_size=fraction)))
+    assert sizes['hidden_size'] % sizes['num_heads'] == 0
+
+
+def test_flops_match_a_hand_count_for_every_objective():
+  # tiny: B 8, S 32, P int(0.155 * 32) = 4, E 16, V 64, D: H 32 FFN 64, G: H 16 FFN 32, 2 layers.
+  B, S, P, E, V, L = 8, 32, 4, 16, 64, 2
+  # An encoder: E->H projection (only when E != H), then per layer QKV + output + FFN, attention.
+  enc = lambda h, f: (2 * B * S * (E * h * (h != E) + L * (4 * h * h + 2 * h * f))
+                      + 4 * B * S * S * h * L)
+  gen = enc(16, 32) + 2 * B * P * (16 * E + E * V)
+  disc = enc(32, 64)
+  rtd_head = 2 * B * S * (32 * 32 + 32)
+  mlm_head = lambda slots: 2 * slots * (32 * E + E * V)
+  expected = {
+      'electra': 3 * (gen + disc + rtd_head),
+      'electra_15': 3 * (gen + disc + rtd_head),
+      'mlm': 3 * (disc + mlm_head(B * P)),
+      'replace_mlm': 3 * (gen + disc + mlm_head(B * P)),
+      'all_tokens_mlm': 3 * (gen + disc + rtd_head + mlm_head(B * S)),
+  }
+  for objective, want in expected.items():
+    assert flops.model_flops_per_step(tiny_config(objective=objective)) == want, objective
+  assert flops.model_flops_per_step(tiny_config(tie='none')) == expected['electra']
+  # two_stage (G as wide as D): 30 of 100 steps G alone (fwd + bwd), then G fwd + D fwd + bwd.
+  gen_full = enc(32, 64) + 2 * B * P * (32 * E + E * V)
+  two = (30 * 3 * gen_full + 70 * (gen_full + 3 * (disc + rtd_head))) / 100
+  got = flops.model_flops_per_step(tiny_config(**dict(TWO_STAGE, two_stage_generator_steps=30)))
+  assert got == pytest.approx(two, rel=1e-12)
+
+
+@pytest.fixture(scope='module')
+def pretraining_workdirs(tmp_path_factory):
+  """2-step pretraining runs (the real train loop, in-process) for two objectives."""
+  from electra_jax import train  # pylint: disable=import-outside-toplevel
+  root = tmp_path_factory.mktemp('ablations')
+  src = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'train')
+  name = sorted(os.listdir(src))[0]
+  with open(os.path.join(src, name), encoding='utf-8') as f:
+    (root / name).write_text(f.read(20_000).rsplit('\n', 1)[0] + '\n', encoding='utf-8')
+  workdirs = {}
+  for objective in ('mlm', 'all_tokens_mlm'):
+    c = tiny_config(objective=objective, vocab_size=8000, num_layers=1, num_train_steps=2,
+                    num_warmup_steps=1, log_every_steps=1, eval_every_steps=2, num_eval_steps=1,
+                    save_checkpoints_steps=2, progress_bar=False,
+                    train_files=str(root / '*.txt'), eval_files=str(root / '*.txt'))
+    workdir = str(root / objective)
+    summary = train.train_and_evaluate(c, workdir)
+    assert summary['status'] == 'completed' and np.isfinite(summary['eval_loss'])
+    workdirs[objective] = workdir
+  return workdirs
+
+
+@pytest.mark.parametrize('objective', ['mlm', 'all_tokens_mlm'])
+def test_finetuning_loads_the_full_size_encoder_of_an_ablation_workdir(pretraining_workdirs,
+                                                                      objective):
+  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import heads, loop, pretrained
+  workdir = pretraining_workdirs[objective]
+  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
+    assert '"full_mlm_accuracy"' in f.read()
+  params, model_config = pretrained.load_pretrained(workdir)
+  assert model_config.objective == objective
+  model = heads.FinetuneModel(model_config, heads.ClassificationHead(2, 0.0))
+  ids = np.full((2, 16), 7, np.int32)
+  sample = dict(input_ids=ids, segment_ids=np.zeros_like(ids), input_mask=np.ones_like(ids),
+                label=np.zeros((2,), np.int32))
+  loaded = loop.init_params(model, sample, jax.random.key(0), params)
+  np.testing.assert_array_equal(
+      loaded['electra']['discriminator']['encoder']['layer_0']['output']['kernel'],
+      params['discriminator']['encoder']['layer_0']['output']['kernel'])
+  logits = model.apply({'params': loaded}, {k: v for k, v in sample.items() if k != 'label'})
+  assert logits.shape == (2, 2) and np.all(np.isfinite(logits))
