@@ -8,8 +8,8 @@ follow BERT/HF ELECTRA so checkpoints convert one-to-one.
 The paper's ablations (config.objective, config.tie) change only which parts exist:
 'discriminator' always names the full-size network, the one fine-tuning keeps (its 'encoder'
 plus 'embeddings'), whatever it is trained to predict. Its heads are 'head' (one logit per
-token: replaced-token detection, or the copy probability of all_tokens_mlm) and/or 'mlm_head' +
-'mlm_output_bias' (a masked LM over the tied embeddings). 'generator' is absent for 'mlm';
+token: replaced-token detection, or the copy probability of all_tokens_mlm) and/or 'mlm_head'
+(a masked LM over the tied embeddings, with its own 'output_bias'). 'generator' is absent for 'mlm';
 with tie='none' the generator has its own 'generator_embeddings'; with tie='all' it has no
 encoder and runs the discriminator's.
 """
@@ -30,7 +30,7 @@ class Layout:
   """Which networks and heads an objective's params tree holds (see the module docstring)."""
   generator: bool  # a small generator, MLM at the masked positions, sampling replacements
   rtd_head: bool   # the full-size network's one logit per token ('head')
-  mlm_head: bool   # the full-size network's masked-LM head ('mlm_head', 'mlm_output_bias')
+  mlm_head: bool   # the full-size network's masked-LM head ('mlm_head')
 
 
 LAYOUTS = {
@@ -233,6 +233,17 @@ class GeneratorHead(nn.Module):
     return _layer_norm('LayerNorm')(h)
 
 
+class MaskedLMHead(nn.Module):
+  """The full-size network's MLM head: GeneratorHead's layers, the tied output projection and
+  a bias, in one submodule (so a fine-tuning model, which never calls it, has none of it)."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, hidden, embeddings):
+    bias = self.param('output_bias', nn.initializers.zeros, (self.cfg.vocab_size,), jnp.float32)
+    return embeddings.attend(GeneratorHead(self.cfg, name='transform')(hidden)) + bias
+
+
 class DiscriminatorHead(nn.Module):
   """dense(H -> H) + GELU + dense(H -> 1): one replaced/original logit per token."""
   cfg: ModelConfig
@@ -282,9 +293,7 @@ class Discriminator(nn.Module):
     if cfg.layout.rtd_head:
       self.head = DiscriminatorHead(cfg)
     if cfg.layout.mlm_head:
-      self.mlm_head = GeneratorHead(cfg)
-      self.mlm_output_bias = self.param('mlm_output_bias', nn.initializers.zeros,
-                                        (cfg.vocab_size,), jnp.float32)
+      self.mlm_head = MaskedLMHead(cfg)
 
   def hidden_states(self, embedded, attention_mask, deterministic):
     return self.encoder(embedded, attention_mask, deterministic)
@@ -301,7 +310,7 @@ class Discriminator(nn.Module):
       out['rtd'] = self.head(hidden)
     if self.cfg.layout.mlm_head:
       hidden = jnp.take_along_axis(hidden, mlm_positions[..., None], axis=1)
-      out['mlm'] = embeddings.attend(self.mlm_head(hidden)) + self.mlm_output_bias
+      out['mlm'] = self.mlm_head(hidden, embeddings)
     return out
 
 

@@ -12,7 +12,7 @@ import optax
 NEVER = 2**31 - 1
 
 # Parameters named like this are LayerNorm scales/offsets or biases: never weight-decayed.
-NO_DECAY_NAMES = ('bias', 'scale', 'output_bias', 'mlm_output_bias')
+NO_DECAY_NAMES = ('bias', 'scale', 'output_bias')
 
 
 def learning_rate_schedule(peak: float, warmup_steps: int, total_steps: int) -> optax.Schedule:

@@ -1,5 +1,6 @@
 """The paper's ablation objectives and weight sharing (config.objective, config.tie) through the
 real model, objective and train step; FLOPs accounting by hand; fine-tuning their workdirs."""
+import json
 import os
 
 import flax.linen as nn
@@ -19,15 +20,17 @@ from tests.conftest import REPO_ROOT, tiny_config, tiny_trainer
 from tests.test_model_objective import leaves_by_path, toy_batch
 
 TWO_STAGE = dict(objective='two_stage', tie='none', generator_hidden_size=1.0,
-                 two_stage_generator_steps=3)
+                 two_stage_generator_steps=3, num_warmup_steps=1)
 
 
-def build(**overrides):
-  """(config, model, params, objective) of a tiny model; initialised under jit (fast on CPU)."""
+def build(abstract=False, **overrides):
+  """(config, model, params, objective) of a tiny model; params initialised under jit, or only
+  their shapes (jax.eval_shape: nothing compiled) when `abstract`."""
   c = config_lib.resolve(tiny_config(**overrides))
   model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
-  params = jax.jit(lambda r: model_lib.init_params(model, r, c.max_seq_length,
-                                                   c.max_predictions_per_seq))(jax.random.key(0))
+  init = lambda r: model_lib.init_params(model, r, c.max_seq_length, c.max_predictions_per_seq)
+  rng = jax.random.key(0)
+  params = jax.eval_shape(init, rng) if abstract else jax.jit(init)(rng)
   return c, model, params, objective_lib.ElectraObjective.from_config(model, c, (0, 2, 3, 4), 4)
 
 
@@ -63,55 +66,51 @@ def test_each_objective_fits_one_batch_through_the_train_step(objective):
 
 
 def test_mlm_is_one_full_size_masked_lm_without_discriminator_parameters():
-  c, _, params, obj = build(objective='mlm', num_layers=1)
+  c, _, params, obj = build(abstract=True, objective='mlm')
   assert set(params) == {'embeddings', 'discriminator'}  # no generator
-  assert set(params['discriminator']) == {'encoder', 'mlm_head', 'mlm_output_bias'}  # no RTD
+  assert set(params['discriminator']) == {'encoder', 'mlm_head'}  # no RTD head
   assert params['discriminator']['encoder']['layer_0']['attention']['query']['kernel'].shape == (
       c.hidden_size, c.hidden_size)
-  _, sums = jax.jit(obj)(params, toy_batch(c), jax.random.key(0))
-  metrics = objective_lib.summarize(jax.device_get(sums), c.gen_weight, c.disc_weight)
+  _, sums = jax.eval_shape(obj, params, toy_batch(c), jax.random.key(0))
+  metrics = objective_lib.summarize({k: np.ones(()) for k in sums}, 1.0, 50.0)
   assert not [k for k in list(sums) + list(metrics) if k.startswith(('disc_', 'mlm_'))]
-  assert metrics['loss'] == pytest.approx(metrics['full_mlm_loss'])
-  assert objective_lib.num_tokens(sums) == int(toy_batch(c)['input_mask'].sum())
+  assert {'full_mlm_loss', 'full_mlm_accuracy'} <= set(metrics)
+
+
+def generator_logit_grads(model, params, c):
+  """Gradients of G's summed MLM logits: which parameters the generator's output depends on."""
+  batch = toy_batch(c)
+  positions = jnp.tile(jnp.arange(c.max_predictions_per_seq)[None], (c.train_batch_size, 1))
+  logits = lambda p: model.apply({'params': p}, batch['input_ids'], batch['segment_ids'],
+                                 batch['input_mask'], positions,
+                                 method=model_lib.Electra.generator_logits).sum()
+  return jax.jit(jax.grad(logits))(params)
 
 
 def test_tie_all_runs_the_generator_on_the_discriminator_encoder():
-  c, model, params, obj = build(tie='all', generator_hidden_size=1.0, num_layers=1)
+  c, model, params, _ = build(tie='all', generator_hidden_size=1.0, num_layers=1)
   assert set(params['generator']) == {'head', 'output_bias'}  # one encoder, D's
-  batch = toy_batch(c)
-  positions = jnp.tile(jnp.arange(c.max_predictions_per_seq)[None], (c.train_batch_size, 1))
-  gen = jax.jit(lambda p: model.apply({'params': p}, batch['input_ids'], batch['segment_ids'],
-                              batch['input_mask'], positions,
-                              method=model_lib.Electra.generator_logits))
-  moved = jax.tree.map(lambda x: x, params)
-  kernel = moved['discriminator']['encoder']['layer_0']['intermediate']['kernel']
-  moved['discriminator']['encoder']['layer_0']['intermediate']['kernel'] = kernel * 1.5
-  assert not np.allclose(gen(params), gen(moved))  # G reads the (one) encoder D trains
-  mlm_only = obj.__class__(**{**obj.__dict__, 'disc_weight': 0.0})
-  grads = jax.jit(jax.grad(lambda p: mlm_only(p, batch, jax.random.key(1))[0]))(params)
-  assert float(jnp.abs(grads['discriminator']['encoder']['layer_0']['intermediate'][
-      'kernel']).max()) > 0
+  # G's output depends on (so its loss trains) that one encoder: D and G always see the same
+  # values, before and after any step.
+  grads = generator_logit_grads(model, params, c)
+  layer = grads['discriminator']['encoder']['layer_0']
+  assert all(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(layer))
   # Against tie='embeddings' at the same sizes, exactly one encoder's parameters are gone.
-  untied_model = model_lib.Electra(model_lib.ModelConfig.from_config(
-      config_lib.resolve(tiny_config(generator_hidden_size=1.0, num_layers=1))))
-  untied = jax.eval_shape(lambda r: model_lib.init_params(
-      untied_model, r, c.max_seq_length, c.max_predictions_per_seq), jax.random.key(0))
+  _, _, untied, _ = build(abstract=True, generator_hidden_size=1.0, num_layers=1)
   count = lambda t: sum(x.size for x in jax.tree.leaves(t))
   assert count(untied) - count(params) == count(untied['generator']['encoder'])
 
 
 def test_tie_none_gives_each_network_its_own_embedding_table():
-  c, _, params, obj = build(tie='none', num_layers=1)
+  c, model, params, _ = build(tie='none', num_layers=1)
   table = (c.vocab_size, c.embedding_size)
   tables = sorted(k for k, v in leaves_by_path(params).items() if v.shape == table)
   assert tables == ["['embeddings']['word_embeddings']",
                     "['generator_embeddings']['word_embeddings']"]
-  batch = toy_batch(c)
-  only = lambda g, d: obj.__class__(**{**obj.__dict__, 'gen_weight': g, 'disc_weight': d})
-  mlm = jax.jit(jax.grad(lambda p: only(1.0, 0.0)(p, batch, jax.random.key(1))[0]))(params)
+  grads = generator_logit_grads(model, params, c)
   absmax = lambda t: max(float(jnp.abs(x).max()) for x in jax.tree.leaves(t))
-  assert absmax(mlm['embeddings']) == 0.0  # G's loss never touches D's table
-  assert absmax(mlm['generator_embeddings']) > 0
+  assert absmax(grads['embeddings']) == 0.0  # G never reads D's table
+  assert absmax(grads['generator_embeddings']['word_embeddings']) > 0
 
 
 def _disc_logit_gradient(objective_name):
@@ -143,8 +142,7 @@ def test_electra_15_discriminator_loss_ignores_unmasked_positions():
   grad, masked, real = _disc_logit_gradient('electra_15')
   assert np.all(grad[masked == 0] == 0)
   assert np.all(grad[masked == 1] != 0) and masked.sum() > 0
-  full_grad, _, _ = _disc_logit_gradient('electra')  # Full ELECTRA: every real token counts.
-  assert np.all(full_grad[real == 1] != 0) and np.all(full_grad[real == 0] == 0)
+  assert masked.sum() < 0.5 * real.sum()  # (full ELECTRA's gradient covers every real token)
 
 
 def test_all_tokens_copy_mechanism_is_a_distribution_that_copies_when_told():
@@ -162,8 +160,7 @@ def test_all_tokens_copy_mechanism_is_a_distribution_that_copies_when_told():
 
 
 def test_two_stage_freezes_each_network_outside_its_stage_and_starts_d_from_g():
-  c, obj, state, step, mesh = tiny_trainer(learning_rate=1e-2, num_warmup_steps=1,
-                                           num_layers=1, **TWO_STAGE)
+  c, obj, state, step, mesh = tiny_trainer(learning_rate=1e-2, num_layers=1, **TWO_STAGE)
   n = c.two_stage_generator_steps
   batch = one_token_batch(c, mesh)
   gen_keys = lambda t: {k: v for k, v in t.items() if k.startswith("['generator")}
@@ -209,6 +206,25 @@ def test_ablation_config_errors_name_the_key():
     assert sizes['hidden_size'] % sizes['num_heads'] == 0
 
 
+def test_every_ablation_config_is_small_with_only_its_ablation_changed():
+  import importlib  # pylint: disable=import-outside-toplevel
+  from configs import small  # pylint: disable=import-outside-toplevel
+  base = small.get_config().to_dict()
+  names = sorted(n[:-3] for n in os.listdir(os.path.join(REPO_ROOT, 'configs', 'ablations'))
+                 if n.endswith('.py') and n != '__init__.py')
+  assert {'electra', 'mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm', 'two_stage',
+          'tie_none', 'tie_all'} <= set(names) and any(n.startswith('gen_size_') for n in names)
+  objectives = set()
+  for name in names:
+    c = importlib.import_module(f'configs.ablations.{name}').get_config()
+    changed = {k for k, v in c.to_dict().items() if base[k] != v}
+    assert changed <= {'objective', 'tie', 'generator_hidden_size',
+                       'two_stage_generator_steps'}, (name, changed)
+    objectives.add(config_lib.resolve(c).objective)
+    assert flops.model_flops_per_step(c) > 0
+  assert objectives == set(config_lib.OBJECTIVES) == set(model_lib.LAYOUTS)
+
+
 def test_flops_match_a_hand_count_for_every_objective():
   # tiny: B 8, S 32, P int(0.155 * 32) = 4, E 16, V 64, D: H 32 FFN 64, G: H 16 FFN 32, 2 layers.
   B, S, P, E, V, L = 8, 32, 4, 16, 64, 2
@@ -236,45 +252,65 @@ def test_flops_match_a_hand_count_for_every_objective():
   assert got == pytest.approx(two, rel=1e-12)
 
 
-@pytest.fixture(scope='module')
-def pretraining_workdirs(tmp_path_factory):
-  """2-step pretraining runs (the real train loop, in-process) for two objectives."""
-  from electra_jax import train  # pylint: disable=import-outside-toplevel
-  root = tmp_path_factory.mktemp('ablations')
+@pytest.mark.parametrize('overrides', [
+    dict(objective='mlm'), dict(objective='replace_mlm'), dict(objective='all_tokens_mlm'),
+    dict(objective='electra_15'), dict(TWO_STAGE), dict(tie='all', generator_hidden_size=1.0)])
+def test_what_finetuning_keeps_matches_the_finetuning_model_for_every_objective(overrides):
+  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import heads, pretrained
+  c, _, params, _ = build(abstract=True, **overrides)
+  model = heads.FinetuneModel(model_lib.ModelConfig.from_config(c),
+                              heads.ClassificationHead(2, 0.0))
+  ids = jnp.zeros((1, 16), jnp.int32)
+  batch = dict(input_ids=ids, segment_ids=ids, input_mask=ids + 1)
+  fresh = jax.eval_shape(lambda r: model.init({'params': r}, batch)['params'],
+                         jax.random.key(0))['electra']
+  kept = pretrained._keep_discriminator(params)  # pylint: disable=protected-access
+  assert jax.tree.map(lambda x: (x.shape, x.dtype), kept) == jax.tree.map(
+      lambda x: (x.shape, x.dtype), fresh)
+
+
+def test_an_mlm_workdir_trains_evaluates_and_fine_tunes(tmp_path):
+  """The real train loop (in-process) on 2 steps of objective 'mlm', then fine-tuning's loader."""
+  # pylint: disable=import-outside-toplevel
+  from electra_jax import train
+  from electra_jax.finetune import heads, loop, pretrained
   src = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'train')
   name = sorted(os.listdir(src))[0]
   with open(os.path.join(src, name), encoding='utf-8') as f:
-    (root / name).write_text(f.read(20_000).rsplit('\n', 1)[0] + '\n', encoding='utf-8')
-  workdirs = {}
-  for objective in ('mlm', 'all_tokens_mlm'):
-    c = tiny_config(objective=objective, vocab_size=8000, num_layers=1, num_train_steps=2,
-                    num_warmup_steps=1, log_every_steps=1, eval_every_steps=2, num_eval_steps=1,
-                    save_checkpoints_steps=2, progress_bar=False,
-                    train_files=str(root / '*.txt'), eval_files=str(root / '*.txt'))
-    workdir = str(root / objective)
-    summary = train.train_and_evaluate(c, workdir)
-    assert summary['status'] == 'completed' and np.isfinite(summary['eval_loss'])
-    workdirs[objective] = workdir
-  return workdirs
-
-
-@pytest.mark.parametrize('objective', ['mlm', 'all_tokens_mlm'])
-def test_finetuning_loads_the_full_size_encoder_of_an_ablation_workdir(pretraining_workdirs,
-                                                                      objective):
-  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import heads, loop, pretrained
-  workdir = pretraining_workdirs[objective]
+    (tmp_path / name).write_text(f.read(20_000).rsplit('\n', 1)[0] + '\n', encoding='utf-8')
+  c = tiny_config(objective='mlm', vocab_size=8000, num_layers=1, num_train_steps=2,
+                  num_warmup_steps=1, log_every_steps=1, eval_every_steps=2, num_eval_steps=1,
+                  save_checkpoints_steps=2, progress_bar=False,
+                  train_files=str(tmp_path / '*.txt'), eval_files=str(tmp_path / '*.txt'))
+  workdir = str(tmp_path / 'mlm')
+  summary = train.train_and_evaluate(c, workdir)
+  assert summary['status'] == 'completed' and np.isfinite(summary['eval_full_mlm_loss'])
+  assert 'eval_disc_auc' not in summary and 'mlm_accuracy' not in summary
   with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
-    assert '"full_mlm_accuracy"' in f.read()
+    assert all('full_mlm_accuracy' in json.loads(line) for line in f)
   params, model_config = pretrained.load_pretrained(workdir)
-  assert model_config.objective == objective
+  assert model_config.objective == 'mlm'
   model = heads.FinetuneModel(model_config, heads.ClassificationHead(2, 0.0))
   ids = np.full((2, 16), 7, np.int32)
-  sample = dict(input_ids=ids, segment_ids=np.zeros_like(ids), input_mask=np.ones_like(ids),
-                label=np.zeros((2,), np.int32))
+  sample = dict(input_ids=ids, segment_ids=np.zeros_like(ids), input_mask=np.ones_like(ids))
   loaded = loop.init_params(model, sample, jax.random.key(0), params)
   np.testing.assert_array_equal(
       loaded['electra']['discriminator']['encoder']['layer_0']['output']['kernel'],
       params['discriminator']['encoder']['layer_0']['output']['kernel'])
-  logits = model.apply({'params': loaded}, {k: v for k, v in sample.items() if k != 'label'})
-  assert logits.shape == (2, 2) and np.all(np.isfinite(logits))
+
+
+def test_workdir_written_before_the_ablation_keys_existed_still_matches(tmp_path):
+  from electra_jax import experiment  # pylint: disable=import-outside-toplevel
+  c = config_lib.resolve(tiny_config())
+  experiment.write_config(str(tmp_path), c)
+  path = experiment.config_path(str(tmp_path))
+  with open(path, encoding='utf-8') as f:
+    old = {k: v for k, v in json.load(f).items()
+           if k not in ('objective', 'tie', 'two_stage_generator_steps')}
+  with open(path, 'w', encoding='utf-8') as f:
+    json.dump(old, f)
+  assert experiment.check_saved_config_matches(str(tmp_path), c) == []
+  with pytest.raises(UserError, match='objective'):
+    experiment.check_saved_config_matches(str(tmp_path),
+                                          config_lib.resolve(tiny_config(objective='mlm')))
