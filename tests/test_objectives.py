@@ -314,3 +314,14 @@ def test_workdir_written_before_the_ablation_keys_existed_still_matches(tmp_path
   with pytest.raises(UserError, match='objective'):
     experiment.check_saved_config_matches(str(tmp_path),
                                           config_lib.resolve(tiny_config(objective='mlm')))
+
+
+def test_hf_export_refuses_what_hf_electra_cannot_hold():
+  # pylint: disable=import-outside-toplevel,protected-access
+  from electra_jax import export
+  resolve = lambda **o: config_lib.resolve(tiny_config(**o))
+  with pytest.raises(UserError, match="objective 'mlm'"):
+    export._check_exportable(resolve(objective='mlm'), {'discriminator': ''})
+  with pytest.raises(UserError, match="config.tie='none'"):
+    export._check_exportable(resolve(tie='none'), {'generator': ''})
+  export._check_exportable(resolve(objective='electra_15'), {'discriminator': ''})
