@@ -328,11 +328,17 @@ class Electra(nn.Module):
     self.discriminator = Discriminator(cfg)
 
   def __call__(self, input_ids, segment_ids, input_mask, masked_positions, deterministic=True):
-    """Runs every part on the same ids; used to initialise every parameter."""
+    """Runs every part on the same ids; used to initialise every parameter.
+
+    Returns (generator logits at `masked_positions`, or None without a generator; the
+    discriminator's replaced-token logits [B, S], or with an MLM head Discriminator.outputs).
+    """
     gen = None
     if self.cfg.layout.generator:
       gen = self.generator_logits(input_ids, segment_ids, input_mask, masked_positions,
                                   deterministic)
+    if not self.cfg.layout.mlm_head:
+      return gen, self.discriminator_logits(input_ids, segment_ids, input_mask, deterministic)
     return gen, self.discriminator_outputs(input_ids, segment_ids, input_mask,
                                            masked_positions, deterministic)
 
