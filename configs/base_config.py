@@ -94,6 +94,17 @@ def get_config():
   c.disc_weight = 50.0
   # Softmax temperature of the generator when sampling replacements.
   c.temperature = 1.0
+  # Pretraining objective (paper's ablations, README "Ablations"): 'electra' (RTD), 'mlm'
+  # (BERT: one full-size MLM, no generator), 'electra_15' (RTD loss on masked positions only),
+  # 'replace_mlm' (MLM on generator-replaced positions), 'all_tokens_mlm' (predict every token
+  # with a copy mechanism), 'two_stage' (generator alone, then a frozen one feeds RTD).
+  c.objective = 'electra'
+  # Weights shared by generator and discriminator: 'embeddings' (token/position/type tables),
+  # 'none' (each has its own) or 'all' (also every encoder weight; needs generator_hidden_size 1).
+  c.tie = 'embeddings'
+  # objective='two_stage': steps training the generator alone before the discriminator is
+  # initialised from it (then trained with the generator frozen for the remaining steps).
+  c.two_stage_generator_steps = 0
 
   # --- Optimisation ------------------------------------------------------------------------
   # Global batch size in sequences (split over all devices of all hosts).

@@ -23,6 +23,10 @@ MODEL_SIZES = {
 
 DTYPES = ('float32', 'bfloat16')
 
+# Pretraining objectives (objective.py) and generator/discriminator weight sharing (model.py).
+OBJECTIVES = ('electra', 'mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm', 'two_stage')
+TIES = ('embeddings', 'none', 'all')
+
 
 def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Returns a locked copy with presets and derived values filled in, or raises UserError."""
@@ -61,11 +65,6 @@ def _validate(c):
          f'{c.num_heads}; pick sizes with an integer head width')
   check(0 < c.generator_hidden_size <= 1,
          f'config.generator_hidden_size={c.generator_hidden_size} must be a fraction in (0, 1]')
-  gen = generator_sizes(c)
-  check(gen['hidden_size'] % gen['num_heads'] == 0,
-         f"generator width {gen['hidden_size']} (config.generator_hidden_size="
-         f"{c.generator_hidden_size} of {c.hidden_size}) is not divisible by its "
-         f"{gen['num_heads']} heads; choose a fraction giving a multiple of the head count")
   check(c.max_seq_length <= c.max_position_embeddings,
          f'config.max_seq_length={c.max_seq_length} exceeds config.max_position_embeddings='
          f'{c.max_position_embeddings}; lower max_seq_length or raise max_position_embeddings')
@@ -91,6 +90,7 @@ def _validate(c):
     for key in ('tfds_split', 'tfds_text_key'):
       check(bool(c[key]), f'config.{key} is empty but config.tfds_name={c.tfds_name!r} is set; '
              f'set --config.{key}')
+  _validate_objective(c)
   check(c.learning_rate > 0, f'config.learning_rate={c.learning_rate} must be > 0')
   unknown = [k for k in split_keys(c.allow_config_change) if k not in c]
   check(not unknown, f'config.allow_config_change={c.allow_config_change!r} names unknown '
@@ -101,17 +101,54 @@ def _validate(c):
          "separated by commas, e.g. '3,4'")
 
 
+def _validate_objective(c):
+  check(c.objective in OBJECTIVES,
+         f'config.objective={c.objective!r} must be one of {OBJECTIVES}')
+  check(c.tie in TIES, f'config.tie={c.tie!r} must be one of {TIES}')
+  check(c.tie != 'all' or c.generator_hidden_size == 1.0,
+         f"config.tie='all' shares every encoder weight, so config.generator_hidden_size="
+         f'{c.generator_hidden_size} must be 1.0; set it or pick another tie')
+  check(c.objective != 'mlm' or c.tie == 'embeddings',
+         f"config.tie={c.tie!r} means nothing for objective 'mlm' (no generator); leave "
+         "config.tie='embeddings'")
+  if c.objective == 'two_stage':
+    check(c.generator_hidden_size == 1.0,
+           f'config.generator_hidden_size={c.generator_hidden_size} must be 1.0 for objective '
+           "'two_stage' (the discriminator starts from the generator's weights)")
+    check(c.tie == 'none',
+           f"config.tie={c.tie!r} must be 'none' for objective 'two_stage' (a frozen "
+           'generator cannot share weights with the discriminator being trained)')
+    n = c.two_stage_generator_steps
+    check(0 < n < c.num_train_steps,
+           f'config.two_stage_generator_steps={n} must be in (0, config.num_train_steps='
+           f'{c.num_train_steps}); it is when the discriminator starts training')
+    check(c.num_warmup_steps <= min(n, c.num_train_steps - n),
+           f'config.num_warmup_steps={c.num_warmup_steps} exceeds a two_stage stage ({n} and '
+           f'{c.num_train_steps - n} steps); each stage warms up anew, lower the warmup')
+  else:
+    check(c.two_stage_generator_steps == 0,
+           f'config.two_stage_generator_steps={c.two_stage_generator_steps} is only used by '
+           f"objective 'two_stage' (objective is {c.objective!r}); leave it 0")
+
+
 def split_keys(text: str) -> list[str]:
   """'a, b' -> ['a', 'b'] (for comma-separated config values)."""
   return [part.strip() for part in (text or '').split(',') if part.strip()]
 
 
 def generator_sizes(c) -> dict:
-  """The generator's width: hidden, FFN and heads scaled by `generator_hidden_size`."""
+  """The generator's width: hidden, FFN and heads scaled by `generator_hidden_size`.
+
+  Any fraction in (0, 1] works: the head count is the scaled one, lowered to the nearest
+  count that divides the generator's width (e.g. 0.7 of H=256 is 179 wide with 1 head).
+  """
   frac = c.generator_hidden_size
-  return dict(hidden_size=max(1, int(round(c.hidden_size * frac))),
-              intermediate_size=max(1, int(round(c.intermediate_size * frac))),
-              num_heads=max(1, int(round(c.num_heads * frac))))
+  hidden = max(1, int(round(c.hidden_size * frac)))
+  heads = max(1, int(round(c.num_heads * frac)))
+  while hidden % heads:
+    heads -= 1
+  return dict(hidden_size=hidden, intermediate_size=max(1, int(round(c.intermediate_size * frac))),
+              num_heads=heads)
 
 
 def to_json(c: ml_collections.ConfigDict) -> str:

@@ -24,7 +24,7 @@ def evaluate_params(params, eval_step, c, tokenizer, mesh, num_batches=None, fil
     return {}
   metrics = objective_lib.summarize(jax.device_get(sums), c.gen_weight, c.disc_weight)
   metrics['num_batches'] = num_batches_done
-  metrics['num_tokens'] = int(np.asarray(jax.device_get(sums['disc_count'])))
+  metrics['num_tokens'] = objective_lib.num_tokens(jax.device_get(sums))
   return metrics
 
 

@@ -8,6 +8,7 @@ import jax
 import ml_collections
 import optax
 
+from configs import base_config
 from electra_jax import checkpoint
 from electra_jax import config as config_lib
 from electra_jax import model as model_lib
@@ -21,7 +22,7 @@ from electra_jax.errors import UserError
 # Keys that fix parameter shapes: a checkpoint cannot be resumed or evaluated if they change.
 SHAPE_KEYS = ('model_size', 'embedding_size', 'hidden_size', 'num_layers', 'num_heads',
               'intermediate_size', 'generator_hidden_size', 'vocab_size',
-              'max_position_embeddings', 'type_vocab_size')
+              'max_position_embeddings', 'type_vocab_size', 'objective', 'tie')
 
 
 @dataclasses.dataclass
@@ -75,7 +76,10 @@ def check_saved_config_matches(workdir: str, c) -> list[str]:
   with open(path, encoding='utf-8') as f:
     saved = json.load(f)
   current = c.to_dict()
-  changed = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+  # A key added after the workdir was written (e.g. objective) had its default value there.
+  defaults = base_config.get_config().to_dict()
+  changed = sorted(k for k in set(saved) | set(current)
+                   if saved.get(k, defaults.get(k)) != current.get(k))
   shape_changes = [k for k in changed if k in SHAPE_KEYS]
   if shape_changes:
     diffs = ', '.join(f'{k}: {saved.get(k)!r} -> {current.get(k)!r}' for k in shape_changes)

@@ -43,6 +43,8 @@ NETWORKS = ('discriminator', 'generator')
 # The sentencepiece model travels with an export under this name, so --from_hf finds it again.
 SPM_FILE = 'spm.model'
 WORDPIECE_FILE = 'vocab.txt'
+# Objectives whose 'discriminator' is an ELECTRA replaced-token detector (model.LAYOUTS).
+EXPORTABLE_OBJECTIVES = ('electra', 'electra_15', 'two_stage')
 HF_ARCHITECTURES = {'discriminator': 'ElectraForPreTraining', 'generator': 'ElectraForMaskedLM'}
 # HF state-dict entries that carry nothing of their own: buffers and the tied output matrix.
 _IGNORED_HF_KEYS = ('electra.embeddings.position_ids', 'electra.embeddings.token_type_ids',
@@ -496,9 +498,10 @@ def export_workdir(workdir: str, output: str, what: str = 'discriminator',
     raise UserError(f"--workdir '{workdir}' does not exist; pass a training workdir")
   output = _check_output(output, overwrite)
   config = load_workdir_config(workdir)
-  params, step = restore_params(workdir, config, step)
   layout = {'discriminator': {'discriminator': ''}, 'generator': {'generator': ''},
             'both': {'discriminator': '', 'generator': 'generator'}}[what]
+  _check_exportable(config, layout)
+  params, step = restore_params(workdir, config, step)
 
   def write(tmp):
     for network, sub in layout.items():
@@ -511,6 +514,17 @@ def export_workdir(workdir: str, output: str, what: str = 'discriminator',
   return dict(output=output, what=what, step=int(step), workdir=os.path.abspath(workdir),
               directories={n: os.path.join(output, s) if s else output
                            for n, s in layout.items()})
+
+
+def _check_exportable(config, networks):
+  """HF ELECTRA has one layout: an RTD discriminator and a generator sharing embeddings."""
+  if config.objective not in EXPORTABLE_OBJECTIVES:
+    raise UserError(f'objective {config.objective!r} has no ELECTRA discriminator to export '
+                    f'(export supports {EXPORTABLE_OBJECTIVES}); fine-tune the workdir directly '
+                    'with --config.init_checkpoint=WORKDIR')
+  if 'generator' in networks and config.tie != 'embeddings':
+    raise UserError(f"config.tie={config.tie!r}: the generator does not use the shared "
+                    "embeddings HF expects; export only --what=discriminator")
 
 
 def _hf_vocab_file(hf_dir: str) -> str | None:

@@ -4,6 +4,14 @@ One module, one params tree {'embeddings', 'generator', 'discriminator'}. The to
 and token-type embeddings (with their LayerNorm) are a single set of arrays used by both
 networks; each network projects E -> its own width when they differ. Layer and parameter names
 follow BERT/HF ELECTRA so checkpoints convert one-to-one.
+
+The paper's ablations (config.objective, config.tie) change only which parts exist:
+'discriminator' always names the full-size network, the one fine-tuning keeps (its 'encoder'
+plus 'embeddings'), whatever it is trained to predict. Its heads are 'head' (one logit per
+token: replaced-token detection, or the copy probability of all_tokens_mlm) and/or 'mlm_head'
+(a masked LM over the tied embeddings, with its own 'output_bias'). 'generator' is absent for 'mlm';
+with tie='none' the generator has its own 'generator_embeddings'; with tie='all' it has no
+encoder and runs the discriminator's.
 """
 import dataclasses
 from typing import Any
@@ -15,6 +23,24 @@ from flax import linen as nn
 from electra_jax import config as config_lib
 
 LAYER_NORM_EPS = 1e-12
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """Which networks and heads an objective's params tree holds (see the module docstring)."""
+  generator: bool  # a small generator, MLM at the masked positions, sampling replacements
+  rtd_head: bool   # the full-size network's one logit per token ('head')
+  mlm_head: bool   # the full-size network's masked-LM head ('mlm_head')
+
+
+LAYOUTS = {
+    'electra': Layout(generator=True, rtd_head=True, mlm_head=False),
+    'electra_15': Layout(generator=True, rtd_head=True, mlm_head=False),
+    'two_stage': Layout(generator=True, rtd_head=True, mlm_head=False),
+    'mlm': Layout(generator=False, rtd_head=False, mlm_head=True),
+    'replace_mlm': Layout(generator=True, rtd_head=False, mlm_head=True),
+    'all_tokens_mlm': Layout(generator=True, rtd_head=True, mlm_head=True),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +60,13 @@ class ModelConfig:
   attention_dropout_rate: float = 0.1
   disc_output_bias_init: float = 0.0
   dtype: Any = jnp.float32
+  # config.objective and config.tie: which parts exist and which are shared.
+  objective: str = 'electra'
+  tie: str = 'embeddings'
+
+  @property
+  def layout(self) -> Layout:
+    return LAYOUTS[self.objective]
 
   @classmethod
   def from_config(cls, c) -> 'ModelConfig':
@@ -48,7 +81,7 @@ class ModelConfig:
                type_vocab_size=c.type_vocab_size, dropout_rate=c.dropout_rate,
                attention_dropout_rate=c.attention_dropout_rate,
                disc_output_bias_init=c.disc_output_bias_init,
-               dtype=jnp.dtype(c.dtype))
+               dtype=jnp.dtype(c.dtype), objective=c.objective, tie=c.tie)
 
 
 def _dense(features, dtype, name, bias_init=nn.initializers.zeros):
@@ -200,6 +233,17 @@ class GeneratorHead(nn.Module):
     return _layer_norm('LayerNorm')(h)
 
 
+class MaskedLMHead(nn.Module):
+  """The full-size network's MLM head: GeneratorHead's layers, the tied output projection and
+  a bias, in one submodule (so a fine-tuning model, which never calls it, has none of it)."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, hidden, embeddings):
+    bias = self.param('output_bias', nn.initializers.zeros, (self.cfg.vocab_size,), jnp.float32)
+    return embeddings.attend(GeneratorHead(self.cfg, name='transform')(hidden)) + bias
+
+
 class DiscriminatorHead(nn.Module):
   """dense(H -> H) + GELU + dense(H -> 1): one replaced/original logit per token."""
   cfg: ModelConfig
@@ -216,30 +260,40 @@ class DiscriminatorHead(nn.Module):
 
 
 class Generator(nn.Module):
+  """The small MLM. With tie='all' (own_encoder False) it runs the discriminator's encoder."""
   cfg: ModelConfig
+  own_encoder: bool = True
 
   def setup(self):
     cfg = self.cfg
-    self.encoder = Encoder(cfg, cfg.generator_hidden_size, cfg.generator_num_heads,
-                           cfg.generator_intermediate_size)
+    if self.own_encoder:
+      self.encoder = Encoder(cfg, cfg.generator_hidden_size, cfg.generator_num_heads,
+                             cfg.generator_intermediate_size)
     self.head = GeneratorHead(cfg)
     self.output_bias = self.param('output_bias', nn.initializers.zeros, (cfg.vocab_size,),
                                   jnp.float32)
 
   def __call__(self, embedded, attention_mask, masked_positions, embeddings, deterministic):
-    hidden = self.encoder(embedded, attention_mask, deterministic)
+    return self.predict(self.encoder(embedded, attention_mask, deterministic), masked_positions,
+                        embeddings)
+
+  def predict(self, hidden, masked_positions, embeddings):
     # Gather the masked positions first: the vocab projection is the costliest matmul.
     hidden = jnp.take_along_axis(hidden, masked_positions[..., None], axis=1)
     return embeddings.attend(self.head(hidden)) + self.output_bias
 
 
 class Discriminator(nn.Module):
+  """The full-size network: encoder plus the heads its objective uses (Layout)."""
   cfg: ModelConfig
 
   def setup(self):
     cfg = self.cfg
     self.encoder = Encoder(cfg, cfg.hidden_size, cfg.num_heads, cfg.intermediate_size)
-    self.head = DiscriminatorHead(cfg)
+    if cfg.layout.rtd_head:
+      self.head = DiscriminatorHead(cfg)
+    if cfg.layout.mlm_head:
+      self.mlm_head = MaskedLMHead(cfg)
 
   def hidden_states(self, embedded, attention_mask, deterministic):
     return self.encoder(embedded, attention_mask, deterministic)
@@ -247,34 +301,70 @@ class Discriminator(nn.Module):
   def __call__(self, embedded, attention_mask, deterministic):
     return self.head(self.encoder(embedded, attention_mask, deterministic))
 
+  def outputs(self, embedded, attention_mask, mlm_positions, embeddings, deterministic):
+    """One encoder pass -> {'rtd': [B, S] logits, 'mlm': [B, P, vocab] logits at
+    `mlm_positions`}, each present when this network has that head."""
+    hidden = self.encoder(embedded, attention_mask, deterministic)
+    out = {}
+    if self.cfg.layout.rtd_head:
+      out['rtd'] = self.head(hidden)
+    if self.cfg.layout.mlm_head:
+      hidden = jnp.take_along_axis(hidden, mlm_positions[..., None], axis=1)
+      out['mlm'] = self.mlm_head(hidden, embeddings)
+    return out
+
 
 class Electra(nn.Module):
-  """Generator and discriminator over one shared embedding table."""
+  """Generator and discriminator over one shared embedding table (or per config.tie)."""
   cfg: ModelConfig
 
   def setup(self):
-    self.embeddings = Embeddings(self.cfg)
-    self.generator = Generator(self.cfg)
-    self.discriminator = Discriminator(self.cfg)
+    cfg = self.cfg
+    self.embeddings = Embeddings(cfg)
+    if cfg.layout.generator:
+      self.generator = Generator(cfg, own_encoder=cfg.tie != 'all')
+      if cfg.tie == 'none':
+        self.generator_embeddings = Embeddings(cfg)
+    self.discriminator = Discriminator(cfg)
 
   def __call__(self, input_ids, segment_ids, input_mask, masked_positions, deterministic=True):
-    """Runs both networks on the same ids; used to initialise every parameter."""
-    gen = self.generator_logits(input_ids, segment_ids, input_mask, masked_positions,
-                                deterministic)
-    disc = self.discriminator_logits(input_ids, segment_ids, input_mask, deterministic)
-    return gen, disc
+    """Runs every part on the same ids; used to initialise every parameter.
+
+    Returns (generator logits at `masked_positions`, or None without a generator; the
+    discriminator's replaced-token logits [B, S], or with an MLM head Discriminator.outputs).
+    """
+    gen = None
+    if self.cfg.layout.generator:
+      gen = self.generator_logits(input_ids, segment_ids, input_mask, masked_positions,
+                                  deterministic)
+    if not self.cfg.layout.mlm_head:
+      return gen, self.discriminator_logits(input_ids, segment_ids, input_mask, deterministic)
+    return gen, self.discriminator_outputs(input_ids, segment_ids, input_mask,
+                                           masked_positions, deterministic)
 
   def generator_logits(self, masked_ids, segment_ids, input_mask, masked_positions,
                        deterministic=True):
     """MLM logits [B, P, vocab] (float32) at `masked_positions` [B, P]."""
-    embedded = self.embeddings(masked_ids, segment_ids)
-    return self.generator(embedded, input_mask.astype(bool), masked_positions,
-                          self.embeddings, deterministic)
+    embeddings = self.generator_embeddings if self.cfg.tie == 'none' else self.embeddings
+    embedded = embeddings(masked_ids, segment_ids)
+    if self.cfg.tie == 'all':
+      hidden = self.discriminator.hidden_states(embedded, input_mask.astype(bool),
+                                                deterministic)
+      return self.generator.predict(hidden, masked_positions, embeddings)
+    return self.generator(embedded, input_mask.astype(bool), masked_positions, embeddings,
+                          deterministic)
 
   def discriminator_logits(self, input_ids, segment_ids, input_mask, deterministic=True):
     """Replaced-token logits [B, S] (float32)."""
     embedded = self.embeddings(input_ids, segment_ids)
     return self.discriminator(embedded, input_mask.astype(bool), deterministic)
+
+  def discriminator_outputs(self, input_ids, segment_ids, input_mask, mlm_positions,
+                            deterministic=True):
+    """The full-size network's heads in one pass (Discriminator.outputs)."""
+    embedded = self.embeddings(input_ids, segment_ids)
+    return self.discriminator.outputs(embedded, input_mask.astype(bool), mlm_positions,
+                                      self.embeddings, deterministic)
 
   def discriminator_hidden(self, input_ids, segment_ids, input_mask, deterministic=True):
     """Final discriminator hidden states [B, S, H]: what fine-tuning heads read."""

@@ -4,6 +4,7 @@ The whole chain sits inside optax.apply_if_finite: a step whose gradients hold N
 parameters and optimizer state unchanged and is counted (see nonfinite.py).
 """
 import jax
+import jax.numpy as jnp
 import optax
 
 # apply_if_finite's own limit, after which it would apply a non-finite update anyway: never
@@ -33,13 +34,62 @@ def weight_decay_mask(params):
 
 
 def make_optimizer(c) -> tuple[optax.GradientTransformation, optax.Schedule]:
-  schedule = learning_rate_schedule(c.learning_rate, c.num_warmup_steps, c.num_train_steps)
-  adamw = optax.adamw(schedule, b1=c.adam_b1, b2=c.adam_b2, eps=c.adam_epsilon,
-                      weight_decay=c.weight_decay_rate, mask=weight_decay_mask)
+  """The pretraining optimizer and its learning-rate schedule (a function of the step).
+
+  Its update takes the optimizer step as the extra argument `step` (train_state passes it);
+  only objective='two_stage' reads it (`two_stage_adamw`).
+  """
+  if c.objective == 'two_stage':
+    adamw, schedule = two_stage_adamw(c)
+  else:
+    schedule = learning_rate_schedule(c.learning_rate, c.num_warmup_steps, c.num_train_steps)
+    adamw = _adamw(c, schedule)
   tx = adamw
   if c.max_grad_norm > 0:
     tx = optax.chain(optax.clip_by_global_norm(c.max_grad_norm), adamw)
   return optax.apply_if_finite(tx, max_consecutive_errors=NEVER), schedule
+
+
+def _adamw(c, schedule):
+  return optax.adamw(schedule, b1=c.adam_b1, b2=c.adam_b2, eps=c.adam_epsilon,
+                     weight_decay=c.weight_decay_rate, mask=weight_decay_mask)
+
+
+def active_during(inner: optax.GradientTransformation, start: int,
+                  end: int | None) -> optax.GradientTransformationExtraArgs:
+  """`inner` at optimizer steps start <= step < end (extra argument `step`); at other steps
+  its updates are 0 and its state (moments, count) does not move: the parameters are frozen."""
+  inner = optax.with_extra_args_support(inner)
+
+  def update(updates, state, params=None, *, step, **extra_args):
+    active = step >= start if end is None else (step >= start) & (step < end)
+    new_updates, new_state = inner.update(updates, state, params, **extra_args)
+    new_updates = jax.tree.map(lambda u: jnp.where(active, u, jnp.zeros_like(u)), new_updates)
+    new_state = jax.tree.map(lambda n, o: jnp.where(active, n, o), new_state, state)
+    return new_updates, new_state
+
+  return optax.GradientTransformationExtraArgs(inner.init, update)
+
+
+def two_stage_group(params) -> dict:
+  """'generator' for the generator's parameters (and its own embeddings), else 'discriminator'."""
+  return {k: jax.tree.map(lambda _, k=k: 'generator' if k.startswith('generator')
+                          else 'discriminator', v) for k, v in params.items()}
+
+
+def two_stage_adamw(c):
+  """Two AdamWs, each with its own schedule (warmup + linear decay over its stage) and count:
+  the generator's for steps [0, n), the discriminator's for [n, num_train_steps); each group
+  is frozen outside its stage. Returns (transform, schedule of the global step)."""
+  n, total = c.two_stage_generator_steps, c.num_train_steps
+  gen_schedule = learning_rate_schedule(c.learning_rate, c.num_warmup_steps, n)
+  disc_schedule = learning_rate_schedule(c.learning_rate, c.num_warmup_steps, total - n)
+  tx = optax.multi_transform(
+      {'generator': active_during(_adamw(c, gen_schedule), 0, n),
+       'discriminator': active_during(_adamw(c, disc_schedule), n, None)},
+      two_stage_group)
+  schedule = lambda step: jnp.where(step < n, gen_schedule(step), disc_schedule(step - n))
+  return tx, schedule
 
 
 def _path_keys(path) -> list:

@@ -112,7 +112,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error) -> dict:
   if is_chief:
     experiment_lib.write_config(workdir, c)
   num_params = sum(x.size for x in jax.tree.leaves(state.params))
-  say(f'Writing to {workdir} | {num_params / 1e6:.2f}M parameters (G+D) | '
+  say(f'Writing to {workdir} | objective {c.objective} | {num_params / 1e6:.2f}M parameters | '
       f'{mesh.devices.size} device(s) {jax.devices()[0].platform} | '
       f'batch {c.train_batch_size} x {c.max_seq_length} tokens', flush=True)
 
@@ -147,9 +147,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error) -> dict:
                                             num_batches=c.num_eval_steps)
     if eval_metrics:
       writer.write('eval_metrics', step, eval_metrics)
-      write_line(f'eval  step {step:>7d} | loss {eval_metrics["loss"]:.4f} | mlm_acc '
-                 f'{eval_metrics["mlm_accuracy"]:.3f} | disc_auc '
-                 f'{eval_metrics["disc_auc"]:.4f} | {time.time() - t:.1f}s')
+      write_line(f'eval  step {step:>7d} | {objective_lib.progress_line(eval_metrics)} | '
+                 f'{time.time() - t:.1f}s')
     window_start += time.time() - t  # Evaluation time does not count as training time.
 
   if step >= c.num_train_steps:
@@ -186,9 +185,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error) -> dict:
         writer.write('metrics', step, train_metrics)
       bar.set_postfix(loss=f'{train_metrics["loss"]:.3f}',
                       tok_s=f'{train_metrics["tokens_per_sec"]:.0f}', refresh=False)
-      write_line(f'train step {step:>7d} | loss {train_metrics["loss"]:.4f} | mlm_acc '
-                 f'{train_metrics["mlm_accuracy"]:.3f} | disc_auc '
-                 f'{train_metrics["disc_auc"]:.4f} | lr {train_metrics["learning_rate"]:.2e} | '
+      write_line(f'train step {step:>7d} | {objective_lib.progress_line(train_metrics)} | '
+                 f'lr {train_metrics["learning_rate"]:.2e} | '
                  f'{train_metrics["tokens_per_sec"]:.0f} tok/s')
       if log_step:
         window, window_start, window_steps = None, time.time(), 0

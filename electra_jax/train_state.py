@@ -71,13 +71,20 @@ def make_train_step(objective: Callable, tx: optax.GradientTransformation,
 
   def train_step(state: TrainState, batch, base_rng):
     rng = jax.random.fold_in(base_rng, state.step)
-    loss_fn = nonfinite.poisoned(objective, poison_steps, state.step + 1)
-    params = state.params
+    step_objective = objective
+    start_params = state.params
+    if hasattr(objective, 'at_step'):  # Pretraining objectives may depend on the step.
+      step_objective = objective.at_step(state.step)
+      start_params = objective.prepare_params(state.params, state.step)
+    loss_fn = nonfinite.poisoned(step_objective, poison_steps, state.step + 1)
+    params = start_params
     if fsdp:
       params = jax.lax.with_sharding_constraint(params, parallel.replicated(mesh))
     grads, sums = grads_and_sums(params, batch, rng, loss_fn)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
+    extra = ({'step': state.step} if isinstance(tx, optax.GradientTransformationExtraArgs)
+             else {})
+    updates, opt_state = tx.update(grads, state.opt_state, start_params, **extra)
+    params = optax.apply_updates(start_params, updates)
     sums = dict(sums, grad_norm_sum=optax.tree.norm(grads), num_steps=jnp.float32(1))
     sums = nonfinite.drop_skipped(sums, opt_state)
     sums['consecutive_nonfinite'] = nonfinite.consecutive_skipped(opt_state)

@@ -1,0 +1,327 @@
+"""The paper's ablation objectives and weight sharing (config.objective, config.tie) through the
+real model, objective and train step; FLOPs accounting by hand; fine-tuning their workdirs."""
+import json
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from electra_jax import config as config_lib
+from electra_jax import flops
+from electra_jax import masking
+from electra_jax import model as model_lib
+from electra_jax import objective as objective_lib
+from electra_jax import parallel
+from electra_jax.errors import UserError
+from tests.conftest import REPO_ROOT, tiny_config, tiny_trainer
+from tests.test_model_objective import leaves_by_path, toy_batch
+
+TWO_STAGE = dict(objective='two_stage', tie='none', generator_hidden_size=1.0,
+                 two_stage_generator_steps=3, num_warmup_steps=1)
+
+
+def build(abstract=False, **overrides):
+  """(config, model, params, objective) of a tiny model; params initialised under jit, or only
+  their shapes (jax.eval_shape: nothing compiled) when `abstract`."""
+  c = config_lib.resolve(tiny_config(**overrides))
+  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+  init = lambda r: model_lib.init_params(model, r, c.max_seq_length, c.max_predictions_per_seq)
+  rng = jax.random.key(0)
+  params = jax.eval_shape(init, rng) if abstract else jax.jit(init)(rng)
+  return c, model, params, objective_lib.ElectraObjective.from_config(model, c, (0, 2, 3, 4), 4)
+
+
+def one_token_batch(c, mesh):
+  """toy_batch with every text token 7: a language each objective's loss learns in steps."""
+  batch = jax.device_get(toy_batch(c))
+  batch['input_ids'] = np.where(batch['input_ids'] >= 5, 7, batch['input_ids']).astype(np.int32)
+  return parallel.global_batch(batch, mesh)
+
+
+def run_steps(state, step, batch, num_steps, c):
+  losses = []
+  for _ in range(num_steps):
+    state, sums = step(state, batch, jax.random.key(1))
+    metrics = objective_lib.summarize(jax.device_get(sums), c.gen_weight, c.disc_weight)
+    assert np.isfinite(metrics['loss'])
+    losses.append(metrics['loss'])
+  return state, losses
+
+
+def flat(tree):
+  return {k: np.asarray(v) for k, v in leaves_by_path(jax.device_get(tree)).items()}
+
+
+@pytest.mark.parametrize('objective', ['mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm'])
+def test_each_objective_fits_one_batch_through_the_train_step(objective):
+  # (electra: tests/test_train_step.py; two_stage: its own test below.)
+  c, _, state, step, mesh = tiny_trainer(learning_rate=1e-2, num_train_steps=20, num_layers=1,
+                                         num_warmup_steps=2, vocab_size=32, objective=objective)
+  _, losses = run_steps(state, step, one_token_batch(c, mesh), c.num_train_steps, c)
+  first, last = np.mean(losses[:3]), np.mean(losses[-3:])
+  assert last < 0.5 * first, (first, last)
+
+
+def test_mlm_is_one_full_size_masked_lm_without_discriminator_parameters():
+  c, _, params, obj = build(abstract=True, objective='mlm')
+  assert set(params) == {'embeddings', 'discriminator'}  # no generator
+  assert set(params['discriminator']) == {'encoder', 'mlm_head'}  # no RTD head
+  assert params['discriminator']['encoder']['layer_0']['attention']['query']['kernel'].shape == (
+      c.hidden_size, c.hidden_size)
+  _, sums = jax.eval_shape(obj, params, toy_batch(c), jax.random.key(0))
+  metrics = objective_lib.summarize({k: np.ones(()) for k in sums}, 1.0, 50.0)
+  assert not [k for k in list(sums) + list(metrics) if k.startswith(('disc_', 'mlm_'))]
+  assert {'full_mlm_loss', 'full_mlm_accuracy'} <= set(metrics)
+
+
+def generator_logit_grads(model, params, c):
+  """Gradients of G's summed MLM logits: which parameters the generator's output depends on."""
+  batch = toy_batch(c)
+  positions = jnp.tile(jnp.arange(c.max_predictions_per_seq)[None], (c.train_batch_size, 1))
+  logits = lambda p: model.apply({'params': p}, batch['input_ids'], batch['segment_ids'],
+                                 batch['input_mask'], positions,
+                                 method=model_lib.Electra.generator_logits).sum()
+  return jax.jit(jax.grad(logits))(params)
+
+
+def test_tie_all_runs_the_generator_on_the_discriminator_encoder():
+  c, model, params, _ = build(tie='all', generator_hidden_size=1.0, num_layers=1)
+  assert set(params['generator']) == {'head', 'output_bias'}  # one encoder, D's
+  # G's output depends on (so its loss trains) that one encoder: D and G always see the same
+  # values, before and after any step.
+  grads = generator_logit_grads(model, params, c)
+  layer = grads['discriminator']['encoder']['layer_0']
+  assert all(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(layer))
+  # Against tie='embeddings' at the same sizes, exactly one encoder's parameters are gone.
+  _, _, untied, _ = build(abstract=True, generator_hidden_size=1.0, num_layers=1)
+  count = lambda t: sum(x.size for x in jax.tree.leaves(t))
+  assert count(untied) - count(params) == count(untied['generator']['encoder'])
+
+
+def test_tie_none_gives_each_network_its_own_embedding_table():
+  c, model, params, _ = build(tie='none', num_layers=1)
+  table = (c.vocab_size, c.embedding_size)
+  tables = sorted(k for k, v in leaves_by_path(params).items() if v.shape == table)
+  assert tables == ["['embeddings']['word_embeddings']",
+                    "['generator_embeddings']['word_embeddings']"]
+  grads = generator_logit_grads(model, params, c)
+  absmax = lambda t: max(float(jnp.abs(x).max()) for x in jax.tree.leaves(t))
+  assert absmax(grads['embeddings']) == 0.0  # G never reads D's table
+  assert absmax(grads['generator_embeddings']['word_embeddings']) > 0
+
+
+def _disc_logit_gradient(objective_name):
+  """d loss / d (discriminator logits) [B, S], via an additive perturbation of the RTD head."""
+  c, _, params, obj = build(objective=objective_name, gen_weight=0.0, num_layers=1)
+  batch, rng = toy_batch(c), jax.random.key(3)
+
+  def loss_with(eps):
+    def add_eps(next_fun, args, kwargs, context):
+      out = next_fun(*args, **kwargs)
+      is_head = (isinstance(context.module, model_lib.DiscriminatorHead)
+                 and context.method_name == '__call__')
+      return out + eps if is_head else out
+    with nn.intercept_methods(add_eps):
+      return obj(params, batch, rng, deterministic=True)[0]
+
+  grad = jax.jit(jax.grad(loss_with))(jnp.zeros(batch['input_ids'].shape))
+  keys = masking.example_keys(rng, c.train_batch_size)
+  mask_keys = jax.vmap(lambda k: jax.random.split(k, 4))(keys)[:, 0]
+  m = masking.mask_batch(mask_keys, batch['input_ids'], batch['input_mask'],
+                         special_ids=obj.special_ids, mask_id=obj.mask_id,
+                         vocab_size=c.vocab_size, mask_prob=c.mask_prob,
+                         max_predictions=c.max_predictions_per_seq)
+  return np.asarray(grad), np.asarray(objective_lib.masked_position_indicator(
+      batch['input_ids'], m)), np.asarray(batch['input_mask'])
+
+
+def test_electra_15_discriminator_loss_ignores_unmasked_positions():
+  grad, masked, real = _disc_logit_gradient('electra_15')
+  assert np.all(grad[masked == 0] == 0)
+  assert np.all(grad[masked == 1] != 0) and masked.sum() > 0
+  assert masked.sum() < 0.5 * real.sum()  # (full ELECTRA's gradient covers every real token)
+
+
+def test_all_tokens_copy_mechanism_is_a_distribution_that_copies_when_told():
+  rng = np.random.default_rng(0)
+  mlm_logits = jnp.asarray(rng.normal(size=(4, 6, 11)) * 3, jnp.float32)
+  inputs = jnp.asarray(rng.integers(0, 11, (4, 6)), jnp.int32)
+  for replaced_logit in (-4.0, 0.0, 3.0):
+    log_probs = objective_lib.copy_log_probs(mlm_logits, jnp.full((4, 6), replaced_logit),
+                                             inputs)
+    np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, rtol=1e-5)
+    d = 1 / (1 + np.exp(replaced_logit))  # the copy probability
+    softmax = np.asarray(jax.nn.softmax(mlm_logits))
+    expected = (1 - d) * softmax + d * np.asarray(jax.nn.one_hot(inputs, 11))
+    np.testing.assert_allclose(np.exp(log_probs), expected, rtol=1e-4, atol=1e-7)
+
+
+def test_two_stage_freezes_each_network_outside_its_stage_and_starts_d_from_g():
+  c, obj, state, step, mesh = tiny_trainer(learning_rate=1e-2, num_layers=1, **TWO_STAGE)
+  n = c.two_stage_generator_steps
+  batch = one_token_batch(c, mesh)
+  gen_keys = lambda t: {k: v for k, v in t.items() if k.startswith("['generator")}
+  disc_keys = lambda t: {k: v for k, v in t.items() if not k.startswith("['generator")}
+  start = flat(state.params)
+  state, losses = run_steps(state, step, batch, n, c)  # Stage 1: G trains, D does not move.
+  stage_1 = flat(state.params)
+  assert all(np.array_equal(stage_1[k], v) for k, v in disc_keys(start).items())
+  assert not all(np.array_equal(stage_1[k], v) for k, v in gen_keys(start).items())
+  copied = flat(obj.prepare_params(state.params, n))  # What step n starts from: D := G.
+  for name in ('word_embeddings', 'position_embeddings', "['LayerNorm']['scale']"):
+    d = next(v for k, v in copied.items() if k.startswith("['embeddings']") and name in k)
+    g = next(v for k, v in copied.items() if k.startswith("['generator_emb") and name in k)
+    np.testing.assert_array_equal(d, g)
+  for k, v in copied.items():
+    if k.startswith("['discriminator']['encoder']"):
+      np.testing.assert_array_equal(v, copied[k.replace('discriminator', 'generator', 1)])
+  # The switch step copies G into D inside the jitted step; D's own schedule starts at lr 0
+  # (warmup), so after it and one more Adam step (|update| <= lr) D is within lr of G.
+  state, more = run_steps(state, step, batch, 2, c)
+  q = "['encoder']['layer_0']['attention']['query']['kernel']"
+  moved = flat(state.params)["['discriminator']" + q] - stage_1["['generator']" + q]
+  assert 0 < np.abs(moved).max() < 1.5 * c.learning_rate
+  state, rest = run_steps(state, step, batch, 11, c)  # Stage 2: G stays bit-identical.
+  stage_2 = flat(state.params)
+  assert all(np.array_equal(stage_2[k], v) for k, v in gen_keys(stage_1).items())
+  losses += more + rest
+  assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3]), losses
+
+
+def test_ablation_config_errors_name_the_key():
+  for overrides, key in ((dict(tie='all'), 'config.tie'),
+                         (dict(objective='bert'), 'config.objective'),
+                         (dict(objective='two_stage', tie='none'), 'generator_hidden_size'),
+                         (dict(TWO_STAGE, two_stage_generator_steps=0),
+                          'two_stage_generator_steps'),
+                         (dict(two_stage_generator_steps=5), 'two_stage_generator_steps')):
+    with pytest.raises(UserError, match=key):
+      config_lib.resolve(tiny_config(**overrides))
+  for fraction in (0.1, 0.3, 0.7, 1 / 3):  # Any generator fraction in (0, 1] resolves.
+    sizes = config_lib.generator_sizes(config_lib.resolve(tiny_config(
+        hidden_size=256, num_heads=4, intermediate_size=1024, generator_hidden_size=fraction)))
+    assert sizes['hidden_size'] % sizes['num_heads'] == 0
+
+
+def test_every_ablation_config_is_small_with_only_its_ablation_changed():
+  import importlib  # pylint: disable=import-outside-toplevel
+  from configs import small  # pylint: disable=import-outside-toplevel
+  base = small.get_config().to_dict()
+  names = sorted(n[:-3] for n in os.listdir(os.path.join(REPO_ROOT, 'configs', 'ablations'))
+                 if n.endswith('.py') and n != '__init__.py')
+  assert {'electra', 'mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm', 'two_stage',
+          'tie_none', 'tie_all'} <= set(names) and any(n.startswith('gen_size_') for n in names)
+  objectives = set()
+  for name in names:
+    c = importlib.import_module(f'configs.ablations.{name}').get_config()
+    changed = {k for k, v in c.to_dict().items() if base[k] != v}
+    assert changed <= {'objective', 'tie', 'generator_hidden_size',
+                       'two_stage_generator_steps'}, (name, changed)
+    objectives.add(config_lib.resolve(c).objective)
+    assert flops.model_flops_per_step(c) > 0
+  assert objectives == set(config_lib.OBJECTIVES) == set(model_lib.LAYOUTS)
+
+
+def test_flops_match_a_hand_count_for_every_objective():
+  # tiny: B 8, S 32, P int(0.155 * 32) = 4, E 16, V 64, D: H 32 FFN 64, G: H 16 FFN 32, 2 layers.
+  B, S, P, E, V, L = 8, 32, 4, 16, 64, 2
+  # An encoder: E->H projection (only when E != H), then per layer QKV + output + FFN, attention.
+  enc = lambda h, f: (2 * B * S * (E * h * (h != E) + L * (4 * h * h + 2 * h * f))
+                      + 4 * B * S * S * h * L)
+  gen = enc(16, 32) + 2 * B * P * (16 * E + E * V)
+  disc = enc(32, 64)
+  rtd_head = 2 * B * S * (32 * 32 + 32)
+  mlm_head = lambda slots: 2 * slots * (32 * E + E * V)
+  expected = {
+      'electra': 3 * (gen + disc + rtd_head),
+      'electra_15': 3 * (gen + disc + rtd_head),
+      'mlm': 3 * (disc + mlm_head(B * P)),
+      'replace_mlm': 3 * (gen + disc + mlm_head(B * P)),
+      'all_tokens_mlm': 3 * (gen + disc + rtd_head + mlm_head(B * S)),
+  }
+  for objective, want in expected.items():
+    assert flops.model_flops_per_step(tiny_config(objective=objective)) == want, objective
+  assert flops.model_flops_per_step(tiny_config(tie='none')) == expected['electra']
+  # two_stage (G as wide as D): 30 of 100 steps G alone (fwd + bwd), then G fwd + D fwd + bwd.
+  gen_full = enc(32, 64) + 2 * B * P * (32 * E + E * V)
+  two = (30 * 3 * gen_full + 70 * (gen_full + 3 * (disc + rtd_head))) / 100
+  got = flops.model_flops_per_step(tiny_config(**dict(TWO_STAGE, two_stage_generator_steps=30)))
+  assert got == pytest.approx(two, rel=1e-12)
+
+
+@pytest.mark.parametrize('overrides', [
+    dict(objective='mlm'), dict(objective='replace_mlm'), dict(objective='all_tokens_mlm'),
+    dict(objective='electra_15'), dict(TWO_STAGE), dict(tie='all', generator_hidden_size=1.0)])
+def test_what_finetuning_keeps_matches_the_finetuning_model_for_every_objective(overrides):
+  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import heads, pretrained
+  c, _, params, _ = build(abstract=True, **overrides)
+  model = heads.FinetuneModel(model_lib.ModelConfig.from_config(c),
+                              heads.ClassificationHead(2, 0.0))
+  ids = jnp.zeros((1, 16), jnp.int32)
+  batch = dict(input_ids=ids, segment_ids=ids, input_mask=ids + 1)
+  fresh = jax.eval_shape(lambda r: model.init({'params': r}, batch)['params'],
+                         jax.random.key(0))['electra']
+  kept = pretrained._keep_discriminator(params)  # pylint: disable=protected-access
+  assert jax.tree.map(lambda x: (x.shape, x.dtype), kept) == jax.tree.map(
+      lambda x: (x.shape, x.dtype), fresh)
+
+
+def test_an_mlm_workdir_trains_evaluates_and_fine_tunes(tmp_path):
+  """The real train loop (in-process) on 2 steps of objective 'mlm', then fine-tuning's loader."""
+  # pylint: disable=import-outside-toplevel
+  from electra_jax import train
+  from electra_jax.finetune import heads, loop, pretrained
+  src = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'train')
+  name = sorted(os.listdir(src))[0]
+  with open(os.path.join(src, name), encoding='utf-8') as f:
+    (tmp_path / name).write_text(f.read(20_000).rsplit('\n', 1)[0] + '\n', encoding='utf-8')
+  c = tiny_config(objective='mlm', vocab_size=8000, num_layers=1, num_train_steps=2,
+                  num_warmup_steps=1, log_every_steps=1, eval_every_steps=2, num_eval_steps=1,
+                  save_checkpoints_steps=2, progress_bar=False,
+                  train_files=str(tmp_path / '*.txt'), eval_files=str(tmp_path / '*.txt'))
+  workdir = str(tmp_path / 'mlm')
+  summary = train.train_and_evaluate(c, workdir)
+  assert summary['status'] == 'completed' and np.isfinite(summary['eval_full_mlm_loss'])
+  assert 'eval_disc_auc' not in summary and 'mlm_accuracy' not in summary
+  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
+    assert all('full_mlm_accuracy' in json.loads(line) for line in f)
+  params, model_config = pretrained.load_pretrained(workdir)
+  assert model_config.objective == 'mlm'
+  model = heads.FinetuneModel(model_config, heads.ClassificationHead(2, 0.0))
+  ids = np.full((2, 16), 7, np.int32)
+  sample = dict(input_ids=ids, segment_ids=np.zeros_like(ids), input_mask=np.ones_like(ids))
+  loaded = loop.init_params(model, sample, jax.random.key(0), params)
+  np.testing.assert_array_equal(
+      loaded['electra']['discriminator']['encoder']['layer_0']['output']['kernel'],
+      params['discriminator']['encoder']['layer_0']['output']['kernel'])
+
+
+def test_workdir_written_before_the_ablation_keys_existed_still_matches(tmp_path):
+  from electra_jax import experiment  # pylint: disable=import-outside-toplevel
+  c = config_lib.resolve(tiny_config())
+  experiment.write_config(str(tmp_path), c)
+  path = experiment.config_path(str(tmp_path))
+  with open(path, encoding='utf-8') as f:
+    old = {k: v for k, v in json.load(f).items()
+           if k not in ('objective', 'tie', 'two_stage_generator_steps')}
+  with open(path, 'w', encoding='utf-8') as f:
+    json.dump(old, f)
+  assert experiment.check_saved_config_matches(str(tmp_path), c) == []
+  with pytest.raises(UserError, match='objective'):
+    experiment.check_saved_config_matches(str(tmp_path),
+                                          config_lib.resolve(tiny_config(objective='mlm')))
+
+
+def test_hf_export_refuses_what_hf_electra_cannot_hold():
+  # pylint: disable=import-outside-toplevel,protected-access
+  from electra_jax import export
+  resolve = lambda **o: config_lib.resolve(tiny_config(**o))
+  with pytest.raises(UserError, match="objective 'mlm'"):
+    export._check_exportable(resolve(objective='mlm'), {'discriminator': ''})
+  with pytest.raises(UserError, match="config.tie='none'"):
+    export._check_exportable(resolve(tie='none'), {'generator': ''})
+  export._check_exportable(resolve(objective='electra_15'), {'discriminator': ''})
