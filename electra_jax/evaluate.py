@@ -8,6 +8,7 @@ and the unigram baseline: the MLM accuracy of always guessing the most frequent 
 """
 import time
 
+import jax
 from absl import flags
 from ml_collections import config_flags
 
@@ -33,17 +34,18 @@ def main(argv):
   if step not in ckpt.all_steps():
     raise cli.UserError(f'--step={step} is not a checkpoint in {ckpt.directory}; '
                         f'available: {ckpt.all_steps()}')
-  state = ckpt.restore(step, run.abstract_state())
+  abstract_state = run.abstract_state()
+  state = ckpt.restore(step, abstract_state)
   ckpt.close()
   eval_step = ts.jit_eval_step(ts.make_eval_step(run.objective), run.mesh,
-                               run.state_sharding().params)
+                               jax.tree.map(lambda x: x.sharding, abstract_state.params))
   files = FLAGS.eval_files or run.config.eval_files
-  metrics = eval_loop.evaluate_params(state.params, eval_step, run.config, run.tokenizer, run.mesh,
-                            num_batches=FLAGS.num_batches, files=files)
+  metrics = eval_loop.evaluate_params(state.params, eval_step, run.config, run.tokenizer,
+                                      run.mesh, num_batches=FLAGS.num_batches, files=files)
   if not metrics:
     raise cli.UserError(f"eval files '{files}' produced no examples; check --eval_files")
-  metrics['unigram_baseline_accuracy'] = eval_loop.unigram_baseline_accuracy(run.config, run.tokenizer,
-                                                                   files)
+  metrics['unigram_baseline_accuracy'] = eval_loop.unigram_baseline_accuracy(
+      run.config, run.tokenizer, files)
   for key, value in metrics.items():
     print(f'  {key:28s} {value:.4f}' if isinstance(value, float) else f'  {key:28s} {value}')
   cli.print_result(dict(step=step, workdir=FLAGS.workdir, eval_files=files, **metrics,

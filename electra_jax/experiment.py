@@ -59,10 +59,6 @@ class Experiment:
     return ts.abstract_state(self.mesh, self.model, self.tx, c.max_seq_length,
                              c.max_predictions_per_seq)
 
-  def state_sharding(self) -> ts.TrainState:
-    """Per-leaf shardings of the train state on this mesh."""
-    return jax.tree.map(lambda x: x.sharding, self.abstract_state())
-
 
 def config_path(workdir: str) -> str:
   return os.path.join(workdir, 'config.json')

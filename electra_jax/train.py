@@ -116,7 +116,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error) -> dict:
       f'{mesh.devices.size} device(s) {jax.devices()[0].platform} | '
       f'batch {c.train_batch_size} x {c.max_seq_length} tokens', flush=True)
 
-  state_sharding = exp.state_sharding()
+  state_sharding = jax.tree.map(lambda x: x.sharding, abstract_state)
   train_step = ts.jit_train_step(
       ts.make_train_step(exp.objective, exp.tx, c.grad_accum_steps, mesh,
                          poison_steps=nonfinite.parse_steps(c.debug_nonfinite_steps)),

@@ -35,24 +35,28 @@ def resolve(config, task, hidden_size: int) -> ml_collections.ConfigDict:
 def validate(c):
   for key in ('max_seq_length', 'train_batch_size', 'eval_batch_size', 'num_seeds', 'doc_stride',
               'max_query_length', 'max_answer_length', 'beam_size', 'num_epochs'):
-    config_lib.check(c[key] is not None and c[key] > 0, f'config.{key}={c[key]} must be a positive integer')
+    config_lib.check(c[key] is not None and c[key] > 0,
+                     f'config.{key}={c[key]} must be a positive integer')
   for key in ('max_train_examples', 'max_eval_examples', 'seed'):
     config_lib.check(c[key] >= 0, f'config.{key}={c[key]} must be >= 0')
   config_lib.check(c.learning_rate > 0, f'config.learning_rate={c.learning_rate} must be > 0')
   config_lib.check(0 < c.layerwise_lr_decay <= 1,
-         f'config.layerwise_lr_decay={c.layerwise_lr_decay} must be in (0, 1] (1 disables it)')
+                   f'config.layerwise_lr_decay={c.layerwise_lr_decay} must be in (0, 1] '
+                   '(1 disables it)')
   config_lib.check(0 <= c.warmup_fraction < 1,
-         f'config.warmup_fraction={c.warmup_fraction} must be in [0, 1)')
+                   f'config.warmup_fraction={c.warmup_fraction} must be in [0, 1)')
   for key in ('dropout_rate', 'attention_dropout_rate'):
     config_lib.check(0 <= c[key] < 1, f'config.{key}={c[key]} must be in [0, 1)')
-  config_lib.check(c.weight_decay_rate >= 0, f'config.weight_decay_rate={c.weight_decay_rate} must be >= 0')
+  config_lib.check(c.weight_decay_rate >= 0,
+                   f'config.weight_decay_rate={c.weight_decay_rate} must be >= 0')
   config_lib.check(c.answerable_weight >= 0,
-         f'config.answerable_weight={c.answerable_weight} must be >= 0')
+                   f'config.answerable_weight={c.answerable_weight} must be >= 0')
   config_lib.check(c.dtype in config_lib.DTYPES, f'config.dtype={c.dtype!r} must be one of '
-         f'{config_lib.DTYPES}')
+                   f'{config_lib.DTYPES}')
   config_lib.check(c.label_type in ('auto', 'class', 'regression'),
-         f"config.label_type={c.label_type!r} must be 'auto', 'class' or 'regression'")
+                   f"config.label_type={c.label_type!r} must be 'auto', 'class' or 'regression'")
   config_lib.check(c.model_size in config_lib.MODEL_SIZES,
-         f'config.model_size={c.model_size!r} must be one of {sorted(config_lib.MODEL_SIZES)}')
+                   f'config.model_size={c.model_size!r} must be one of '
+                   f'{sorted(config_lib.MODEL_SIZES)}')
   config_lib.check(8 <= c.max_seq_length <= 512,
-         f'config.max_seq_length={c.max_seq_length} must be in [8, 512]')
+                   f'config.max_seq_length={c.max_seq_length} must be in [8, 512]')
