@@ -6,8 +6,15 @@ import os
 
 from electra_jax.experiments import runs
 
-CURVE_METRICS = (('loss', 'training loss'), ('mlm_accuracy', 'MLM accuracy (masked positions)'),
+CURVE_METRICS = (('loss', 'training loss'),
+                 ('mlm_accuracy', 'generator MLM accuracy (masked positions)'),
+                 ('full_mlm_accuracy', 'full-size MLM accuracy (all_tokens_mlm: every token)'),
                  ('disc_auc', 'discriminator AUC'))
+
+
+def _color(index: int) -> str:
+  """One colour per config, the same in every panel and plot."""
+  return f'C{index % 10}'
 
 
 def fmt_flops(value: float) -> str:
@@ -53,12 +60,12 @@ def plot_downstream(results: dict, path: str):
   """Median downstream score vs pretraining FLOPs, one line per config, seed min–max bars."""
   plt = _pyplot()
   fig, ax = plt.subplots(figsize=(7, 4.5))
-  for run in results['configs']:
+  for index, run in enumerate(results['configs']):
     x = [p['flops'] for p in run['points']]
     y = [p['finetune']['median'] for p in run['points']]
     low = [m - min(p['finetune']['seeds']) for m, p in zip(y, run['points'])]
     high = [max(p['finetune']['seeds']) - m for m, p in zip(y, run['points'])]
-    ax.errorbar(x, y, yerr=[low, high], marker='o', capsize=4,
+    ax.errorbar(x, y, yerr=[low, high], marker='o', capsize=4, color=_color(index),
                 label=f"{run['name']} ({run['objective']})")
   # From 0 to the budget: runs a few steps apart do not look far apart.
   ax.set_xlim(0, 1.05 * results['flops_budget'])
@@ -85,11 +92,11 @@ def plot_curves(results: dict, output: str, path: str):
   metrics = metrics or CURVE_METRICS[:1]
   fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
   for ax, (key, title) in zip(axes[0], metrics):
-    for name, (run, rows) in curves.items():
+    for index, (name, (run, rows)) in enumerate(curves.items()):
       points = [(r['step'] * run['flops_per_step'], r[key]) for r in rows
                 if r.get(key) is not None]
       if points:
-        ax.plot(*zip(*points), marker='.', label=name)
+        ax.plot(*zip(*points), marker='.', label=name, color=_color(index))
     ax.set_xlabel('pretraining FLOPs')
     ax.set_title(title)
     ax.grid(alpha=0.3)
