@@ -267,14 +267,6 @@ def full_mlm_metric_sums(logits, targets, losses, weights):
   }
 
 
-def electra_metric_sums(*, gen_logits, masked_lm_ids, masked_weights, mlm_losses, sampled,
-                        disc_logits, disc_losses, labels, real):
-  """Numerators and denominators of every ELECTRA metric (summed over the batch)."""
-  return dict(generator_metric_sums(gen_logits, masked_lm_ids, masked_weights, mlm_losses,
-                                    sampled),
-              **disc_metric_sums(disc_logits, disc_losses, labels, real))
-
-
 def auc_pair_counts(logits, labels, weights):
   """Exact ROC AUC sufficient statistics over the (replaced, original) token pairs of a batch.
 
