@@ -129,6 +129,31 @@ def test_gumbel_max_samples_follow_the_softmax():
   assert np.all(np.asarray(cold) == 0)
 
 
+@pytest.mark.parametrize('vocab,block', [(11, 4), (12, 4), (11, 11), (300, 128), (5, 128)])
+def test_two_level_gumbel_max_samples_every_token_with_its_softmax_mass(vocab, block):
+  # Blocks that divide the vocabulary or leave a short last block (read through a window
+  # shifted into the previous block), a wholly impossible block, and temperature.
+  rng = np.random.default_rng(vocab)
+  logits = rng.normal(size=vocab) * 1.5
+  logits[1:3] = -np.inf
+  if vocab > 8:
+    logits[4:8] = -np.inf
+  temperature = 0.7
+  probs = np.exp(logits / temperature - np.max(logits / temperature))
+  probs /= probs.sum()
+  n = 40000
+  samples = np.asarray(objective_lib.gumbel_sample(
+      jax.random.key(3), jnp.tile(jnp.asarray(logits, jnp.float32), (n, 1)), temperature, block))
+  assert samples.min() >= 0 and samples.max() < vocab
+  freq = np.bincount(samples, minlength=vocab) / n
+  assert np.all(freq[probs == 0] == 0)
+  np.testing.assert_allclose(freq, probs, atol=4 * np.sqrt(probs.max() / n) + 1e-3)
+  # Batched leading axes keep their shape and rows draw independently.
+  batched = objective_lib.gumbel_sample(
+      jax.random.key(4), jnp.tile(jnp.asarray(logits, jnp.float32), (3, 5, 1)), 1.0, block)
+  assert batched.shape == (3, 5) and len(np.unique(np.asarray(batched))) > 1
+
+
 def test_auc_is_exact_mann_whitney_with_ties_and_ignores_padding():
   rng = np.random.default_rng(0)
   labels = (rng.random(3000) < 0.15).astype(np.float32)
