@@ -43,6 +43,9 @@ def get_config():
   c.disc_output_bias_init = 0.0
   # Compute dtype: 'float32' or 'bfloat16' (parameters and optimizer state stay float32).
   c.dtype = 'float32'
+  # Rematerialisation of each transformer layer in the backward pass, trading compute for
+  # activation memory (e.g. Large at seq 512 on one GPU): 'none' | 'save_dots' | 'full'.
+  c.remat = 'none'
 
   # --- Data --------------------------------------------------------------------------------
   # Vocabulary: a sentencepiece model (*.model, [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0..4) or

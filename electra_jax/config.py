@@ -22,6 +22,7 @@ MODEL_SIZES = {
 }
 
 DTYPES = ('float32', 'bfloat16')
+REMAT = ('none', 'save_dots', 'full')
 
 # Pretraining objectives (objective.py) and generator/discriminator weight sharing (model.py).
 OBJECTIVES = ('electra', 'mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm', 'two_stage')
@@ -79,6 +80,7 @@ def _validate(c):
          f'{c.random_token_prob} must be probabilities summing to at most 1')
   check(c.temperature > 0, f'config.temperature={c.temperature} must be > 0')
   check(c.dtype in DTYPES, f'config.dtype={c.dtype!r} must be one of {DTYPES}')
+  check(c.remat in REMAT, f'config.remat={c.remat!r} must be one of {REMAT}')
   for key in ('dropout_rate', 'attention_dropout_rate'):
     check(0 <= c[key] < 1, f'config.{key}={c[key]} must be in [0, 1)')
   check(c.num_warmup_steps <= c.num_train_steps,

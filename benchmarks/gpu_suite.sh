@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Issue 8's GPU measurements, one stage per device call (each stage ends well inside 10 minutes
+# on one H100). Run from the repository root on the GPU machine:
+#
+#   bash benchmarks/gpu_suite.sh STAGE OUT_DIR      STAGE: tests | small | base | large | profile
+#
+# The machine's image has jax (CUDA), flax, optax, orbax, torch and transformers but not grain,
+# array-record, ml-collections or tensorboardX: fetch their wheels here first, once
+# (benchmarks/fetch_gpu_wheels.sh writes the git-ignored .whl/), and carry `.whl` on each call.
+# Each stage writes STAGE-*.log and appends the benchmark JSON lines to OUT_DIR/results.jsonl;
+# copy the figures into benchmarks/RESULTS.md with date, device and commit.
+set -uo pipefail
+stage=${1:?usage: gpu_suite.sh tests|small|base|large|profile OUT_DIR}
+out=${2:?usage: gpu_suite.sh tests|small|base|large|profile OUT_DIR}
+case $stage in
+  tests|small|base|large|profile) ;;
+  *) echo "unknown stage '$stage'; use tests, small, base, large or profile" >&2; exit 2 ;;
+esac
+mkdir -p "$out"
+if compgen -G '.whl/*.whl' >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl || exit
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+export PYTHONUNBUFFERED=1
+# JAX and PyTorch share the GPU in --compare runs: no preallocation of 75 % by XLA.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv \
+    > "$out/nvidia-smi.csv" 2>&1
+python3 -c 'import jax, flax, optax; print(jax.__version__, jax.devices())' \
+    > "$out/versions.txt" 2>&1
+
+# The paper's vocabulary (BERT uncased WordPiece) and bf16 compute in every benchmark.
+common=(--config.vocab_size=30522 --config.dtype=bfloat16)
+
+bench() {  # bench NAME ARGS...: one benchmark run, its log, its JSON line.
+  local name=$1
+  shift
+  echo "== $name: $*"
+  python3 -m electra_jax.benchmark "${common[@]}" "$@" 2>&1 | tee "$out/$stage-$name.log" \
+      | tail -1 | grep '^{' >> "$out/results.jsonl"
+}
+
+case $stage in
+  tests)  # The model, objective and train-step tests on the GPU backend.
+    python3 -m pytest -q -x -p no:cacheprovider tests/test_model_objective.py \
+        tests/test_train_step.py tests/test_benchmark.py 2>&1 | tee "$out/tests.log" ;;
+  small)  # Target: step <= 11 ms at batch 128 x 128; >= 2x the HF reference.
+    bench small --config=configs/small.py --steps=50 --warmup=5 --rounds=2 --compare=hf
+    # Attention dropout 0 takes the jax.nn.dot_product_attention (cuDNN) path.
+    bench small_no_attn_dropout --config=configs/small.py --config.attention_dropout_rate=0 \
+        --steps=50 --warmup=5 ;;
+  base)  # Target: MFU >= 50 % at batch 256 x 512 (accumulated); >= 2x the HF reference.
+    bench base_b32 --config=configs/base.py --config.train_batch_size=32 --steps=20 \
+        --warmup=3 --compare=hf
+    bench base_b256_accum4 --config=configs/base.py --config.grad_accum_steps=4 --steps=10 \
+        --warmup=2 ;;
+  large)  # Target: MFU >= 50 % at the per-device batch that fits.
+    for remat in none save_dots; do
+      bench "large_b32_$remat" --config=configs/large.py --config.train_batch_size=32 \
+          --config.remat=$remat --steps=10 --warmup=2
+    done
+    bench large_b64_full --config=configs/large.py --config.train_batch_size=64 \
+        --config.remat=full --steps=10 --warmup=2 ;;
+  profile)  # A jax.profiler trace of three Small steps, as one archive.
+    bench small_profile --config=configs/small.py --steps=10 --warmup=3 \
+        --profile_dir=/tmp/electra_profile
+    tar -czf "$out/small_profile.tgz" -C /tmp electra_profile ;;
+esac
