@@ -206,7 +206,8 @@ class TransformerLayer(nn.Module):
 # config.remat: what each transformer layer keeps for the backward pass. 'full' keeps only the
 # layer's input and recomputes the rest (~1/3 more compute, activation memory of one layer);
 # 'save_dots' keeps the matmul outputs and recomputes the elementwise work between them.
-REMAT_POLICIES = {'full': None, 'save_dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
+REMAT_POLICIES = {'full': None,
+                  'save_dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
 
 
 def remat_layer(remat: str):
@@ -232,9 +233,9 @@ class Encoder(nn.Module):
       x = _dense(self.hidden_size, cfg.dtype, 'embeddings_project')(x)
     layer = remat_layer(cfg.remat)
     for i in range(cfg.num_layers):
-      x = layer(self.hidden_size, self.num_heads, self.intermediate_size,
-                           cfg.dropout_rate, cfg.attention_dropout_rate, cfg.dtype,
-                           name=f'layer_{i}')(x, attention_mask, deterministic)
+      x = layer(self.hidden_size, self.num_heads, self.intermediate_size, cfg.dropout_rate,
+                cfg.attention_dropout_rate, cfg.dtype, name=f'layer_{i}')(
+                    x, attention_mask, deterministic)
     return x
 
 

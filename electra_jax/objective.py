@@ -223,15 +223,11 @@ def gumbel_sample(rng, logits, temperature: float, block: int = SAMPLER_BLOCK):
   full = vocab // block
   lead = logits.shape[:-1]
 
-  def logsumexp(x):  # Over the last axis; -inf for a block whose entries are all -inf.
-    top = jnp.max(x, axis=-1, keepdims=True)
-    safe = jnp.where(jnp.isfinite(top), top, 0.0)
-    return (safe + jnp.log(jnp.sum(jnp.exp(x - safe), axis=-1, keepdims=True)))[..., 0]
-
-  block_lse = logsumexp(logits[..., :full * block].reshape(lead + (full, block)))
+  # jax.nn.logsumexp gives -inf for a block whose entries are all -inf.
+  block_lse = jax.nn.logsumexp(logits[..., :full * block].reshape(lead + (full, block)), axis=-1)
   if full * block != vocab:  # The last, shorter block.
-    block_lse = jnp.concatenate([block_lse, logsumexp(logits[..., full * block:])[..., None]],
-                                axis=-1)
+    tail_lse = jax.nn.logsumexp(logits[..., full * block:], axis=-1, keepdims=True)
+    block_lse = jnp.concatenate([block_lse, tail_lse], axis=-1)
   block_key, token_key = jax.random.split(rng)
   chosen = jnp.argmax(block_lse + gumbel_noise(block_key, block_lse.shape), axis=-1)
   # Read `block` entries from the chosen block's start, shifted left to stay inside the row for
