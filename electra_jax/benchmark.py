@@ -22,6 +22,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from electra_jax import cli
+from electra_jax import cpu_devices
 from electra_jax import config as config_lib
 from electra_jax import experiment as experiment_lib
 from electra_jax import flops as flops_lib
@@ -258,7 +259,8 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
       platform=device.platform, device_count=devices, jax_version=jax.__version__,
       dtype=c.dtype, batch=c.train_batch_size, seq=c.max_seq_length, steps=steps,
       rounds=rounds, warmup=warmup, data=data, dropout_rate=c.dropout_rate,
-      attention_dropout_rate=c.attention_dropout_rate, xla_flags=os.environ.get('XLA_FLAGS'),
+      attention_dropout_rate=c.attention_dropout_rate, remat=c.remat,
+      xla_flags=os.environ.get('XLA_FLAGS'),
       first_loss=losses['electra_jax'][0], last_loss=losses['electra_jax'][-1],
       profile_dir=profile_dir)
   for row in rows[1:]:
@@ -301,6 +303,7 @@ def _define_flags():
 def main(argv):
   if len(argv) > 1:
     raise UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
+  cpu_devices.configure_for(FLAGS.config)
   cli.print_result(run_benchmark(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.compare,
                                  FLAGS.data, FLAGS.profile_dir, FLAGS.peak_tflops,
                                  FLAGS.rounds))

@@ -216,6 +216,19 @@ def _sync(name: str):
     multihost_utils.sync_global_devices(name)
 
 
+def restore_on_one_device(path: str):
+  """A saved state tree as arrays on this process's first device, whatever the device count
+  it was saved from (Orbax refuses a restore without target shardings on other devices): for
+  reading parameters outside the training mesh (fine-tuning, tests)."""
+  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  with ocp.StandardCheckpointer() as checkpointer:
+    metadata = checkpointer.metadata(path)
+    metadata = getattr(metadata, 'item_metadata', metadata)
+    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                          metadata)
+    return checkpointer.restore(path, target)
+
+
 def open_for_reading(workdir: str) -> tuple[Checkpointer, int]:
   """The workdir's checkpoints and latest step, or a UserError saying there are none."""
   directory = os.path.join(workdir, 'checkpoints')

@@ -13,6 +13,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from electra_jax import cli
+from electra_jax import cpu_devices
 from electra_jax import distributed
 from electra_jax import eval_loop
 from electra_jax import experiment as experiment_lib
@@ -26,7 +27,8 @@ def main(argv):
     raise cli.UserError('both --config and --workdir are required, e.g. '
                         '--config=configs/demo.py --workdir=/tmp/electra_demo')
   start = time.time()
-  distributed.initialize_from_flags()
+  mode = distributed.initialize_from_flags()
+  cpu_devices.configure_for(FLAGS.config, single_process=mode == 'single')
   run = experiment_lib.Experiment.create(FLAGS.config)
   experiment_lib.check_saved_config_matches(FLAGS.workdir, run.config)
   ckpt, latest = experiment_lib.open_checkpoints(FLAGS.workdir)

@@ -20,6 +20,7 @@ from ml_collections import config_flags
 
 from electra_jax import checkpoint
 from electra_jax import cli
+from electra_jax import cpu_devices
 from electra_jax import distributed
 from electra_jax import dry_run
 from electra_jax import eval_loop
@@ -228,7 +229,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error) -> dict:
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
-  distributed.initialize_from_flags()
+  mode = distributed.initialize_from_flags()
+  cpu_devices.configure_for(FLAGS.config, single_process=mode == 'single')
   if FLAGS.dry_run:
     plan = dry_run.plan(experiment_lib.Experiment.create(FLAGS.config))
     if jax.process_index() == 0:

@@ -9,7 +9,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from electra_jax import checkpoint
@@ -410,8 +409,8 @@ def test_finetuning_lowers_eval_loss_and_the_best_checkpoint_reproduces_its_scor
   assert run['final']['eval_loss'] < float(np.mean(before['loss'])) - 0.05
   best_dir = os.path.join(finetuned['out'], 'seed_0', 'best')
   assert os.listdir(best_dir) == [str(run['best']['step'])]  # only the best epoch is kept
-  with ocp.StandardCheckpointer() as checkpointer:
-    best = checkpointer.restore(os.path.join(best_dir, str(run['best']['step']), 'default'))
+  best = checkpoint.restore_on_one_device(
+      os.path.join(best_dir, str(run['best']['step']), 'default'))
   outputs = loop.predict_all(predict, best, data.evals[0].features, 32, mesh)
   scores = loop.score(task, c, data.evals[0], outputs)
   assert scores['accuracy'] == pytest.approx(run['best']['eval_accuracy'])

@@ -16,7 +16,6 @@ import types
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from electra_jax import checkpoint, experiment, metric_writer, optim, parallel
@@ -84,8 +83,7 @@ def start_and_signal(cache_dir, corpus, workdir, sig, after_line, delay):
 
 
 def restore_tree(path):
-  with ocp.StandardCheckpointer() as checkpointer:
-    return checkpointer.restore(path)
+  return checkpoint.restore_on_one_device(path)
 
 
 def assert_same_state(workdir_a, workdir_b, step=NUM_STEPS):

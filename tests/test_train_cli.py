@@ -6,9 +6,9 @@ import sys
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
+from electra_jax import checkpoint
 from tests.conftest import REPO_ROOT
 
 # A 1-layer model on a slice of the bundled corpus: the whole CLI path in a few seconds.
@@ -101,9 +101,7 @@ def test_rerunning_the_same_command_resumes_where_it_stopped(trained):
 
 def test_resumed_run_matches_an_uninterrupted_run_exactly(trained):
   def final_state(workdir):
-    path = os.path.join(workdir, 'checkpoints', '8', 'state')
-    with ocp.StandardCheckpointer() as checkpointer:
-      return checkpointer.restore(path)
+    return checkpoint.restore_on_one_device(os.path.join(workdir, 'checkpoints', '8', 'state'))
 
   resumed, straight = final_state(trained['resumed']), final_state(trained['straight'])
   flat_resumed = jax.tree_util.tree_leaves_with_path(resumed)

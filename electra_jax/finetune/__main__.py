@@ -11,6 +11,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from electra_jax import cli
+from electra_jax import cpu_devices
 from electra_jax.finetune import loop
 
 config_flags.DEFINE_config_file('config', None, 'Fine-tuning config (configs/finetune/*.py); '
@@ -23,6 +24,7 @@ FLAGS = flags.FLAGS
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
+  cpu_devices.configure_for(FLAGS.config)
   cli.print_result(loop.finetune(FLAGS.config, FLAGS.workdir))
 
 

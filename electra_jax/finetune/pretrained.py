@@ -7,7 +7,6 @@ import os
 import jax
 import ml_collections
 import numpy as np
-import orbax.checkpoint as ocp
 
 from configs import base_config
 from electra_jax import checkpoint
@@ -73,8 +72,7 @@ def load_pretrained(init_checkpoint: str) -> tuple[dict, model_lib.ModelConfig]:
   c = pretraining_config(path)
   ckpt, step = checkpoint.open_for_reading(path)
   ckpt.close()
-  with ocp.StandardCheckpointer() as checkpointer:
-    state = checkpointer.restore(os.path.join(ckpt.directory, str(step), 'state'))
+  state = checkpoint.restore_on_one_device(os.path.join(ckpt.directory, str(step), 'state'))
   params = jax.tree.map(np.asarray, _keep_discriminator(state['params']))
   return params, model_lib.ModelConfig.from_config(c)
 
