@@ -31,6 +31,7 @@ import numpy as np
 import optax
 
 from electra_jax import masking
+from electra_jax import row_keys
 from electra_jax.model import Electra
 
 
@@ -184,18 +185,13 @@ class ElectraObjective:
     }
 
   def _apply(self, params, method, keys, deterministic, *inputs):
-    """model.apply(method) with dropout drawn per example from `keys` (vmapped over rows)."""
+    """model.apply(method) with each row's dropout drawn from its own key in `keys` [B]."""
     variables = {'params': params}
     cfg = self.model.cfg
     if deterministic or (cfg.dropout_rate == 0 and cfg.attention_dropout_rate == 0):
       return self.model.apply(variables, *inputs, True, method=method)
-
-    def one(key, *row):
-      row = [x[None] for x in row]
-      out = self.model.apply(variables, *row, False, method=method, rngs={'dropout': key})
-      return jax.tree.map(lambda x: x[0], out)
-
-    return jax.vmap(one)(keys, *inputs)
+    return self.model.apply(variables, *inputs, False, method=method,
+                            rngs={'dropout': row_keys.row_keyed(keys)})
 
 
 SAMPLER_BLOCK = 128

@@ -1,0 +1,65 @@
+"""row_keys: one key per batch row, so dropout is per example without vmapping the model."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from electra_jax import config as config_lib
+from electra_jax import model as model_lib
+from electra_jax import row_keys
+from tests.conftest import tiny_config
+
+B = 5
+
+
+def keys_of(seed=0, n=B):
+  return jax.random.split(jax.random.key(seed), n)
+
+
+def test_each_row_draws_the_bits_of_its_own_key():
+  keys = keys_of()
+  rows = row_keys.row_keyed(keys)
+  for derive in (lambda k: k,
+                 lambda k: jax.random.fold_in(k, 123),
+                 lambda k: jax.random.split(k, 3)[2]):
+    got = np.asarray(jax.random.bits(derive(rows), (B, 4, 7)))
+    for b in range(B):
+      np.testing.assert_array_equal(got[b], jax.random.bits(derive(keys[b]), (4, 7)))
+  uniform = np.asarray(jax.random.uniform(rows, (B, 6)))
+  np.testing.assert_array_equal(uniform[3], jax.random.uniform(keys[3], (6,)))
+  # Different rows, different bits; raw uint32 key data is accepted too.
+  assert not np.array_equal(got[0], got[1])
+  raw = row_keys.row_keyed(jax.random.key_data(keys))
+  np.testing.assert_array_equal(jax.random.bits(raw, (B, 3)), jax.random.bits(rows, (B, 3)))
+
+
+def test_a_draw_without_the_batch_leading_is_refused():
+  with pytest.raises(ValueError, match=r'needs shape \(5, \.\.\.\)'):
+    jax.random.bits(row_keys.row_keyed(keys_of()), (4, 5))
+
+
+@pytest.mark.parametrize('remat', ['none', 'full'])
+def test_model_dropout_from_row_keys_equals_the_model_vmapped_over_rows(remat):
+  """The masks and gradients the objective gets are those of each example run alone."""
+  c = config_lib.resolve(tiny_config(dropout_rate=0.2, attention_dropout_rate=0.2,
+                                     remat=remat))
+  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+  params = model_lib.init_params(model, jax.random.key(0), 16, 3)
+  ids = jax.random.randint(jax.random.key(1), (B, 16), 5, c.vocab_size)
+  keys = keys_of(3)
+  run = lambda p, i, k: model.apply({'params': p}, i, i * 0, jnp.ones_like(i), False,
+                                    method=model_lib.Electra.discriminator_logits,
+                                    rngs={'dropout': k})
+  batched = lambda p: run(p, ids, row_keys.row_keyed(keys))
+  alone = lambda p: jax.vmap(lambda k, i: run(p, i[None], k)[0])(keys, ids)
+  np.testing.assert_array_equal(jax.jit(batched)(params), jax.jit(alone)(params))
+  deterministic = model.apply({'params': params}, ids, ids * 0, jnp.ones_like(ids),
+                              method=model_lib.Electra.discriminator_logits)
+  assert not np.allclose(jax.jit(batched)(params), deterministic)  # dropout did act
+  grad = lambda f: jax.jit(jax.grad(lambda p: jnp.sum(jnp.sin(f(p)))))(params)
+  for got, want in zip(jax.tree.leaves(grad(batched)), jax.tree.leaves(grad(alone))):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-7)
+  # A row's output does not depend on which other rows share the batch.
+  order = jnp.array([4, 2, 0, 1, 3])
+  permuted = jax.jit(lambda p: run(p, ids[order], row_keys.row_keyed(keys[order])))(params)
+  np.testing.assert_allclose(permuted, jax.jit(batched)(params)[order], rtol=1e-5, atol=1e-6)
