@@ -28,18 +28,16 @@ def _row_key(data):
 @functools.lru_cache(maxsize=None)
 def rows_prng_impl(batch_size: int):
   """The PRNG implementation whose key data is [batch_size, 2] threefry keys (one per size)."""
-  per_row = lambda f: jax.vmap(f)
-
   def seed(s):
     return jax.random.key_data(jax.random.split(jax.random.key(s, impl=_ROW_IMPL),
                                                 batch_size))
 
   def split(data, shape):
-    out = per_row(lambda r: jax.random.key_data(jax.random.split(_row_key(r), shape)))(data)
+    out = jax.vmap(lambda r: jax.random.key_data(jax.random.split(_row_key(r), shape)))(data)
     return jnp.moveaxis(out, 0, len(shape))  # [*shape, B, 2]: each new key keeps B rows
 
   def fold_in(data, value):
-    return per_row(lambda r: jax.random.key_data(jax.random.fold_in(_row_key(r), value)))(
+    return jax.vmap(lambda r: jax.random.key_data(jax.random.fold_in(_row_key(r), value)))(
         data)
 
   def random_bits(data, bit_width, shape):
@@ -47,7 +45,7 @@ def rows_prng_impl(batch_size: int):
       raise ValueError(f'a row-keyed draw needs shape ({batch_size}, ...), got {shape}: '
                        'draw with the batch as the leading dimension')
     dtype = jnp.dtype(f'uint{bit_width}')
-    return per_row(lambda r: jax.random.bits(_row_key(r), shape[1:], dtype))(data)
+    return jax.vmap(lambda r: jax.random.bits(_row_key(r), shape[1:], dtype))(data)
 
   return jax_random.define_prng_impl(
       key_shape=(batch_size, 2), seed=seed, split=split, random_bits=random_bits,

@@ -38,28 +38,31 @@ def test_a_draw_without_the_batch_leading_is_refused():
     jax.random.bits(row_keys.row_keyed(keys_of()), (4, 5))
 
 
-@pytest.mark.parametrize('remat', ['none', 'full'])
-def test_model_dropout_from_row_keys_equals_the_model_vmapped_over_rows(remat):
-  """The masks and gradients the objective gets are those of each example run alone."""
+def test_model_dropout_from_row_keys_equals_the_model_vmapped_over_rows():
+  """The masks and gradients the objective gets are those of each example run alone; with
+  remat='full' the backward pass recomputes the layers and must redraw the same masks."""
   c = config_lib.resolve(tiny_config(dropout_rate=0.2, attention_dropout_rate=0.2,
-                                     remat=remat))
+                                     num_layers=1, remat='full'))
   model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
-  params = model_lib.init_params(model, jax.random.key(0), 16, 3)
+  params = jax.jit(lambda k: model_lib.init_params(model, k, 16, 3))(jax.random.key(0))
   ids = jax.random.randint(jax.random.key(1), (B, 16), 5, c.vocab_size)
   keys = keys_of(3)
-  run = lambda p, i, k: model.apply({'params': p}, i, i * 0, jnp.ones_like(i), False,
-                                    method=model_lib.Electra.discriminator_logits,
-                                    rngs={'dropout': k})
+  order = jnp.array([4, 2, 0, 1, 3])
+  run = lambda p, i, k, train=True: model.apply(
+      {'params': p}, i, i * 0, jnp.ones_like(i), not train,
+      method=model_lib.Electra.discriminator_logits, rngs={'dropout': k})
   batched = lambda p: run(p, ids, row_keys.row_keyed(keys))
   alone = lambda p: jax.vmap(lambda k, i: run(p, i[None], k)[0])(keys, ids)
-  np.testing.assert_array_equal(jax.jit(batched)(params), jax.jit(alone)(params))
-  deterministic = model.apply({'params': params}, ids, ids * 0, jnp.ones_like(ids),
-                              method=model_lib.Electra.discriminator_logits)
-  assert not np.allclose(jax.jit(batched)(params), deterministic)  # dropout did act
-  grad = lambda f: jax.jit(jax.grad(lambda p: jnp.sum(jnp.sin(f(p)))))(params)
-  for got, want in zip(jax.tree.leaves(grad(batched)), jax.tree.leaves(grad(alone))):
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-7)
+  outputs = jax.jit(lambda p: dict(
+      batched=batched(p), alone=alone(p), deterministic=run(p, ids, keys[0], train=False),
+      # The same examples in another order, each with its own key.
+      permuted=run(p, ids[order], row_keys.row_keyed(keys[order]))))(params)
+  np.testing.assert_array_equal(outputs['batched'], outputs['alone'])
+  assert not np.allclose(outputs['batched'], outputs['deterministic'])  # dropout did act
   # A row's output does not depend on which other rows share the batch.
-  order = jnp.array([4, 2, 0, 1, 3])
-  permuted = jax.jit(lambda p: run(p, ids[order], row_keys.row_keyed(keys[order])))(params)
-  np.testing.assert_allclose(permuted, jax.jit(batched)(params)[order], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(outputs['permuted'], outputs['batched'][order], rtol=1e-5,
+                             atol=1e-6)
+  grads = jax.jit(lambda p: [jax.grad(lambda q: jnp.sum(jnp.sin(f(q))))(p)
+                             for f in (batched, alone)])(params)
+  for got, want in zip(*map(jax.tree.leaves, grads)):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-7)
