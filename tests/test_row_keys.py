@@ -12,25 +12,35 @@ from tests.conftest import tiny_config
 B = 5
 
 
-def keys_of(seed=0, n=B):
-  return jax.random.split(jax.random.key(seed), n)
+def keys_of(seed=0, n=B, impl=None):
+  return jax.random.split(jax.random.key(seed, impl=impl), n)
 
 
-def test_each_row_draws_the_bits_of_its_own_key():
-  keys = keys_of()
+@pytest.mark.parametrize('impl', ['threefry2x32', 'rbg'])
+def test_each_row_draws_the_bits_of_its_own_key(impl):
+  """Row b gets what a draw vmapped over the keys gives row b (what the vmapped model drew);
+  for threefry that is also the draw from keys[b] alone (rbg is not vmap-invariant)."""
+  keys = keys_of(impl=impl)
   rows = row_keys.row_keyed(keys)
   for derive in (lambda k: k,
                  lambda k: jax.random.fold_in(k, 123),
                  lambda k: jax.random.split(k, 3)[2]):
+    draw = lambda k, d=derive: jax.random.bits(d(k), (4, 7))
     got = np.asarray(jax.random.bits(derive(rows), (B, 4, 7)))
-    for b in range(B):
-      np.testing.assert_array_equal(got[b], jax.random.bits(derive(keys[b]), (4, 7)))
+    np.testing.assert_array_equal(got, jax.vmap(draw)(keys))
+    if impl == 'threefry2x32':
+      for b in range(B):
+        np.testing.assert_array_equal(got[b], draw(keys[b]))
   uniform = np.asarray(jax.random.uniform(rows, (B, 6)))
-  np.testing.assert_array_equal(uniform[3], jax.random.uniform(keys[3], (6,)))
-  # Different rows, different bits; raw uint32 key data is accepted too.
-  assert not np.array_equal(got[0], got[1])
+  np.testing.assert_array_equal(uniform, jax.vmap(lambda k: jax.random.uniform(k, (6,)))(keys))
+  assert not np.array_equal(got[0], got[1])  # different rows, different bits
+
+
+def test_raw_key_data_is_read_as_the_default_implementation():
+  keys = keys_of()
   raw = row_keys.row_keyed(jax.random.key_data(keys))
-  np.testing.assert_array_equal(jax.random.bits(raw, (B, 3)), jax.random.bits(rows, (B, 3)))
+  np.testing.assert_array_equal(jax.random.bits(raw, (B, 3)),
+                                jax.random.bits(row_keys.row_keyed(keys), (B, 3)))
 
 
 def test_a_draw_without_the_batch_leading_is_refused():
