@@ -27,14 +27,10 @@ AUTO_MAX = 8
 
 
 def preset_count(env=None) -> int | None:
-  """A CPU device count the user already chose through JAX's own settings, else None."""
+  """A CPU device count the user already chose through JAX's own settings, else None.
+  ($JAX_NUM_CPU_DEVICES needs no reading here: JAX folds it into jax_num_cpu_devices, and
+  rejects a non-number, when it is imported.)"""
   env = os.environ if env is None else env
-  if env.get('JAX_NUM_CPU_DEVICES'):
-    try:
-      return int(env['JAX_NUM_CPU_DEVICES'])
-    except ValueError as e:
-      raise UserError(f"$JAX_NUM_CPU_DEVICES={env['JAX_NUM_CPU_DEVICES']!r} is not a number; "
-                      'unset it or set a device count') from e
   match = re.search(r'--xla_force_host_platform_device_count=(\d+)', env.get('XLA_FLAGS', ''))
   if match:
     return int(match.group(1))

@@ -37,8 +37,7 @@ def test_parse():
       cpu_devices.parse(bad)
 
 
-def test_preset_count_reads_jax_settings():
-  assert cpu_devices.preset_count({'JAX_NUM_CPU_DEVICES': '4'}) == 4
+def test_preset_count_reads_xla_flags():
   assert cpu_devices.preset_count(
       {'XLA_FLAGS': '--xla_cpu_use_onednn=true --xla_force_host_platform_device_count=8'}) == 8
 
@@ -69,6 +68,8 @@ def test_configure_sets_the_device_count_before_jax_starts():
   # A count the user set through JAX's own settings wins over auto ...
   preset = {'XLA_FLAGS': '--xla_force_host_platform_device_count=4'}
   assert _configure_in_fresh_process('auto', [12], preset) == {'set': None, 'devices': 4}
+  assert _configure_in_fresh_process('auto', [12], {'JAX_NUM_CPU_DEVICES': '4'}) == {
+      'set': None, 'devices': 4}
   # ... and a different explicit count is a one-line error, not a silent choice.
   out = _configure_in_fresh_process('2', [12], preset)
   assert out['error'].startswith('--cpu_devices=2 contradicts the 4 CPU devices')
