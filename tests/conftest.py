@@ -28,6 +28,13 @@ def tiny():
   return tiny_config
 
 
+def saved_state(workdir, step):
+  """The train state a run saved at `step`, on this process's first device."""
+  from electra_jax import checkpoint  # pylint: disable=import-outside-toplevel
+  return checkpoint.restore_on_one_device(os.path.join(workdir, 'checkpoints', str(step),
+                                                       'state'))
+
+
 def tiny_trainer(**overrides):
   """(config, objective, initial state, jitted train step, mesh) for a tiny model on all devices."""
   # pylint: disable=import-outside-toplevel

@@ -10,7 +10,7 @@ import pytest
 
 from electra_jax import cpu_devices
 from electra_jax.errors import UserError
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, saved_state
 from tests.test_train_cli import (  # pylint: disable=unused-import
     TINY_FLAGS, run_cli, small_corpus)
 
@@ -108,7 +108,6 @@ def test_train_dry_run_splits_the_demo_batch(tmp_path):
 def test_resuming_on_another_device_count_continues_the_same_run(tmp_path, small_corpus):
   """2 devices for 3 steps, then 1 device to step 6 == 4 devices for 6 steps (up to the order of
   float sums); every checkpoint reads back on this 1-device process, for fine-tuning too."""
-  from electra_jax import checkpoint  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import pretrained  # pylint: disable=import-outside-toplevel
   flags = ['--config=configs/demo.py', f'--config.train_files={small_corpus}', *TINY_FLAGS,
            '--config.num_train_steps=6', '--config.dropout_rate=0.1']
@@ -118,8 +117,7 @@ def test_resuming_on_another_device_count_continues_the_same_run(tmp_path, small
   second = run_cli('electra_jax.train', *flags, f'--workdir={resumed}', '--cpu_devices=1')
   assert 'Resuming from step 3' in second.stdout and '| 1 device(s) cpu |' in second.stdout
   run_cli('electra_jax.train', *flags, f'--workdir={straight}', '--cpu_devices=4')
-  a, b = (jax.tree_util.tree_leaves_with_path(checkpoint.restore_on_one_device(
-      os.path.join(w, 'checkpoints', '6', 'state'))) for w in (resumed, straight))
+  a, b = (jax.tree_util.tree_leaves_with_path(saved_state(w, 6)) for w in (resumed, straight))
   assert [p for p, _ in a] == [p for p, _ in b] and len(a) > 20
   for (path, x), (_, y) in zip(a, b):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6,

@@ -22,7 +22,7 @@ from electra_jax import checkpoint, experiment, metric_writer, optim, parallel
 from electra_jax import config as config_lib
 from electra_jax import train_state as ts
 from electra_jax.errors import UserError
-from tests.conftest import REPO_ROOT, tiny_config, tiny_trainer
+from tests.conftest import REPO_ROOT, saved_state, tiny_config, tiny_trainer
 from tests.test_model_objective import toy_batch
 # small_corpus is a fixture used here by name.
 from tests.test_train_cli import (  # pylint: disable=unused-import
@@ -82,15 +82,11 @@ def start_and_signal(cache_dir, corpus, workdir, sig, after_line, delay):
   return proc.returncode, ''.join(lines)
 
 
-def restore_tree(path):
-  return checkpoint.restore_on_one_device(path)
-
-
 def assert_same_state(workdir_a, workdir_b, step=NUM_STEPS):
   a = jax.tree_util.tree_leaves_with_path(
-      restore_tree(os.path.join(workdir_a, 'checkpoints', str(step), 'state')))
+      saved_state(workdir_a, step))
   b = jax.tree_util.tree_leaves_with_path(
-      restore_tree(os.path.join(workdir_b, 'checkpoints', str(step), 'state')))
+      saved_state(workdir_b, step))
   assert [p for p, _ in a] == [p for p, _ in b]
   assert len(a) > 20  # parameters and optimizer state
   for (path, x), (_, y) in zip(a, b):
@@ -211,10 +207,10 @@ def test_nonfinite_steps_are_skipped_counted_never_saved_and_too_many_stop_the_r
   steps = sorted(os.listdir(os.path.join(workdir, 'checkpoints')), key=int)
   assert steps == ['3', '6']
   for step in steps:
-    state = restore_tree(os.path.join(workdir, 'checkpoints', step, 'state'))
+    state = saved_state(workdir, step)
     for leaf in jax.tree.leaves(state):
       assert np.all(np.isfinite(np.asarray(leaf, np.float64)))
-  assert int(restore_tree(os.path.join(workdir, 'checkpoints', '6', 'state'))
+  assert int(saved_state(workdir, 6)
              ['opt_state']['total_notfinite']) == 3
 
 

@@ -8,8 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from electra_jax import checkpoint
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, saved_state
 
 # A 1-layer model on a slice of the bundled corpus: the whole CLI path in a few seconds.
 TINY_FLAGS = [
@@ -100,10 +99,7 @@ def test_rerunning_the_same_command_resumes_where_it_stopped(trained):
 
 
 def test_resumed_run_matches_an_uninterrupted_run_exactly(trained):
-  def final_state(workdir):
-    return checkpoint.restore_on_one_device(os.path.join(workdir, 'checkpoints', '8', 'state'))
-
-  resumed, straight = final_state(trained['resumed']), final_state(trained['straight'])
+  resumed, straight = saved_state(trained['resumed'], 8), saved_state(trained['straight'], 8)
   flat_resumed = jax.tree_util.tree_leaves_with_path(resumed)
   flat_straight = jax.tree_util.tree_leaves_with_path(straight)
   assert [p for p, _ in flat_resumed] == [p for p, _ in flat_straight]
