@@ -2,7 +2,8 @@
 # Issue 8's GPU measurements, one stage per device call (each stage ends well inside 10 minutes
 # on one H100). Run from the repository root on the GPU machine:
 #
-#   bash benchmarks/gpu_suite.sh STAGE OUT_DIR      STAGE: tests | small | base | large | profile
+#   bash benchmarks/gpu_suite.sh STAGE OUT_DIR
+#       STAGE: tests | small | base | large | profile | pretrain
 #
 # The machine's image has jax (CUDA), flax, optax, orbax, torch and transformers but not grain,
 # array-record, ml-collections or tensorboardX: fetch their wheels here first, once
@@ -10,11 +11,13 @@
 # Each stage writes STAGE-*.log and appends the benchmark JSON lines to OUT_DIR/results.jsonl;
 # copy the figures into benchmarks/RESULTS.md with date, device and commit.
 set -uo pipefail
-stage=${1:?usage: gpu_suite.sh tests|small|base|large|profile OUT_DIR}
-out=${2:?usage: gpu_suite.sh tests|small|base|large|profile OUT_DIR}
+usage='usage: gpu_suite.sh tests|small|base|large|profile|pretrain OUT_DIR'
+stage=${1:?$usage}
+out=${2:?$usage}
 case $stage in
-  tests|small|base|large|profile) ;;
-  *) echo "unknown stage '$stage'; use tests, small, base, large or profile" >&2; exit 2 ;;
+  tests|small|base|large|profile|pretrain) ;;
+  *) echo "unknown stage '$stage'; use tests, small, base, large, profile or pretrain" >&2
+     exit 2 ;;
 esac
 mkdir -p "$out"
 if compgen -G '.whl/*.whl' >/dev/null; then
@@ -46,7 +49,8 @@ case $stage in
     python3 -m pytest -q -x -p no:cacheprovider tests/test_model_objective.py \
         tests/test_train_step.py tests/test_benchmark.py 2>&1 | tee "$out/tests.log" ;;
   small)  # Target: step <= 11 ms at batch 128 x 128; >= 2x the HF reference.
-    bench small --config=configs/small.py --steps=50 --warmup=5 --rounds=2 --compare=hf
+    bench small --config=configs/small.py --steps=50 --warmup=5 --rounds=2 \
+        --compare=hf,hf_full
     # Attention dropout 0 takes the jax.nn.dot_product_attention (cuDNN) path.
     bench small_no_attn_dropout --config=configs/small.py --config.attention_dropout_rate=0 \
         --steps=50 --warmup=5 ;;
@@ -65,5 +69,18 @@ case $stage in
   profile)  # A jax.profiler trace of three Small steps, as one archive.
     bench small_profile --config=configs/small.py --steps=10 --warmup=3 \
         --profile_dir=/tmp/electra_profile
+    python3 benchmarks/profile_top_ops.py /tmp/electra_profile | tee "$out/profile_top_ops.log"
     tar -czf "$out/small_profile.tgz" -C /tmp electra_profile ;;
+  pretrain)  # ELECTRA-Small, paper recipe, bf16, on the bundled corpus; fits one 10-minute call.
+    # PRETRAIN_STEPS sets the schedule (warmup a tenth of it); a run still going after
+    # PRETRAIN_SECONDS gets SIGTERM, saves and stops (its metrics so far are kept).
+    steps=${PRETRAIN_STEPS:-10000}
+    workdir=/tmp/electra_small_pretrain
+    timeout -s TERM "${PRETRAIN_SECONDS:-510}" python3 -m electra_jax.train \
+        --config=configs/small.py --workdir=$workdir --config.dtype=bfloat16 \
+        --config.num_train_steps="$steps" --config.num_warmup_steps=$((steps / 10)) \
+        --config.log_every_steps=100 --config.eval_every_steps=500 --config.num_eval_steps=0 \
+        --config.save_checkpoints_steps="$steps" --config.progress_bar=false \
+        2>&1 | tee "$out/pretrain.log"
+    cp $workdir/metrics.jsonl $workdir/eval_metrics.jsonl $workdir/config.json "$out/" ;;
 esac

@@ -138,7 +138,8 @@ class JaxStep:
     return times, losses
 
   def profile(self, profile_dir: str, steps: int = 3):
-    with jax.profiler.trace(profile_dir):
+    # The Perfetto JSON beside the xplane reads without TensorBoard (e.g. a per-op table).
+    with jax.profiler.trace(profile_dir, create_perfetto_trace=True):
       for _ in range(steps):
         self.step()
 

@@ -169,3 +169,34 @@ def test_half_bits_dropout_keeps_the_rate_and_the_expectation():
   other = layer.apply({}, x, deterministic=False, rngs={'dropout': jax.random.key(1)})
   assert (np.asarray(other != 0) != kept).mean() > 0.1  # the key matters
   assert (layer.apply({}, x, deterministic=True) == x).all()
+
+
+def _profile_top_ops():
+  spec = importlib.util.spec_from_file_location(
+      'profile_top_ops', os.path.join(REPO_ROOT, 'benchmarks', 'profile_top_ops.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_profile_top_ops_ranks_device_ops_and_measures_idle_gaps(tmp_path):
+  import gzip  # pylint: disable=import-outside-toplevel
+  import json  # pylint: disable=import-outside-toplevel
+  meta = lambda kind, pid, name, tid=None: dict(ph='M', name=kind, pid=pid, tid=tid,
+                                                args=dict(name=name))
+  op = lambda pid, tid, name, ts, dur: dict(ph='X', pid=pid, tid=tid, name=name, ts=ts, dur=dur)
+  events = [meta('process_name', 1, '/device:GPU:0'), meta('process_name', 2, '/host:CPU'),
+            meta('thread_name', 1, 'Stream #7(Compute)', tid=7),
+            # Busy 0-15 (two overlapping ops), idle 15-20, busy 20-30: 25 of a 30 us span.
+            op(1, 7, 'gemm', 0, 10), op(1, 7, 'softmax', 5, 10), op(1, 7, 'gemm', 20, 10),
+            op(2, 3, 'host_work', 0, 1000)]  # Host events never count as device ops.
+  path = tmp_path / 'perfetto_trace.json.gz'
+  with gzip.open(path, 'wt') as f:
+    json.dump(dict(traceEvents=events), f)
+  tool = _profile_top_ops()
+  [track] = tool.summarize(*tool.load_events(str(tmp_path)), top=10)
+  assert track['track'] == '/device:GPU:0 / Stream #7(Compute)'
+  assert [(r['name'], r['total_us'], r['count']) for r in track['top']] == [
+      ('gemm', 20, 2), ('softmax', 10, 1)]
+  assert track['top'][0]['share'] == pytest.approx(2 / 3)
+  assert track['busy'] == pytest.approx(25 / 30)
