@@ -8,6 +8,7 @@ spells them (`v4:4x4x4`, `v5p:4x8x8`, `v5e:16x16`, `v6e:16x16`) or as Cloud acce
 chip (v4-128 = 64 chips = 4x4x4), v5litepod-N and v6e-N count chips. v4 and v5p devices are
 one per chip (megacore), as JAX sees them on a TPU VM.
 """
+import contextlib
 import glob
 import math
 import os
@@ -25,8 +26,6 @@ SHAPES = {
         256: '16x16'},
 }
 EXAMPLES = 'v4:4x4x4, v4-128, v5p-256, v5litepod-256 or v6e-256'
-_GENERATIONS = {**{c.name: c for c in chips.TPU_CHIPS.values()},
-                **{c.slice_prefix: c for c in chips.TPU_CHIPS.values()}}
 
 
 def _dims(chip: chips.TpuChip) -> int:
@@ -36,7 +35,8 @@ def _dims(chip: chips.TpuChip) -> int:
 def parse(name: str) -> tuple[chips.TpuChip, str]:
   """(chip, libtpu topology name such as 'v4:4x4x4') of a slice name in either spelling."""
   match = re.fullmatch(r'(v\w+?)(?::(\d+(?:x\d+)*)|-(\d+))', name.strip().lower())
-  chip = _GENERATIONS.get(match.group(1)) if match else None
+  generations = {k: c for c in chips.TPU_CHIPS.values() for k in (c.name, c.slice_prefix)}
+  chip = generations.get(match.group(1)) if match else None
   if chip is None:
     raise UserError(f'--topology={name!r} is not a TPU slice name this planner knows; use e.g. '
                     f'{EXAMPLES} (chips: {", ".join(chips.TPU_CHIPS)})')
@@ -69,6 +69,18 @@ def _tpu_attached() -> bool:
   return False
 
 
+@contextlib.contextmanager
+def _environment(variables: dict):
+  """Environment variables not already set, set inside the block only."""
+  added = {k: v for k, v in variables.items() if k not in os.environ}
+  os.environ.update(added)
+  try:
+    yield
+  finally:
+    for k in added:
+      os.environ.pop(k, None)
+
+
 def devices(chip: chips.TpuChip, topology_name: str) -> list:
   """The devices of a parsed slice, for compiling ahead of time; no TPU needed."""
   try:
@@ -76,18 +88,21 @@ def devices(chip: chips.TpuChip, topology_name: str) -> list:
   except ImportError:
     raise UserError('--topology needs libtpu, the TPU compiler (no TPU needed); install it with '
                     "pip install -e '.[tpu]'") from None
-  if not _tpu_attached():
-    # Off a TPU VM libtpu logs that it cannot find the VM's accelerator type and worker
-    # hostnames (irrelevant to compiling); naming them keeps the planner's output clean.
-    os.environ.setdefault('TPU_ACCELERATOR_TYPE',
-                          f'{chip.slice_prefix}-{num_chips(topology_name) * chip.cores_per_chip}')
-    os.environ.setdefault('TPU_WORKER_HOSTNAMES', 'localhost')
+  # Off a TPU VM: libtpu's lock on the TPU (/tmp/libtpu_lockfile) guards no hardware, so
+  # planners and tests may compile side by side; and libtpu logs that it cannot find the VM's
+  # accelerator type and worker hostnames (irrelevant to compiling) unless they are named.
+  # libtpu reads these once, when it starts: they are set for that moment only.
+  libtpu_env = {} if _tpu_attached() else {
+      'ALLOW_MULTIPLE_LIBTPU_LOAD': '1', 'TPU_WORKER_HOSTNAMES': 'localhost',
+      'TPU_ACCELERATOR_TYPE': f'{chip.slice_prefix}-'
+                              f'{num_chips(topology_name) * chip.cores_per_chip}'}
   from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
   # 'megacore': one JAX device per v4/v5p chip (its two TensorCores together), as on a TPU VM.
   chip_config = 'megacore' if chip.cores_per_chip == 2 else 'default'
   try:
-    slice_devices = topologies.get_topology_desc(
-        topology_name=topology_name, platform='tpu', chip_config_name=chip_config).devices
+    with _environment(libtpu_env):
+      slice_devices = topologies.get_topology_desc(
+          topology_name=topology_name, platform='tpu', chip_config_name=chip_config).devices
   except Exception as e:  # pylint: disable=broad-except
     text = str(e).strip()
     raise UserError(f'libtpu does not accept the topology {topology_name!r} '
