@@ -36,7 +36,8 @@ REMATS = ('none', 'save_dots', 'full')
 # Settings whose predicted step times differ by less than this count as equally fast; the sweep
 # then prefers no FSDP, less remat and less accumulation (collectives are not in the roofline).
 TIE = 0.01
-_OOM = re.compile(r'HLO temporaries \(([\d.]+)([KMGT]?)\) exceeds available HBM \(([\d.]+)([KMGT]?)\)')
+_OOM = re.compile(r'HLO temporaries \(([\d.]+)([KMGT]?)\) exceeds available HBM '
+                  r'\(([\d.]+)([KMGT]?)\)')
 _UNITS = {'': 1, 'K': 2**10, 'M': 2**20, 'G': 2**30, 'T': 2**40}
 
 
@@ -93,8 +94,8 @@ def roofline(compiled, chip, c, memory_parts: dict, model_flops_per_chip: float)
   xla_flops = float(cost['flops']) * k
   # The least HBM traffic of the step: every argument read, every output written, and the
   # temporaries written and read once. (XLA's 'bytes accessed' is no HBM figure on TPU: it also
-  # counts operands inside fusions and copies into on-chip memory, 3-5x the traffic of a
-  # hand-counted matmul chain; it is reported, not used.)
+  # counts operands inside fusions and copies into on-chip memory, 3x the operand and result
+  # bytes of a two-matmul chain measured here; it is reported, not used.)
   hbm_bytes = (memory_parts['argument_bytes'] + memory_parts['output_bytes']
                + 2 * memory_parts['temp_bytes'])
   compute_s, hbm_s = xla_flops / chip.peak_bf16_flops, hbm_bytes / chip.hbm_bytes_per_sec

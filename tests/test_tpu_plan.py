@@ -26,7 +26,8 @@ HAS_LIBTPU = importlib.util.find_spec('libtpu') is not None
 def libtpu():
   if not HAS_LIBTPU:
     if os.environ.get('CI'):
-      pytest.fail("libtpu is missing under CI; the test extra installs it: pip install -e '.[test]'")
+      pytest.fail("libtpu is missing under CI; the test extra installs it: "
+                  "pip install -e '.[test]'")
     pytest.skip("needs libtpu: pip install -e '.[test]'")
 
 
@@ -100,11 +101,14 @@ def test_demo_step_compiles_for_v4_2x2x1_with_memory_and_a_roofline(libtpu):
   assert p['temp_bytes'] > 0 and p['fits'] and p['usable_hbm_bytes'] == int(30.75 * 2**30)
   from configs import demo  # pylint: disable=import-outside-toplevel
   assert p['model_flops_per_step'] == pytest.approx(flops.model_flops_per_step(demo.get_config()))
-  # The roofline: the slower of compute at the bf16 peak and bytes at the HBM bandwidth.
+  # The roofline: the slower of XLA's FLOPs at the bf16 peak and the least HBM traffic (state
+  # read and written, temporaries written and read) at the HBM bandwidth.
   v4 = chips.TPU_CHIPS['v4']
   assert p['xla_flops_per_chip'] >= p['model_flops_per_step_per_device']
+  assert p['min_hbm_bytes_per_chip'] == (p['argument_bytes'] + p['output_bytes']
+                                         + 2 * p['temp_bytes'])
   assert p['predicted_step_s'] == pytest.approx(max(p['xla_flops_per_chip'] / v4.peak_bf16_flops,
-                                                    p['xla_bytes_accessed_per_chip']
+                                                    p['min_hbm_bytes_per_chip']
                                                     / v4.hbm_bytes_per_sec))
   assert p['predicted_mfu'] == pytest.approx(
       p['model_flops_per_step_per_device'] / p['predicted_step_s'] / v4.peak_bf16_flops)
