@@ -343,10 +343,14 @@ def initial_state(exp, start: Start) -> tuple[ts.TrainState, list[str]]:
     loaded = _extend_rows(loaded, start.extension)
   loaded = {tuple(k.key for k in path): x
             for path, x in jax.tree_util.tree_leaves_with_path(loaded)}
-  shardings = jax.tree.map(lambda x: x.sharding, exp.abstract_state())
-  fresh = jax.jit(lambda r: model_lib.init_params(exp.model, r, c.max_seq_length,
-                                                  c.max_predictions_per_seq),
-                  out_shardings=shardings.params)(jax.random.key(c.seed))
+  abstract = exp.abstract_state()
+  shardings = jax.tree.map(lambda x: x.sharding, abstract)
+  fresh = abstract.params
+  keys = [tuple(k.key for k in path) for path, _ in jax.tree_util.tree_leaves_with_path(fresh)]
+  if any(key not in loaded for key in keys):  # Random weights for what the source lacks.
+    fresh = jax.jit(lambda r: model_lib.init_params(exp.model, r, c.max_seq_length,
+                                                    c.max_predictions_per_seq),
+                    out_shardings=shardings.params)(jax.random.key(c.seed))
   fresh_paths = []
 
   def take(path, leaf):

@@ -319,6 +319,18 @@ def test_generator_embeddings_that_differ_are_noted_or_kept_with_tie_none(tmp_pa
                                     gen_state[word])
 
 
+def test_without_a_generator_directory_the_generator_is_random_and_the_run_says_so(tmp_path,
+                                                                                   pair):
+  start = prepare(tmp_path / 'w', init_from=pair['disc'], generator_hidden_size=0.25)
+  params, notes = start_params(tmp_path / 'w', start)
+  assert notes[-1].endswith('randomly initialised: generator/encoder, generator/head, '
+                            'generator/output_bias (no init_generator_from)')
+  assert params['generator']['encoder']['layer_0']['intermediate']['kernel'].shape == (8, 16)
+  _, disc_state = hf_files.read_dir(pair['disc'])
+  np.testing.assert_array_equal(params['discriminator']['head']['dense']['bias'],
+                                disc_state['discriminator_predictions.dense.bias'])
+
+
 def test_a_workdir_or_one_of_its_checkpoints_is_a_source(tmp_path, trained):
   with pytest.raises(UserError, match='generator comes along'):
     prepare(tmp_path / 'x', init_from=trained['workdir'], init_generator_from=trained['workdir'])
