@@ -23,6 +23,7 @@ import ml_collections
 import numpy as np
 from etils import epath
 
+from electra_jax import atomic
 from electra_jax import checkpoint
 from electra_jax import config as config_lib
 from electra_jax import experiment as experiment_lib
@@ -226,18 +227,14 @@ def _vocabulary(config, source: Source, overridden) -> Vocabulary:
   return given
 
 
-def _write(workdir: str, name: str, write: Callable[[str], None]) -> str:
-  """Writes one file of the new run into its workdir (atomically, on process 0); its path."""
-  target = epath.Path(workdir).expanduser().absolute() / name
+def _write(target: str, content: Callable[[], bytes]):
+  """Writes one file of the new run into its workdir (atomically, on process 0)."""
   if jax.process_index() == 0:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(name + '.tmp')
-    write(str(tmp))
-    tmp.replace(target)
+    epath.Path(target).parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_bytes(target, content())
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
-    multihost_utils.sync_global_devices(f'init_from_{name}')
-  return str(target)
+    multihost_utils.sync_global_devices(f'init_from_{epath.Path(target).name}')
 
 
 def saved_run_config(config, workdir: str, overridden=()) -> ml_collections.ConfigDict:
@@ -269,7 +266,7 @@ def prepare(config, workdir: str, overridden=()) -> Start:
   if size != keys['vocab_size']:
     raise UserError(f"{source.name} has vocab_size={keys['vocab_size']} but its vocabulary "
                     f'holds {size} tokens; they must agree')
-  extension, write = None, None
+  extension, content = None, None
   name = tokenizer_files.WORDPIECE_FILE if vocab.wordpiece else tokenizer_files.SPM_FILE
   if config.extend_vocab_file:
     new = extend_vocab.read_new_tokens(config.extend_vocab_file)
@@ -279,19 +276,18 @@ def prepare(config, workdir: str, overridden=()) -> Start:
     else:
       extension = extend_vocab.extend_sentencepiece(paths.resolve_path(vocab.file), new,
                                                     config.extend_vocab_file)
-    keys['vocab_size'], write = extension.new_size, extension.write
+    keys['vocab_size'], content = extension.new_size, extension.content
   elif vocab.file is None:
-    write = lambda target: epath.Path(target).write_text(
-        ''.join(t + '\n' for t in vocab.tokens), encoding='utf-8')
+    content = lambda: ''.join(t + '\n' for t in vocab.tokens).encode('utf-8')
   elif source.from_transformers and 'vocab_file' not in overridden:
-    write = lambda target: epath.Path(target).write_bytes(epath.Path(vocab.file).read_bytes())
-  keys['vocab_file'] = vocab.file if write is None else str(
+    content = epath.Path(vocab.file).read_bytes
+  keys['vocab_file'] = vocab.file if content is None else str(
       epath.Path(workdir).expanduser().absolute() / name)
   c = _merge(config, keys, overridden, source.name)
-  _check_layout(c, source)
+  _check_layout(c)
   resolved = config_lib.resolve(c)
-  if write is not None:
-    _write(workdir, name, write)
+  if content is not None:
+    _write(keys['vocab_file'], content)
   notes = [f'{source.name}: ' + ', '.join(f'{k} {keys[k]}' for k in SIZE_KEYS)
            + f", vocabulary {keys['vocab_file']} ({keys['vocab_size']} tokens"
            + ('' if vocab.do_lower_case or not vocab.wordpiece else ', cased') + ')']
@@ -300,7 +296,12 @@ def prepare(config, workdir: str, overridden=()) -> Start:
   return Start(resolved, source, extension, notes)
 
 
-def _check_layout(c, source: Source):
+def _check_layout(c):
+  """What the merged config must allow for its source's parts."""
+  if c.max_seq_length > c.max_position_embeddings:
+    raise UserError(f'config.max_seq_length={c.max_seq_length} exceeds the '
+                    f'{c.max_position_embeddings} positions of init_from; lower '
+                    '--config.max_seq_length')
   layout = model_lib.LAYOUTS[c.objective]
   if c.init_generator_from and not layout.generator:
     raise UserError(f'objective {c.objective!r} has no generator to take '
@@ -309,7 +310,6 @@ def _check_layout(c, source: Source):
     raise UserError("config.tie='all' runs the discriminator's encoder as the generator, so a "
                     "transformers generator cannot start it; drop init_generator_from or pick "
                     "tie='embeddings'")
-  del source
 
 
 def _extend_rows(params, extension: extend_vocab.Extension):

@@ -10,6 +10,7 @@ import ml_collections
 from etils import epath
 
 from configs import base_config
+from electra_jax import atomic
 from electra_jax import config as config_lib
 from electra_jax.errors import UserError
 
@@ -26,10 +27,7 @@ def exists(workdir) -> bool:
 
 def write(workdir, c: ml_collections.ConfigDict):
   """Writes `c` atomically: a reader sees the old file or the whole new one."""
-  target = path(workdir)
-  tmp = target.with_name(FILE_NAME + '.tmp')
-  tmp.write_text(config_lib.to_json(c) + '\n')
-  tmp.replace(target)
+  atomic.write_text(path(workdir), config_lib.to_json(c) + '\n')
 
 
 def load(workdir) -> ml_collections.ConfigDict:

@@ -17,7 +17,8 @@ CORPUS = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'train', 'northanger_abb
 
 def wordpiece_vocab(directory: str, vocab_size: int = 600) -> str:
   """An uncased WordPiece vocab.txt trained on one bundled novel; returns its path."""
-  from tokenizers.implementations import BertWordPieceTokenizer  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  from tokenizers.implementations import BertWordPieceTokenizer
   tokenizer = BertWordPieceTokenizer(lowercase=True)
   tokenizer.train(files=[CORPUS], vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                   show_progress=False)

@@ -23,7 +23,6 @@ from electra_jax import experiment as experiment_lib
 from electra_jax import init_from
 from electra_jax import model as model_lib
 from electra_jax import saved_config
-from electra_jax import train
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.data import wordpiece
 from electra_jax.errors import UserError
@@ -32,7 +31,8 @@ from tests import hf_pair
 from tests.conftest import REPO_ROOT
 from tests.test_resilience import assert_same_metrics, assert_same_state, env_for
 # small_corpus is a fixture used here by name.
-from tests.test_train_cli import last_json, read_jsonl, small_corpus  # pylint: disable=unused-import
+from tests.test_train_cli import (  # pylint: disable=unused-import
+    last_json, read_jsonl, small_corpus)
 
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
@@ -264,6 +264,8 @@ def test_shape_keys_come_from_the_source_and_a_conflicting_override_is_one_line(
   with pytest.raises(UserError, match=r"generator_hidden_size=0.25 .* generator_hidden_size=0.5"):
     prepare(tmp_path / 'g', init_from=pair['disc'], init_generator_from=pair['gen'],
             generator_hidden_size=0.25)
+  with pytest.raises(UserError, match='max_seq_length=128 exceeds the 64 positions of init_from'):
+    prepare(tmp_path / 'long', init_from=pair['disc'], max_seq_length=128)
   with pytest.raises(UserError, match='holds a generator'):
     prepare(tmp_path / 'swapped', init_from=pair['gen'])
   with pytest.raises(UserError, match='neither a transformers ELECTRA directory'):

@@ -27,7 +27,7 @@ class Extension:
   pieces: list[list[int]]    # for each: the old ids the old tokenizer splits it into
   skipped: list[str]         # lines already in the vocabulary
   old_size: int
-  write: Callable[[str], None]  # write(path): the extended vocabulary file
+  content: Callable[[], bytes]  # the extended vocabulary file
 
   @property
   def new_size(self) -> int:
@@ -87,11 +87,10 @@ def extend_wordpiece(old_tokens: list[str], lower_case: bool, new: list[str],
     added.append(prefix + word)
     pieces.append(old.encode(word))
 
-  def write(target):
-    epath.Path(target).write_text(''.join(t + '\n' for t in old_tokens + added),
-                                  encoding='utf-8')
+  def content():
+    return ''.join(t + '\n' for t in old_tokens + added).encode('utf-8')
 
-  return Extension(added, pieces, skipped, len(old_tokens), write)
+  return Extension(added, pieces, skipped, len(old_tokens), content)
 
 
 def extend_sentencepiece(model_file: str, new: list[str], path: str) -> Extension:
@@ -119,13 +118,13 @@ def extend_sentencepiece(model_file: str, new: list[str], path: str) -> Extensio
     scores.append(max(proto.pieces[i].score for i in ids))
   old_size = len(proto.pieces)
 
-  def write(target):
+  def content():
     extended = sentencepiece_model_pb2.ModelProto()
     extended.CopyFrom(proto)
     for piece, score in zip(added, scores):
       extended.pieces.add(piece=piece, score=score,
                           type=sentencepiece_model_pb2.ModelProto.SentencePiece.NORMAL)
     extended.trainer_spec.vocab_size = len(extended.pieces)
-    epath.Path(target).write_bytes(extended.SerializeToString())
+    return extended.SerializeToString()
 
-  return Extension(added, pieces, skipped, old_size, write)
+  return Extension(added, pieces, skipped, old_size, content)

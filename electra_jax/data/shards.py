@@ -17,6 +17,7 @@ import time
 import numpy as np
 from array_record.python import array_record_module
 
+from electra_jax import atomic
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
 
@@ -91,11 +92,7 @@ class ShardWriter:
                     record_dtype=self._dtype.str, num_examples=self.num_examples,
                     num_tokens=self.num_tokens, shards=self._shards,
                     created=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), **metadata)
-    path = metadata_path(self._dir, self._split)
-    with open(path + '.tmp', 'w', encoding='utf-8') as f:
-      json.dump(metadata, f, indent=2)
-      f.write('\n')
-    os.replace(path + '.tmp', path)
+    atomic.write_json(metadata_path(self._dir, self._split), metadata)
     return metadata
 
 

@@ -2,7 +2,6 @@
 epoch's params) -> median over seeds. Writes FT_DIR/{config.json, results.json,
 seed_<k>/metrics.jsonl, seed_<k>/best/<step>/}."""
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -13,6 +12,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import tqdm
 
+from electra_jax import atomic
 from electra_jax import cli
 from electra_jax import experiment as experiment_lib
 from electra_jax import model as model_lib
@@ -345,10 +345,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                  wall_time_sec=round(time.time() - start_time, 2))
   if is_chief:
     results = dict(summary, runs=runs, config=c.to_dict())
-    tmp = os.path.join(workdir, 'results.json.tmp')
-    with open(tmp, 'w', encoding='utf-8') as f:
-      json.dump(results, f, indent=2)
-    os.replace(tmp, os.path.join(workdir, 'results.json'))
+    atomic.write_json(os.path.join(workdir, 'results.json'), results)
   return summary
 
 

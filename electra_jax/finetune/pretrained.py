@@ -47,6 +47,12 @@ def model_config_for_size(model_size: str, vocab_size: int) -> model_lib.ModelCo
   return model_lib.ModelConfig.from_config(config_lib.resolve(c))
 
 
+def _keep_discriminator(params) -> dict:
+  """Embeddings + discriminator encoder; the generator and the pretraining heads are dropped."""
+  return {'embeddings': params['embeddings'],
+          'discriminator': {'encoder': params['discriminator']['encoder']}}
+
+
 def load_pretrained(init_checkpoint: str) -> tuple[dict, model_lib.ModelConfig]:
   """(params {'embeddings', 'discriminator': {'encoder'}} as numpy, ModelConfig) from a
   pretraining workdir (latest checkpoint) or a transformers ELECTRA directory."""
@@ -57,9 +63,7 @@ def load_pretrained(init_checkpoint: str) -> tuple[dict, model_lib.ModelConfig]:
     params = hf_weights.hf_to_params(state, c, 'discriminator', with_head=False)
   else:
     params, _ = checkpoint.read_params(path)
-  keep = {'embeddings': params['embeddings'],
-          'discriminator': {'encoder': params['discriminator']['encoder']}}
-  return keep, model_lib.ModelConfig.from_config(c)
+  return _keep_discriminator(params), model_lib.ModelConfig.from_config(c)
 
 
 def with_dropout(model_config: model_lib.ModelConfig, c) -> model_lib.ModelConfig:
