@@ -32,8 +32,6 @@ from electra_jax import saved_config
 from electra_jax import train_state as ts
 from electra_jax.data import extend_vocab
 from electra_jax.data import paths
-from electra_jax.data import tokenizer as tokenizer_lib
-from electra_jax.data import wordpiece
 from electra_jax.errors import UserError
 from electra_jax.hf import configs as hf_configs
 from electra_jax.hf import files as hf_files
@@ -48,32 +46,11 @@ SOURCE_KEYS = ('model_size', *SIZE_KEYS, 'generator_hidden_size', 'vocab_size',
 
 
 @dataclasses.dataclass
-class Vocabulary:
-  """A source's vocabulary: a file, or (from a tokenizer.json) the WordPiece tokens by id."""
-  file: str | None
-  tokens: list[str] | None
-  do_lower_case: bool
-
-  @property
-  def wordpiece(self) -> bool:
-    return self.tokens is not None or tokenizer_lib.is_wordpiece_vocab(self.file)
-
-  def token_list(self) -> list[str]:
-    if self.tokens is not None:
-      return self.tokens
-    path = paths.resolve_path(self.file)
-    if self.wordpiece:
-      return wordpiece.read_tokens(path)
-    tokenizer = tokenizer_lib.SentencePieceTokenizer(path)
-    return [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
-
-
-@dataclasses.dataclass
 class Source:
   """Where a new run's weights come from."""
   name: str                  # for messages: "init_from '...'"
   keys: dict                 # config keys it fixes (besides the vocabulary)
-  vocabulary: Vocabulary
+  vocabulary: tokenizer_files.Vocabulary
   from_transformers: bool
   # (config with the source's vocab_size) -> (params it holds, numpy, partial tree; notes).
   read_params: Callable[[ml_collections.ConfigDict], tuple[dict, list[str]]]
@@ -129,9 +106,7 @@ def _transformers_source(path: str, generator_path: str) -> Source:
                      '--config.tie=none keeps both)')
     return params, notes
 
-  return Source(name, keys, Vocabulary(str(vocab.file) if vocab.file else None, vocab.tokens,
-                                       vocab.do_lower_case),
-                from_transformers=True, read_params=read_params)
+  return Source(name, keys, vocab, from_transformers=True, read_params=read_params)
 
 
 def _workdir_source(path: str, workdir: str, step: int | None) -> Source:
@@ -151,7 +126,7 @@ def _workdir_source(path: str, workdir: str, step: int | None) -> Source:
     return params, []
 
   return Source(f"init_from '{path}' (step {step})", keys,
-                Vocabulary(saved.vocab_file, None, saved.do_lower_case),
+                tokenizer_files.Vocabulary(saved.vocab_file, None, saved.do_lower_case),
                 from_transformers=False, read_params=read_params)
 
 
@@ -206,7 +181,7 @@ def _first_difference(a: list[str], b: list[str]) -> str:
       repr(t[i]) if i < len(t) else 'none' for t in (a, b))
 
 
-def _vocabulary(config, source: Source, overridden) -> Vocabulary:
+def _vocabulary(config, source: Source, overridden) -> tokenizer_files.Vocabulary:
   """The source's vocabulary, or config.vocab_file when given on the command line and equal."""
   vocab = source.vocabulary
   if 'do_lower_case' in overridden and config.do_lower_case != vocab.do_lower_case:
@@ -217,7 +192,7 @@ def _vocabulary(config, source: Source, overridden) -> Vocabulary:
     if vocab.file is None and vocab.tokens is None:
       raise tokenizer_files.missing_vocabulary_error(config.init_from)
     return vocab
-  given = Vocabulary(config.vocab_file, None, vocab.do_lower_case)
+  given = tokenizer_files.Vocabulary(config.vocab_file, None, vocab.do_lower_case)
   if vocab.file is not None or vocab.tokens is not None:
     ours, theirs = given.token_list(), vocab.token_list()
     if ours != theirs:

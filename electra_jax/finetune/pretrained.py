@@ -36,7 +36,7 @@ def pretraining_config(init_checkpoint: str) -> ml_collections.ConfigDict:
   vocab = tokenizer_files.read_vocabulary(path)
   c = ml_collections.ConfigDict(
       hf_configs.config_from_hf(hf_files.read_config(path)).to_dict())
-  c.vocab_file, c.do_lower_case = str(vocab.file or ''), vocab.do_lower_case
+  c.vocab_file, c.do_lower_case = vocab.file or '', vocab.do_lower_case
   return c
 
 

@@ -15,6 +15,7 @@ from etils import epath
 
 from electra_jax.data import paths
 from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.data import wordpiece
 from electra_jax.errors import UserError
 from electra_jax.hf import files
 
@@ -113,10 +114,24 @@ def write_tokenizer(vocab_file: str, directory: str, model_max_length: int,
 
 @dataclasses.dataclass
 class Vocabulary:
-  """What a transformers directory says about its vocabulary."""
-  file: epath.Path | None        # its spm.model or vocab.txt, if it has one
-  tokens: list[str] | None       # else the WordPiece tokens (by id) in its tokenizer.json, if any
+  """A vocabulary as a file (spm.model, vocab.txt) or, from a tokenizer.json, WordPiece tokens."""
+  file: str | None               # the spm.model or vocab.txt, if there is one
+  tokens: list[str] | None       # else the WordPiece tokens by id, if any
   do_lower_case: bool            # WordPiece: lower-case and strip accents
+
+  @property
+  def wordpiece(self) -> bool:
+    return self.tokens is not None or tokenizer_lib.is_wordpiece_vocab(self.file)
+
+  def token_list(self) -> list[str]:
+    """The tokens (WordPiece) or pieces (sentencepiece) by id."""
+    if self.tokens is not None:
+      return self.tokens
+    path = paths.resolve_path(self.file)
+    if self.wordpiece:
+      return wordpiece.read_tokens(path)
+    tokenizer = tokenizer_lib.SentencePieceTokenizer(path)
+    return [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
 
 
 def _do_lower_case(directory: epath.Path, fast: dict | None) -> bool:
@@ -142,7 +157,7 @@ def read_vocabulary(directory) -> Vocabulary:
   lower = _do_lower_case(directory, fast)
   for name in (SPM_FILE, WORDPIECE_FILE):
     if (directory / name).exists():
-      return Vocabulary(file=directory / name, tokens=None, do_lower_case=lower)
+      return Vocabulary(file=str(directory / name), tokens=None, do_lower_case=lower)
   model = (fast or {}).get('model') or {}
   if model.get('type') == 'WordPiece':
     by_id = sorted(model['vocab'].items(), key=lambda item: item[1])
