@@ -262,10 +262,17 @@ def run(config, topology_name: str, sweep_remats=None, sweep_fsdps=None, say=pri
                     f'--topology={topology_name}; use a multiple of {n} or a slice whose chip '
                     f'count divides {batch}')
   devices = topology.devices(chip, libtpu_name)
+  note = None
+  if config.eval_batch_size % n:
+    # Evaluation is no part of the train step: plan it, but say what a run would stop on.
+    note = (f'config.eval_batch_size={config.eval_batch_size} does not split over the {n} '
+            f'chips: a run would stop on it; pass --config.eval_batch_size={n} (or a multiple)')
+    config = config.copy_and_resolve_references()
+    config.eval_batch_size = n
   if sweep_remats is None and sweep_fsdps is None:
     p = plan(config, chip, libtpu_name, devices, topology_name)
-    say(describe(p), flush=True)
-    return p
+    say(describe(p) + (f'\nnote        {note}' if note else ''), flush=True)
+    return dict(p, note=note) if note else p
   fsdps = [f for f in sweep_fsdps if n % f == 0]
   skipped = [f for f in sweep_fsdps if n % f]
   say(f'Sweeping {topology_name} = libtpu {libtpu_name} ({n} {chip.device_kind} chips, '
@@ -278,6 +285,8 @@ def run(config, topology_name: str, sweep_remats=None, sweep_fsdps=None, say=pri
   say(TABLE_HEADER, flush=True)
   rows, best = sweep(config, chip, libtpu_name, devices, sweep_remats, fsdps, topology_name,
                      say)
+  if note:
+    say(f'Note: {note}', flush=True)
   if best is None:
     say('Nothing fits: try a larger slice, more accumulation (a smaller global batch per '
         "step), remat 'full' or a larger fsdp_axis_size.", flush=True)
@@ -290,4 +299,4 @@ def run(config, topology_name: str, sweep_remats=None, sweep_fsdps=None, say=pri
               chip=chip.name, num_devices=n, usable_hbm_bytes=chip.usable_hbm_bytes,
               global_batch=batch, seq_length=config.max_seq_length, dtype=config.dtype,
               rows=[dataclasses.asdict(r) for r in rows],
-              best=dataclasses.asdict(best) if best else None)
+              best=dataclasses.asdict(best) if best else None, **({'note': note} if note else {}))
