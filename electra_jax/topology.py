@@ -43,9 +43,10 @@ def parse(name: str) -> tuple[chips.TpuChip, str]:
   shapes = SHAPES[_dims(chip)]
   shape, count = match.group(2), match.group(3)
   if shape is not None:
-    if shape.count('x') + 1 != _dims(chip):
-      raise UserError(f'--topology={name!r}: a {chip.name} slice has {_dims(chip)} dimensions; '
-                      f'use e.g. {chip.name}:{shapes[64]}')
+    dims = [int(d) for d in shape.split('x')]
+    if len(dims) != _dims(chip) or min(dims) < 1:
+      raise UserError(f'--topology={name!r}: a {chip.name} slice has {_dims(chip)} dimensions of '
+                      f'at least 1 chip; use e.g. {chip.name}:{shapes[64]}')
     return chip, f'{chip.name}:{shape}'
   cores = int(count)
   if cores % chip.cores_per_chip or cores // chip.cores_per_chip not in shapes:

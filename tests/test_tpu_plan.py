@@ -56,6 +56,7 @@ def test_slice_names_map_to_libtpu_shapes_counting_tensorcores_on_v4_and_v5p(nam
 @pytest.mark.parametrize('name, message', [
     ('v3-8', 'not a TPU slice name'), ('tpu', 'not a TPU slice name'),
     ('v4-100', 'not a standard v4 slice'), ('v4:4x4', 'has 3 dimensions'),
+    ('v4:0x4x4', 'has 3 dimensions of at least 1 chip'),
     ('v6e:2x2x2', 'has 2 dimensions')])
 def test_unknown_slice_names_are_user_errors(name, message):
   with pytest.raises(UserError, match=message):
