@@ -60,6 +60,9 @@ def get_config():
   c.vocab_file = 'data/demo_spm.model'
   # Vocabulary size; must equal the size of vocab_file.
   c.vocab_size = 8000
+  # WordPiece vocab.txt only: lower-case and strip accents (uncased BERT/ELECTRA); False for a
+  # cased vocabulary. init_from a transformers directory takes it from its tokenizer config.
+  c.do_lower_case = True
   # Glob (comma-separated globs allowed) of UTF-8 training text: one sentence or paragraph per
   # line, documents separated by blank lines.
   c.train_files = 'data/demo_corpus/train/*.txt'
@@ -125,6 +128,7 @@ def get_config():
   # Total optimizer steps.
   c.num_train_steps = 1_000_000
   # Linear warmup steps from 0 to learning_rate, then linear decay to 0 at num_train_steps.
+  # More than num_train_steps (a short smoke run of a long recipe) warms up over the whole run.
   c.num_warmup_steps = 10_000
   # Peak learning rate.
   c.learning_rate = 5e-4
@@ -146,6 +150,20 @@ def get_config():
   c.grad_accum_steps = 1
   # Seed for initialisation, data order, masking, sampling and dropout.
   c.seed = 0
+
+  # --- Initialisation (README: "Continue pretraining google/electra-base on your corpus") ---
+  # A new run (step 0, fresh optimizer, schedule and data order) starts from these weights: a
+  # transformers ELECTRA discriminator directory, an electra_jax workdir (latest checkpoint) or
+  # one of its checkpoints (WORKDIR/checkpoints/STEP). Shape keys and the vocabulary come from
+  # it. Ignored when the workdir already holds checkpoints (the run resumes). '' = random init.
+  c.init_from = ''
+  # With a transformers init_from: its generator directory (ElectraForMaskedLM); '' = a random
+  # generator of generator_hidden_size. A workdir's generator comes with init_from.
+  c.init_generator_from = ''
+  # With init_from: a text file of new vocabulary tokens, one per line, appended to the source's
+  # vocabulary; each new embedding row starts as the mean of the rows of the pieces the old
+  # tokenizer split the token into. '' = keep the vocabulary.
+  c.extend_vocab_file = ''
 
   # --- Parallelism -------------------------------------------------------------------------
   # Devices per group sharing one copy of parameters and optimizer state (FSDP): the mesh is

@@ -240,3 +240,17 @@ def open_for_reading(workdir: str) -> tuple[Checkpointer, int]:
   if step is None:
     raise UserError(f"no complete checkpoint in '{directory}'; train (or resume) first")
   return ckpt, step
+
+
+def read_params(workdir: str, step: int | None = None) -> tuple[dict, int]:
+  """(parameters as numpy arrays, step) of a workdir's latest (or `step`) checkpoint, read on
+  one device whatever the mesh it was saved from (export, fine-tuning, init_from)."""
+  ckpt, latest = open_for_reading(workdir)
+  steps = ckpt.all_steps()
+  ckpt.close()
+  step = latest if step is None else step
+  if step not in steps:
+    raise UserError(f'step {step} is not a checkpoint in {ckpt.directory}; available: '
+                    f'{sorted(steps)}')
+  state = restore_on_one_device(os.path.join(ckpt.directory, str(step), 'state'))
+  return jax.tree.map(np.asarray, jax.device_get(state['params'])), step

@@ -40,6 +40,8 @@ def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
       c[key] = value
   if c.max_predictions_per_seq is None:
     c.max_predictions_per_seq = int((c.mask_prob + 0.005) * c.max_seq_length)
+  # A smoke run of a long recipe (e.g. small.py for 20 steps) warms up over the whole run.
+  c.num_warmup_steps = min(c.num_warmup_steps, c.num_train_steps)
   _validate(c)
   c.lock()
   return c
@@ -83,9 +85,6 @@ def _validate(c):
   check(c.remat in REMAT, f'config.remat={c.remat!r} must be one of {REMAT}')
   for key in ('dropout_rate', 'attention_dropout_rate'):
     check(0 <= c[key] < 1, f'config.{key}={c[key]} must be in [0, 1)')
-  check(c.num_warmup_steps <= c.num_train_steps,
-         f'config.num_warmup_steps={c.num_warmup_steps} exceeds config.num_train_steps='
-         f'{c.num_train_steps}; lower the warmup or raise the step count')
   check(c.num_data_workers >= 0,
          f'config.num_data_workers={c.num_data_workers} must be >= 0 (0 = no worker processes)')
   if c.tfds_name:
@@ -93,6 +92,10 @@ def _validate(c):
       check(bool(c[key]), f'config.{key} is empty but config.tfds_name={c.tfds_name!r} is set; '
              f'set --config.{key}')
   _validate_objective(c)
+  for key in ('init_generator_from', 'extend_vocab_file'):
+    check(not c[key] or bool(c.init_from),
+           f'config.{key}={c[key]!r} needs config.init_from (the weights it adds to); set '
+           '--config.init_from=PATH')
   check(c.learning_rate > 0, f'config.learning_rate={c.learning_rate} must be > 0')
   check(c.generator_lr_multiplier > 0,
          f'config.generator_lr_multiplier={c.generator_lr_multiplier} must be > 0')
@@ -135,6 +138,16 @@ def _validate_objective(c):
     check(c.two_stage_generator_steps == 0,
            f'config.two_stage_generator_steps={c.two_stage_generator_steps} is only used by '
            f"objective 'two_stage' (objective is {c.objective!r}); leave it 0")
+
+
+def warmup_note(config) -> str | None:
+  """The line that tells a user resolve() shortened the warmup to the run, if it did."""
+  if config.num_warmup_steps <= config.num_train_steps:
+    return None
+  return (f'config.num_warmup_steps={config.num_warmup_steps} exceeds '
+          f'config.num_train_steps={config.num_train_steps}; warming up over all '
+          f'{config.num_train_steps} steps instead (fine for a smoke run; lower the warmup '
+          'for a real one)')
 
 
 def split_keys(text: str) -> list[str]:

@@ -1,7 +1,9 @@
 """Restore a checkpoint and report pretraining metrics on held-out text.
 
-  python -m electra_jax.evaluate --config=configs/demo.py --workdir=/tmp/electra_demo \
+  python -m electra_jax.evaluate --workdir=/tmp/electra_demo [--config=configs/demo.py] \
       [--eval_files=GLOB] [--num_batches=N] [--step=K]
+
+Without --config the run's own WORKDIR/config.json is used.
 
 Prints a human-readable table, then one JSON line (the last stdout line) with RTD/MLM metrics
 and the unigram baseline: the MLM accuracy of always guessing the most frequent token.
@@ -17,19 +19,25 @@ from electra_jax import cpu_devices
 from electra_jax import distributed
 from electra_jax import eval_loop
 from electra_jax import experiment as experiment_lib
+from electra_jax import init_from
+from electra_jax import saved_config
 from electra_jax import train_state as ts
 
 FLAGS = flags.FLAGS
 
 def main(argv):
   del argv
-  if FLAGS.config is None or FLAGS.workdir is None:
-    raise cli.UserError('both --config and --workdir are required, e.g. '
-                        '--config=configs/demo.py --workdir=/tmp/electra_demo')
+  if FLAGS.workdir is None:
+    raise cli.UserError('--workdir is required, e.g. --workdir=/tmp/electra_demo')
   start = time.time()
+  if FLAGS.config is None:  # The run's own config.
+    config = saved_config.load(FLAGS.workdir)
+  else:
+    config = init_from.saved_run_config(
+        FLAGS.config, FLAGS.workdir, set(config_flags.get_override_values(FLAGS['config'])))
   mode = distributed.initialize_from_flags()
-  cpu_devices.configure_for(FLAGS.config, single_process=mode == 'single')
-  run = experiment_lib.Experiment.create(FLAGS.config)
+  cpu_devices.configure_for(config, single_process=mode == 'single')
+  run = experiment_lib.Experiment.create(config)
   experiment_lib.check_saved_config_matches(FLAGS.workdir, run.config)
   ckpt, latest = experiment_lib.open_checkpoints(FLAGS.workdir)
   step = latest if FLAGS.step is None else FLAGS.step
@@ -57,8 +65,8 @@ def main(argv):
 def _define_flags():
   """Defined when the command runs, so this module imports beside other commands' modules
   (tests, notebooks) without a clash on --config."""
-  config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py).',
-                                  lock_config=True)
+  config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
+                                  "default: the workdir's saved config.json.", lock_config=True)
   flags.DEFINE_string('workdir', None, 'Training workdir holding checkpoints/.')
   flags.DEFINE_string('eval_files', None, 'Glob of held-out text (default: config.eval_files).')
   flags.DEFINE_integer('num_batches', 0, 'Evaluate at most this many batches (0: all).')
@@ -67,7 +75,7 @@ def _define_flags():
 
 def run():
   _define_flags()
-  flags.mark_flags_as_required(['config', 'workdir'])
+  flags.mark_flags_as_required(['workdir'])
   cli.run(main)
 
 

@@ -1,20 +1,20 @@
 """Everything built from a config before any step runs: tokenizer, mesh, model, objective,
 optimizer; plus the workdir checks shared by train and evaluate."""
 import dataclasses
-import json
 import os
 
 import jax
 import ml_collections
 import optax
+from etils import epath
 
-from configs import base_config
 from electra_jax import checkpoint
 from electra_jax import config as config_lib
 from electra_jax import model as model_lib
 from electra_jax import objective as objective_lib
 from electra_jax import optim
 from electra_jax import parallel
+from electra_jax import saved_config
 from electra_jax import train_state as ts
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
@@ -38,7 +38,7 @@ class Experiment:
   @classmethod
   def create(cls, config, devices=None) -> 'Experiment':
     c = config_lib.resolve(config)
-    tokenizer = tokenizer_lib.load_tokenizer(c.vocab_file, c.vocab_size)
+    tokenizer = tokenizer_lib.for_config(c)
     mesh = parallel.make_mesh(devices, c.fsdp_axis_size)
     parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size',
                                  c.grad_accum_steps)
@@ -60,65 +60,51 @@ class Experiment:
                              c.max_predictions_per_seq)
 
 
-def config_path(workdir: str) -> str:
-  return os.path.join(workdir, 'config.json')
-
-
 def check_saved_config_matches(workdir: str, c) -> list[str]:
   """Refuses a workdir trained with other parameter shapes; returns the other changed keys."""
-  path = config_path(workdir)
-  if not os.path.exists(path):
+  if not saved_config.exists(workdir):
     return []
-  with open(path, encoding='utf-8') as f:
-    saved = json.load(f)
-  current = c.to_dict()
-  # A key added after the workdir was written (e.g. objective) had its default value there.
-  defaults = base_config.get_config().to_dict()
-  changed = sorted(k for k in set(saved) | set(current)
-                   if saved.get(k, defaults.get(k)) != current.get(k))
+  saved, current = saved_config.load(workdir).to_dict(), c.to_dict()
+  changed = sorted(k for k in current if saved.get(k) != current[k])
   shape_changes = [k for k in changed if k in SHAPE_KEYS]
   if shape_changes:
-    diffs = ', '.join(f'{k}: {saved.get(k)!r} -> {current.get(k)!r}' for k in shape_changes)
+    diffs = ', '.join(f'{k}: {saved.get(k)!r} -> {current[k]!r}' for k in shape_changes)
     raise UserError(f"workdir '{workdir}' holds a model with different shapes ({diffs}); "
                     'use a new --workdir or the saved config')
   return changed
 
 
 # Keys that change only logging, evaluation, checkpoint bookkeeping or memory use, never the
-# trained weights: they may differ on resume without being listed in allow_config_change.
+# trained weights: they may differ on resume without being listed in allow_config_change. The
+# init_* keys only choose a new run's starting weights; a resumed run ignores them.
 HARMLESS_KEYS = ('log_every_steps', 'eval_every_steps', 'eval_batch_size', 'num_eval_steps',
                  'eval_files', 'save_checkpoints_steps', 'keep_checkpoint_max', 'progress_bar',
-                 'max_consecutive_nonfinite', 'allow_config_change', 'remat')
+                 'max_consecutive_nonfinite', 'allow_config_change', 'remat', 'init_from',
+                 'init_generator_from', 'extend_vocab_file')
+
+
+def has_checkpoints(workdir: str) -> bool:
+  """True if the workdir holds a checkpoint step (so a run there resumes)."""
+  ckpt_dir = epath.Path(workdir) / 'checkpoints'
+  return ckpt_dir.is_dir() and any(p.name.isdigit() for p in ckpt_dir.iterdir())
 
 
 def check_resume_config(workdir: str, c) -> list[str]:
   """Refuses to resume with a config other than the saved one, except for harmless keys and
   those listed in config.allow_config_change; returns the changed keys."""
-  ckpt_dir = os.path.join(workdir, 'checkpoints')
-  if not (os.path.isdir(ckpt_dir) and any(n.isdigit() for n in os.listdir(ckpt_dir))):
+  if not has_checkpoints(workdir):
     return []  # Nothing to resume: the new config simply replaces the saved one.
   changed = check_saved_config_matches(workdir, c)
   allowed = set(HARMLESS_KEYS) | set(config_lib.split_keys(c.allow_config_change))
   refused = [k for k in changed if k not in allowed]
   if refused:
-    with open(config_path(workdir), encoding='utf-8') as f:
-      saved = json.load(f)
-    current = c.to_dict()
-    diffs = ', '.join(f'{k}: {saved.get(k)!r} -> {current.get(k)!r}' for k in refused)
+    saved, current = saved_config.load(workdir).to_dict(), c.to_dict()
+    diffs = ', '.join(f'{k}: {saved.get(k)!r} -> {current[k]!r}' for k in refused)
     listed = ','.join(config_lib.split_keys(c.allow_config_change) + refused)
     raise UserError(f"workdir '{workdir}' was trained with another config ({diffs}); re-run "
                     'with the saved values (WORKDIR/config.json), use a new --workdir, or accept '
                     f'the change with --config.allow_config_change={listed}')
   return changed
-
-
-def write_config(workdir: str, c):
-  """Writes the resolved config atomically (never a half-written config.json)."""
-  path = config_path(workdir)
-  tmp = path + '.tmp'
-  with open(tmp, 'w', encoding='utf-8') as f:
-    f.write(config_lib.to_json(c) + '\n')
-  os.replace(tmp, path)
 
 
 def prepare_workdir(workdir: str) -> str:

@@ -3,6 +3,7 @@ import json
 import math
 import os
 
+from electra_jax import atomic
 from electra_jax import cli
 
 
@@ -29,9 +30,7 @@ def truncate_after(path: str, step: int):
       break
     kept.append(line)
   if len(kept) != len(lines):
-    with open(path + '.tmp', 'w', encoding='utf-8') as f:
-      f.writelines(kept)
-    os.replace(path + '.tmp', path)
+    atomic.write_text(path, ''.join(kept))
 
 
 class MetricWriter:

@@ -20,14 +20,17 @@ from ml_collections import config_flags
 
 from electra_jax import checkpoint
 from electra_jax import cli
+from electra_jax import config as config_lib
 from electra_jax import cpu_devices
 from electra_jax import distributed
 from electra_jax import dry_run
 from electra_jax import eval_loop
 from electra_jax import experiment as experiment_lib
+from electra_jax import init_from
 from electra_jax import metric_writer
 from electra_jax import nonfinite
 from electra_jax import objective as objective_lib
+from electra_jax import saved_config
 from electra_jax import train_state as ts
 from electra_jax.data import pipeline
 from electra_jax.data import prefetch
@@ -72,26 +75,38 @@ def _window_from_json(loop_state):
   return {k: jnp.asarray(np.asarray(v, dtype)) for k, (v, dtype) in loop_state['window'].items()}
 
 
-def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None) -> dict:
-  """Trains (or resumes) to config.num_train_steps; returns the run summary."""
+def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None,
+                       overridden=()) -> dict:
+  """Trains (or resumes) to config.num_train_steps; returns the run summary.
+
+  stop_after_steps=0 saves the starting state as a checkpoint (e.g. init_from's step 0) and
+  stops. overridden: the keys given as --config.KEY=VALUE (init_from checks them against its
+  source).
+  """
   on_error = []  # Cleanups for a run that fails (e.g. finish pending saves of good states).
   try:
-    return _train_and_evaluate(config, workdir, stop_after_steps, on_error)
+    return _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
   except Exception:
     for cleanup in reversed(on_error):
       cleanup()
     raise
 
 
-def _train_and_evaluate(config, workdir, stop_after_steps, on_error) -> dict:
+def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden) -> dict:
   start_time = time.time()
-  exp = experiment_lib.Experiment.create(config)
+  if stop_after_steps is not None and stop_after_steps < 0:
+    raise cli.UserError(f'--stop_after_steps={stop_after_steps} must be >= 0')
+  start = init_from.prepare(config, workdir, overridden)
+  exp = experiment_lib.Experiment.create(start.config)
   c, mesh = exp.config, exp.mesh
   workdir = experiment_lib.prepare_workdir(workdir)
   changed = experiment_lib.check_resume_config(workdir, c)
   is_chief = jax.process_index() == 0
   say = print if is_chief else (lambda *a, **k: None)
   write_line = (lambda line: bar.write(line, file=sys.stdout)) if is_chief else say
+  for note in [config_lib.warmup_note(config), *start.notes]:
+    if note:
+      say(f'note: {note}', flush=True)
 
   train_iter = prefetch.to_mesh(pipeline.make_train_iterator(
       c, exp.tokenizer, jax.process_index(), jax.process_count()), mesh)
@@ -108,10 +123,18 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error) -> dict:
   if latest is not None:
     say(f'Resuming from step {latest} in {ckpt.directory}'
         + (f' (config keys changed since: {", ".join(changed)})' if changed else ''))
+  elif c.init_from and start.source is None:
+    raise cli.UserError(f'{ckpt.directory} holds step directories but no complete checkpoint, '
+                        'so the run can neither resume nor start from config.init_from; move '
+                        'them away or use a new --workdir')
+  elif start.source is not None:
+    state, notes = init_from.initial_state(exp, start)
+    for note in notes:
+      say(f'note: {note}', flush=True)
   else:
     state = exp.init_state()
   if is_chief:
-    experiment_lib.write_config(workdir, c)
+    saved_config.write(workdir, c)
   num_params = sum(x.size for x in jax.tree.leaves(state.params))
   say(f'Writing to {workdir} | objective {c.objective} | {num_params / 1e6:.2f}M parameters | '
       f'{mesh.devices.size} device(s) {jax.devices()[0].platform} | '
@@ -152,9 +175,23 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error) -> dict:
                  f'{time.time() - t:.1f}s')
     window_start += time.time() - t  # Evaluation time does not count as training time.
 
+  def stop_now(reason: str) -> dict:
+    ckpt.close()
+    train_iter.close()
+    bar.close()
+    writer.close()
+    say(f'Stopped at step {step} ({reason}); checkpoint saved in {ckpt.directory}/{step}. '
+        'Re-run the same command to resume.', flush=True)
+    return dict(status='interrupted', step=step, workdir=workdir,
+                checkpoint=f'{ckpt.directory}/{step}')
+
   if step >= c.num_train_steps:
     say(f'Already at step {step} of {c.num_train_steps}: nothing to train. To continue, raise '
         '--config.num_train_steps and pass --config.allow_config_change=num_train_steps.')
+  elif stop_after_steps == 0:
+    if latest is None:  # The starting state, e.g. to export or evaluate init_from's weights.
+      ckpt.save(step, state, train_iter, force=True, loop_state=_window_to_json(window))
+    return stop_now('--stop_after_steps=0')
   while step < c.num_train_steps:
     batch = next(train_iter)  # Global arrays, built while the previous step ran.
     state, sums = train_step(state, batch, base_rng)
@@ -198,16 +235,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error) -> dict:
       too_many_nonfinite.check_now()
       ckpt.save(step, state, train_iter, force=True, loop_state=_window_to_json(window))
     if preempted and step < c.num_train_steps:
-      ckpt.close()
-      train_iter.close()
-      bar.close()
-      writer.close()
-      reason = (f'signal {stop.signal}' if stop.signal is not None else
-                '--stop_after_steps' if budget_spent else 'preemption notice')
-      say(f'Stopped at step {step} ({reason}); checkpoint saved in {ckpt.directory}/{step}. '
-          'Re-run the same command to resume.', flush=True)
-      return dict(status='interrupted', step=step, workdir=workdir,
-                  checkpoint=f'{ckpt.directory}/{step}')
+      return stop_now(f'signal {stop.signal}' if stop.signal is not None else
+                      '--stop_after_steps' if budget_spent else 'preemption notice')
 
   bar.close()
   ckpt.close()
@@ -237,7 +266,9 @@ def main(argv):
       print(dry_run.describe(plan), flush=True)
     cli.print_result(plan)
     return
-  cli.print_result(train_and_evaluate(FLAGS.config, FLAGS.workdir, FLAGS.stop_after_steps))
+  overridden = set(config_flags.get_override_values(FLAGS['config']))
+  cli.print_result(train_and_evaluate(FLAGS.config, FLAGS.workdir, FLAGS.stop_after_steps,
+                                      overridden))
 
 
 def _define_flags():
@@ -248,7 +279,8 @@ def _define_flags():
   flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and TensorBoard logs.')
   flags.DEFINE_integer('stop_after_steps', None, 'Save and exit after this many steps in this '
                        'invocation (e.g. to fit a job time limit); the schedule still runs to '
-                       'config.num_train_steps and the same command resumes.')
+                       'config.num_train_steps and the same command resumes. 0 saves the '
+                       'starting state (e.g. the weights of config.init_from) as a checkpoint.')
   flags.DEFINE_bool('dry_run', False, 'Print the mesh, per-host/per-device batch, parameter and '
                     'optimizer memory per device and FLOPs per step, then exit without training '
                     'or writing anything.')

@@ -1,4 +1,5 @@
-"""Export to / import from HF transformers ELECTRA: same numbers, exact round trips, the CLI."""
+"""Export to (and the weight conversion from) HF transformers ELECTRA: same numbers, exact
+round trips, the CLI. Starting a run from transformers weights: tests/test_init_from.py."""
 import os
 
 import jax
@@ -7,11 +8,17 @@ import pytest
 import torch
 import transformers
 
+from electra_jax import checkpoint
 from electra_jax import config as config_lib
 from electra_jax import export
 from electra_jax import model as model_lib
+from electra_jax import saved_config
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
+from electra_jax.hf import configs as hf_configs
+from electra_jax.hf import files as hf_files
+from electra_jax.hf import tokenizer_files
+from electra_jax.hf import weights as hf_weights
 from tests.conftest import REPO_ROOT, tiny_config
 from tests.test_train_cli import TINY_FLAGS, last_json, run_cli
 
@@ -58,8 +65,8 @@ def padded_inputs(c, batch=3, seq=20, seed=0):
 def test_exported_models_give_our_logits_on_padded_inputs(name, tmp_path):
   c = config_lib.resolve(tiny_config(**CONFIGS[name]))
   model, params = random_params(c)
-  export.write_hf_model(params, c, 'discriminator', str(tmp_path / 'd'))
-  export.write_hf_model(params, c, 'generator', str(tmp_path / 'g'))
+  hf_files.write_model(params, c, 'discriminator', str(tmp_path / 'd'))
+  hf_files.write_model(params, c, 'generator', str(tmp_path / 'g'))
   hf_disc = transformers.ElectraForPreTraining.from_pretrained(str(tmp_path / 'd')).eval()
   hf_gen = transformers.ElectraForMaskedLM.from_pretrained(str(tmp_path / 'g')).eval()
   assert hf_gen.config.hidden_size == model_lib.ModelConfig.from_config(c).generator_hidden_size
@@ -91,9 +98,9 @@ def test_hf_to_ours_to_hf_round_trip_is_exact(name, tmp_path):
   torch.manual_seed(0)
   models = {
       'discriminator': transformers.ElectraForPreTraining(
-          transformers.ElectraConfig(**export.hf_config_dict(c, 'discriminator'))),
+          transformers.ElectraConfig(**hf_configs.hf_config_dict(c, 'discriminator'))),
       'generator': transformers.ElectraForMaskedLM(
-          transformers.ElectraConfig(**export.hf_config_dict(c, 'generator'))),
+          transformers.ElectraConfig(**hf_configs.hf_config_dict(c, 'generator'))),
   }
   for network, hf_model in models.items():
     with torch.no_grad():  # HF initialises biases to zero and LayerNorms to one: perturb all.
@@ -102,18 +109,18 @@ def test_hf_to_ours_to_hf_round_trip_is_exact(name, tmp_path):
     original = hf_state(hf_model)
     # Read back what transformers itself writes: safetensors (tied matrix left out) and .bin.
     hf_model.save_pretrained(str(tmp_path / network))
-    _, saved = export.load_hf_dir(str(tmp_path / network))
+    _, saved = hf_files.read_dir(str(tmp_path / network))
     torch.save(hf_model.state_dict(), str(tmp_path / 'pytorch_model.bin'))
     (tmp_path / 'config.json').write_text('{}')
-    _, saved_bin = export.load_hf_dir(str(tmp_path))
+    _, saved_bin = hf_files.read_dir(str(tmp_path))
     for key, value in saved.items():
       np.testing.assert_array_equal(value, original[key], err_msg=key)
       np.testing.assert_array_equal(saved_bin[key], original[key], err_msg=key)
-    ours = export.hf_to_params(saved, c, network)
-    encoder_only = export.hf_to_params(saved, c, network, with_head=False)
+    ours = hf_weights.hf_to_params(saved, c, network)
+    encoder_only = hf_weights.hf_to_params(saved, c, network, with_head=False)
     assert 'head' not in encoder_only[network] and 'head' in ours[network]
     assert set(ours) == {'embeddings', network}
-    back = export.params_to_hf(ours, c, network)
+    back = hf_weights.params_to_hf(ours, c, network)
     # Every tensor comes back bit for bit; only the tied output matrix is left implicit.
     assert set(original) - set(back) <= {'generator_lm_head.weight'}
     assert set(back) <= set(original)
@@ -125,22 +132,22 @@ def test_hf_to_ours_to_hf_round_trip_is_exact(name, tmp_path):
 def test_import_refuses_wrong_shapes_and_untied_generator_output():
   c = config_lib.resolve(tiny_config())
   _, params = random_params(c)
-  state = export.params_to_hf(params, c, 'generator')
+  state = hf_weights.params_to_hf(params, c, 'generator')
   wrong = dict(state)
   wrong['electra.encoder.layer.0.intermediate.dense.weight'] = np.zeros((3, 3), np.float32)
   with pytest.raises(UserError, match='intermediate.dense.weight has shape'):
-    export.hf_to_params(wrong, c, 'generator')
+    hf_weights.hf_to_params(wrong, c, 'generator')
   untied = dict(state, **{'generator_lm_head.weight': state[
       'electra.embeddings.word_embeddings.weight'] + 1})
   with pytest.raises(UserError, match='generator_lm_head.weight differs'):
-    export.hf_to_params(untied, c, 'generator')
+    hf_weights.hf_to_params(untied, c, 'generator')
   missing = {k: v for k, v in state.items() if 'layer.1.' not in k}
   with pytest.raises(UserError, match='lacks'):
-    export.hf_to_params(missing, c, 'generator')
+    hf_weights.hf_to_params(missing, c, 'generator')
 
 
 def test_exported_tokenizer_matches_ours_on_held_out_text(tmp_path):
-  export.write_tokenizer('data/demo_spm.model', str(tmp_path), 512)
+  tokenizer_files.write_tokenizer('data/demo_spm.model', str(tmp_path), 512)
   hf_tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
   ours = tokenizer_lib.load_tokenizer('data/demo_spm.model')
   with open(os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'eval', 'persuasion.txt'),
@@ -164,7 +171,7 @@ def test_wordpiece_vocab_exports_as_an_electra_tokenizer(tmp_path):
   (tmp_path / 'vocab.txt').write_text('\n'.join(words) + '\n', encoding='utf-8')
   out = tmp_path / 'out'
   out.mkdir()
-  export.write_tokenizer(str(tmp_path / 'vocab.txt'), str(out), 128)
+  tokenizer_files.write_tokenizer(str(tmp_path / 'vocab.txt'), str(out), 128)
   tok = transformers.AutoTokenizer.from_pretrained(str(out))
   assert (out / 'vocab.txt').read_text(encoding='utf-8').split() == words
   assert tok('The cats sat.')['input_ids'] == [2, 5, 6, 8, 7, 9, 3]
@@ -221,8 +228,8 @@ def test_export_cli_writes_directories_transformers_loads(exported):
   gen = transformers.ElectraForMaskedLM.from_pretrained(os.path.join(output, 'generator')).eval()
   batch = tok(['Emma Woodhouse, handsome, clever, and rich.', 'Short.'], padding=True,
               return_tensors='pt')
-  c = export.load_workdir_config(exported['workdir'])
-  params, _ = export.restore_params(exported['workdir'], c)
+  c = saved_config.load(exported['workdir'])
+  params, _ = checkpoint.read_params(exported['workdir'])
   model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
   ids, segments, mask = (batch[k].numpy() for k in ('input_ids', 'token_type_ids',
                                                     'attention_mask'))
@@ -239,53 +246,10 @@ def test_export_cli_writes_directories_transformers_loads(exported):
                                 disc.electra.embeddings.word_embeddings.weight.detach().numpy())
 
 
-def test_from_hf_workdir_holds_the_same_params_and_evaluate_reads_it(exported):
-  output = exported['output']
-  workdir = str(exported['base'] / 'imported')
-  result = export.import_hf(output, workdir, os.path.join(output, 'generator'))
-  assert result['step'] == 0 and not result['notes']
-  original, _ = export.restore_params(exported['workdir'],
-                                      export.load_workdir_config(exported['workdir']))
-  imported, step = export.restore_params(workdir, export.load_workdir_config(workdir))
-  assert step == 0
-  flat_original = jax.tree_util.tree_leaves_with_path(original)
-  flat_imported = jax.tree_util.tree_leaves_with_path(imported)
-  assert [p for p, _ in flat_original] == [p for p, _ in flat_imported]
-  for (path, a), (_, b) in zip(flat_original, flat_imported):
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(path))
-  config, discriminator = export.load_hf_discriminator(output)
-  assert config.vocab_file == os.path.join(output, export.SPM_FILE)
-  for (path, a), (_, b) in zip(
-      jax.tree_util.tree_leaves_with_path(discriminator),
-      jax.tree_util.tree_leaves_with_path({k: original[k] for k in discriminator})):
-    np.testing.assert_array_equal(a, np.asarray(b), err_msg=str(path))
-  proc = run_cli('electra_jax.evaluate', f'--workdir={workdir}', *result['evaluate_flags'],
-                 f'--eval_files={exported["base"] / "corpus.txt"}', '--num_batches=1')
-  metrics = last_json(proc.stdout)
-  assert metrics['step'] == 0 and np.isfinite(metrics['loss'])
-  with pytest.raises(UserError, match='not empty'):
-    export.import_hf(output, workdir)
-
-
-def test_from_hf_refuses_a_generator_as_the_discriminator(exported, tmp_path):
-  with pytest.raises(UserError, match='holds a generator'):
-    export.import_hf(os.path.join(exported['output'], 'generator'), str(tmp_path / 'w'))
-  assert not (tmp_path / 'w').exists()
-
-
-def test_from_hf_without_generator_initialises_it_and_says_so(exported, tmp_path):
-  result = export.import_hf(exported['output'], str(tmp_path / 'w'))
-  assert any('randomly initialised' in note for note in result['notes'])
-  c = export.load_workdir_config(str(tmp_path / 'w'))
-  assert c.vocab_file == str(tmp_path / 'w' / export.SPM_FILE)
-  params, _ = export.restore_params(str(tmp_path / 'w'), c)
-  assert set(params) == {'embeddings', 'generator', 'discriminator'}
-
-
 def test_export_imports_as_a_library_beside_other_commands():
   """Commands define their flags only when they run, so fine-tuning (which has its own
   --workdir and --output) and tests can import the conversion functions beside the others."""
   # pylint: disable=import-outside-toplevel,unused-import
   from absl import flags
   from electra_jax import benchmark, evaluate, train
-  assert 'from_hf' not in flags.FLAGS
+  assert 'what' not in flags.FLAGS

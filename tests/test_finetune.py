@@ -13,10 +13,10 @@ import pytest
 
 from electra_jax import checkpoint
 from electra_jax import config as config_lib
-from electra_jax import experiment as experiment_lib
 from electra_jax import model as model_lib
 from electra_jax import optim
 from electra_jax import parallel
+from electra_jax import saved_config
 from electra_jax import train_state as ts
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
@@ -292,7 +292,7 @@ def pretrain_workdir(tmp_path_factory):
   ckpt = checkpoint.Checkpointer(os.path.join(workdir, 'checkpoints'))
   ckpt.save(7, state, force=True)
   ckpt.close()
-  experiment_lib.write_config(workdir, c)
+  saved_config.write(workdir, c)
   return workdir, jax.device_get(state.params)
 
 
@@ -318,10 +318,11 @@ def test_a_transformers_directory_starts_from_the_same_weights_as_its_workdir(pr
                                                                               tmp_path):
   pytest.importorskip('transformers')
   from electra_jax import export  # pylint: disable=import-outside-toplevel
+  from electra_jax.hf import files as hf_files  # pylint: disable=import-outside-toplevel
   workdir, _ = pretrain_workdir
   hf_dir = str(tmp_path / 'hf')
   export.export_workdir(workdir, hf_dir)
-  assert pretrained.is_hf_dir(hf_dir)
+  assert hf_files.is_hf_dir(hf_dir)
   from_hf, hf_config = pretrained.load_pretrained(hf_dir)
   from_workdir, workdir_config = pretrained.load_pretrained(workdir)
   assert hf_config.hidden_size == workdir_config.hidden_size

@@ -301,10 +301,11 @@ def test_an_mlm_workdir_trains_evaluates_and_fine_tunes(tmp_path):
 
 
 def test_workdir_written_before_the_ablation_keys_existed_still_matches(tmp_path):
-  from electra_jax import experiment  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  from electra_jax import experiment, saved_config
   c = config_lib.resolve(tiny_config())
-  experiment.write_config(str(tmp_path), c)
-  path = experiment.config_path(str(tmp_path))
+  saved_config.write(str(tmp_path), c)
+  path = saved_config.path(str(tmp_path))
   with open(path, encoding='utf-8') as f:
     old = {k: v for k, v in json.load(f).items()
            if k not in ('objective', 'tie', 'two_stage_generator_steps')}
@@ -321,7 +322,7 @@ def test_hf_export_refuses_what_hf_electra_cannot_hold():
   from electra_jax import export
   resolve = lambda **o: config_lib.resolve(tiny_config(**o))
   with pytest.raises(UserError, match="objective 'mlm'"):
-    export._check_exportable(resolve(objective='mlm'), {'discriminator': ''})
+    export.check_exportable(resolve(objective='mlm'), {'discriminator': ''})
   with pytest.raises(UserError, match="config.tie='none'"):
-    export._check_exportable(resolve(tie='none'), {'generator': ''})
-  export._check_exportable(resolve(objective='electra_15'), {'discriminator': ''})
+    export.check_exportable(resolve(tie='none'), {'generator': ''})
+  export.check_exportable(resolve(objective='electra_15'), {'discriminator': ''})

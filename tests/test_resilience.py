@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import pytest
 
-from electra_jax import checkpoint, experiment, metric_writer, optim, parallel
+from electra_jax import checkpoint, experiment, metric_writer, optim, parallel, saved_config
 from electra_jax import config as config_lib
 from electra_jax import train_state as ts
 from electra_jax.errors import UserError
@@ -380,7 +380,7 @@ def test_verbose_shows_the_traceback(bad_inputs):
 
 def test_resume_accepts_harmless_and_allowed_changes_and_refuses_others(tmp_path):
   workdir = str(tmp_path)
-  experiment.write_config(workdir, config_lib.resolve(tiny_config()))
+  saved_config.write(workdir, config_lib.resolve(tiny_config()))
   changed = lambda **kw: experiment.check_resume_config(workdir, config_lib.resolve(
       tiny_config(**kw)))
   # No checkpoint yet: nothing to resume, any change is fine.

@@ -83,7 +83,7 @@ def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
   c = config_lib.resolve(FLAGS.config)
-  tokenizer = tokenizer_lib.load_tokenizer(c.vocab_file, c.vocab_size)
+  tokenizer = tokenizer_lib.for_config(c)
   workers = [int(w) for w in FLAGS.workers]
   print(f'Timing {FLAGS.num_batches} batches of {c.train_batch_size} x {c.max_seq_length} on '
         f'{os.cpu_count()} CPU core(s), workers {workers}', flush=True)

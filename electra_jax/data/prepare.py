@@ -47,7 +47,7 @@ def prepare(config, output: str, examples_per_shard: int = 100_000,
     raise UserError(f'--examples_per_shard={examples_per_shard} must be positive')
   start = time.time()
   c = config_lib.resolve(config)
-  tokenizer = tokenizer_lib.load_tokenizer(c.vocab_file, c.vocab_size)
+  tokenizer = tokenizer_lib.for_config(c)
   description, documents = sources.corpus_documents(c, 'train')
   output = _output_dir(output)
   print(f'Packing {description} with {tokenizer} into {output} '
@@ -80,7 +80,8 @@ def prepare(config, output: str, examples_per_shard: int = 100_000,
   vocab_path = tokenizer.vocab_file
   metadata = writer.finish(dict(
       source=source, vocab_file=vocab_path, vocab_sha256=shards.file_sha256(vocab_path),
-      vocab_size=tokenizer.vocab_size, max_seq_length=c.max_seq_length,
+      vocab_size=tokenizer.vocab_size, do_lower_case=c.do_lower_case,
+      max_seq_length=c.max_seq_length,
       short_seq_prob=c.short_seq_prob, seed=c.seed, special_ids=dict(
           pad=tokenizer.pad_id, cls=tokenizer.cls_id, sep=tokenizer.sep_id,
           mask=tokenizer.mask_id)))

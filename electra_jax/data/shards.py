@@ -17,6 +17,8 @@ import time
 import numpy as np
 from array_record.python import array_record_module
 
+from electra_jax import atomic
+from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
 
 FORMAT = 'electra_jax.packed_examples'
@@ -90,11 +92,7 @@ class ShardWriter:
                     record_dtype=self._dtype.str, num_examples=self.num_examples,
                     num_tokens=self.num_tokens, shards=self._shards,
                     created=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), **metadata)
-    path = metadata_path(self._dir, self._split)
-    with open(path + '.tmp', 'w', encoding='utf-8') as f:
-      json.dump(metadata, f, indent=2)
-      f.write('\n')
-    os.replace(path + '.tmp', path)
+    atomic.write_json(metadata_path(self._dir, self._split), metadata)
     return metadata
 
 
@@ -122,8 +120,11 @@ def check_compatible(metadata: dict, data_dir: str, config, tokenizer):
     raise UserError(f"train_data_dir '{data_dir}' was prepared with vocabulary "
                     f"'{metadata['vocab_file']}', which differs from config.vocab_file "
                     f"'{config.vocab_file}'; use that vocabulary or re-run prepare")
-  for key in ('vocab_size', 'max_seq_length'):
-    if metadata[key] != config[key]:
+  # Lower-casing changes WordPiece ids only; data prepared before the key existed was lower-cased.
+  keys = ('vocab_size', 'max_seq_length') + (
+      ('do_lower_case',) if tokenizer_lib.is_wordpiece_vocab(tokenizer.vocab_file) else ())
+  for key in keys:
+    if metadata.get(key, True) != config[key]:
       raise UserError(f"train_data_dir '{data_dir}' was prepared with {key}={metadata[key]} but "
                       f'config.{key}={config[key]}; set --config.{key}={metadata[key]} or '
                       're-run prepare')

@@ -91,19 +91,30 @@ class SentencePieceTokenizer:
     return f'SentencePieceTokenizer({self.model_file!r}, vocab_size={self.vocab_size})'
 
 
-def load_tokenizer(vocab_file: str, vocab_size: int | None = None):
+def is_wordpiece_vocab(path: str) -> bool:
+  """A BERT-style vocab.txt (by extension); anything else is a sentencepiece model."""
+  return os.path.splitext(str(path))[1].lower() == '.txt'
+
+
+def for_config(c):
+  """The tokenizer a resolved config names (vocab_file, vocab_size, do_lower_case)."""
+  return load_tokenizer(c.vocab_file, c.vocab_size, c.do_lower_case)
+
+
+def load_tokenizer(vocab_file: str, vocab_size: int | None = None, do_lower_case: bool = True):
   """Loads a vocabulary and checks it against the config's vocab_size (None: no check).
 
-  `*.txt` is a BERT-style WordPiece vocab.txt (wordpiece.py); anything else a sentencepiece
-  model. Both tokenizers share one interface (encode, encode_batch, decode, special ids).
+  `*.txt` is a BERT-style WordPiece vocab.txt (wordpiece.py; `do_lower_case=False` for a cased
+  one); anything else a sentencepiece model. Both tokenizers share one interface (encode,
+  encode_batch, decode, special ids).
   """
   path = paths.resolve_path(vocab_file)
   if not os.path.isfile(path):
     raise UserError(f"vocab_file '{vocab_file}' not found; build one with python -m "
                     'electra_jax.data.build_vocab --input=GLOB --vocab_size=N --output=PREFIX '
                     'and pass --config.vocab_file=PREFIX.model, or pass a BERT vocab.txt')
-  if wordpiece.is_wordpiece_vocab(path):
-    tokenizer = wordpiece.WordPieceTokenizer(path)
+  if is_wordpiece_vocab(path):
+    tokenizer = wordpiece.WordPieceTokenizer(path, do_lower_case)
   else:
     try:
       tokenizer = SentencePieceTokenizer(path)

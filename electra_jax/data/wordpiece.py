@@ -1,13 +1,13 @@
 """BERT/ELECTRA WordPiece vocabularies (vocab.txt, one token per line, id = line number).
 
-Tokenizes exactly as BERT's uncased tokenizer does: clean control characters, put spaces around
-CJK characters, lower-case and strip accents (NFD), split on whitespace and punctuation, then
+Tokenizes exactly as BERT's tokenizer does: clean control characters, put spaces around CJK
+characters, lower-case and strip accents (NFD; uncased vocabularies, the default, or
+`lower_case=False` for cased ones), split on whitespace and punctuation, then
 greedy longest-match WordPiece with `##` continuations; a word longer than 100 characters or
 with no match becomes [UNK]. The work runs in the Rust `tokenizers` library. Special ids are
 wherever vocab.txt puts them (the released BERT vocab: [PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102,
 [MASK] 103), and the literal text "[MASK]" still tokenizes as "[", "mask", "]".
 """
-import os
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
@@ -17,8 +17,8 @@ SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
 MAX_CHARS_PER_WORD = 100  # BERT: longer words are [UNK].
 
 
-def read_vocab(vocab_file: str) -> dict[str, int]:
-  """Token -> id (its 0-based line number), as BERT's load_vocab reads it."""
+def read_tokens(vocab_file: str) -> list[str]:
+  """The tokens of a vocab.txt by id (its 0-based line number), as BERT's load_vocab reads it."""
   try:
     with open(vocab_file, encoding='utf-8') as f:
       tokens = [line.strip() for line in f]
@@ -27,6 +27,10 @@ def read_vocab(vocab_file: str) -> dict[str, int]:
                     'BERT-style vocab.txt with one token per line') from None
   while tokens and not tokens[-1]:
     tokens.pop()  # A trailing newline is not a token.
+  return tokens
+
+
+def _token_ids(tokens: list[str], vocab_file: str) -> dict[str, int]:
   vocab = {}
   for i, token in enumerate(tokens):
     vocab.setdefault(token, i)
@@ -37,12 +41,22 @@ def read_vocab(vocab_file: str) -> dict[str, int]:
   return vocab
 
 
-class WordPieceTokenizer:
-  """Text <-> ids with a BERT uncased vocab.txt; same interface as SentencePieceTokenizer."""
+def normalizer(lower_case: bool) -> normalizers.Normalizer:
+  """BERT's text clean-up; uncased vocabularies also lower-case and strip accents."""
+  return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                    strip_accents=lower_case, lowercase=lower_case)
 
-  def __init__(self, vocab_file: str):
+
+class WordPieceTokenizer:
+  """Text <-> ids with a BERT vocab.txt; same interface as SentencePieceTokenizer.
+
+  `tokens`: the vocabulary by id, instead of reading `vocab_file` (e.g. before it is written).
+  """
+
+  def __init__(self, vocab_file: str, lower_case: bool = True, tokens: list[str] | None = None):
     self.vocab_file = self.model_file = vocab_file
-    vocab = read_vocab(vocab_file)
+    self.lower_case = lower_case
+    vocab = _token_ids(read_tokens(vocab_file) if tokens is None else tokens, vocab_file)
     self._size = max(vocab.values()) + 1
     self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
         vocab[t] for t in SPECIAL_TOKENS)
@@ -51,8 +65,7 @@ class WordPieceTokenizer:
     self._id_to_token = {i: t for t, i in vocab.items()}
     tokenizer = Tokenizer(models.WordPiece(vocab, unk_token='[UNK]',
                                            max_input_chars_per_word=MAX_CHARS_PER_WORD))
-    tokenizer.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=True, lowercase=True)
+    tokenizer.normalizer = normalizer(lower_case)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix='##')
     self._tokenizer = tokenizer
@@ -75,8 +88,5 @@ class WordPieceTokenizer:
     return self._id_to_token.get(int(i), '[UNK]')
 
   def __repr__(self) -> str:
-    return f'WordPieceTokenizer({self.vocab_file!r}, vocab_size={self.vocab_size})'
-
-
-def is_wordpiece_vocab(path: str) -> bool:
-  return os.path.splitext(path)[1].lower() == '.txt'
+    cased = '' if self.lower_case else ', cased'
+    return f'WordPieceTokenizer({self.vocab_file!r}, vocab_size={self.vocab_size}{cased})'

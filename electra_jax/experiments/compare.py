@@ -17,6 +17,7 @@ import os
 
 from absl import flags
 
+from electra_jax import atomic
 from electra_jax import cli
 from electra_jax.errors import UserError
 from electra_jax.experiments import budget
@@ -117,7 +118,7 @@ def prepare_output(output: str, spec: dict) -> str:
   except OSError as e:
     raise UserError(f"cannot create --output '{output}': {e.strerror}; pick a writable "
                     'location') from None
-  runs.write_json(spec_path, spec)
+  atomic.write_json(spec_path, spec)
   return output
 
 

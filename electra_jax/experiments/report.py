@@ -4,6 +4,7 @@ The markdown table is written from results.json's numbers, so the two always agr
 """
 import os
 
+from electra_jax import atomic
 from electra_jax.experiments import runs
 
 CURVE_METRICS = (('loss', 'training loss'),
@@ -112,10 +113,8 @@ def write_all(results: dict, output: str) -> dict:
                results_md=os.path.join(output, 'results.md'),
                downstream_plot=os.path.join(output, 'downstream_vs_flops.png'),
                curves_plot=os.path.join(output, 'pretraining_curves.png'))
-  runs.write_json(paths['results_json'], results)
-  with open(paths['results_md'] + '.tmp', 'w', encoding='utf-8') as f:
-    f.write(markdown(results))
-  os.replace(paths['results_md'] + '.tmp', paths['results_md'])
+  atomic.write_json(paths['results_json'], results)
+  atomic.write_text(paths['results_md'], markdown(results))
   plot_downstream(results, paths['downstream_plot'])
   plot_curves(results, output, paths['curves_plot'])
   return paths

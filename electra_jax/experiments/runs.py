@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 
+from electra_jax import atomic
 from electra_jax.errors import UserError
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,15 +25,6 @@ _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 
 def _say(message: str):
   print(message, flush=True)
-
-
-def write_json(path: str, record) -> None:
-  """Atomically: a reader sees the old file or the whole new one."""
-  tmp = path + '.tmp'
-  with open(tmp, 'w', encoding='utf-8') as f:
-    json.dump(record, f, indent=2)
-    f.write('\n')
-  os.replace(tmp, path)
 
 
 def read_json(path: str):
@@ -158,7 +150,7 @@ def _make_point(workdir: str, point_dir: str, step: int, flops: float) -> dict:
                 eval=_row_at(read_jsonl(os.path.join(workdir, 'eval_metrics.jsonl')), step))
   shutil.rmtree(point_dir, ignore_errors=True)
   os.rename(tmp, point_dir)
-  write_json(os.path.join(point_dir, 'point.json'), record)
+  atomic.write_json(os.path.join(point_dir, 'point.json'), record)
   return record
 
 

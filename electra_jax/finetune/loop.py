@@ -2,7 +2,6 @@
 epoch's params) -> median over seeds. Writes FT_DIR/{config.json, results.json,
 seed_<k>/metrics.jsonl, seed_<k>/best/<step>/}."""
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -13,11 +12,13 @@ import numpy as np
 import orbax.checkpoint as ocp
 import tqdm
 
+from electra_jax import atomic
 from electra_jax import cli
 from electra_jax import experiment as experiment_lib
 from electra_jax import model as model_lib
 from electra_jax import optim
 from electra_jax import parallel
+from electra_jax import saved_config
 from electra_jax import train_state as ts
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
@@ -273,24 +274,22 @@ def _prepare_output(workdir: str) -> str:
 
 def _model_and_tokenizer(c):
   """(pretrained params or None, ModelConfig, tokenizer) from init_checkpoint / model_size."""
-  vocab_file = c.vocab_file
   params = None
   if c.init_checkpoint:
-    hf = pretrained.is_hf_dir(c.init_checkpoint)
-    if c.random_init and not hf:  # Same architecture, random weights: the baseline.
-      model_config = model_lib.ModelConfig.from_config(
-          pretrained.pretraining_config(c.init_checkpoint))
+    source = pretrained.pretraining_config(c.init_checkpoint)
+    if c.random_init:  # Same architecture, random weights: the baseline.
+      model_config = model_lib.ModelConfig.from_config(source)
     else:
       params, model_config = pretrained.load_pretrained(c.init_checkpoint)
-      params = None if c.random_init else params
-    if vocab_file is None and not hf:
-      vocab_file = pretrained.pretraining_config(c.init_checkpoint).vocab_file
-    if vocab_file is None:
-      raise UserError('config.vocab_file is needed with a transformers init_checkpoint; pass '
-                      'the sentencepiece model the checkpoint was trained with')
-    tokenizer = tokenizer_lib.load_tokenizer(vocab_file, model_config.vocab_size)
+    vocab_file = c.vocab_file or source.vocab_file
+    if not vocab_file:
+      raise UserError(f"config.init_checkpoint='{c.init_checkpoint}' carries no vocabulary "
+                      '(spm.model or vocab.txt); pass the one it was trained with as '
+                      '--config.vocab_file=FILE')
+    tokenizer = tokenizer_lib.load_tokenizer(vocab_file, model_config.vocab_size,
+                                             source.do_lower_case)
   elif c.random_init:
-    tokenizer = tokenizer_lib.load_tokenizer(vocab_file or DEFAULT_VOCAB)
+    tokenizer = tokenizer_lib.load_tokenizer(c.vocab_file or DEFAULT_VOCAB)
     model_config = pretrained.model_config_for_size(c.model_size, tokenizer.vocab_size)
   else:
     raise UserError('set --config.init_checkpoint=WORKDIR (a pretraining workdir) or '
@@ -317,8 +316,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   is_chief = jax.process_index() == 0
   say = print if is_chief else (lambda *a, **k: None)
   if is_chief:
-    with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
-      f.write(json.dumps(c.to_dict(), indent=2, sort_keys=True) + '\n')
+    saved_config.write(workdir, c)
   model = make_model(task, model_config)
   origin = 'random init' if params is None else f'init from {c.init_checkpoint}'
   eval_rows = ', '.join(f'{_num_rows(e.features)} eval rows'
@@ -347,10 +345,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                  wall_time_sec=round(time.time() - start_time, 2))
   if is_chief:
     results = dict(summary, runs=runs, config=c.to_dict())
-    tmp = os.path.join(workdir, 'results.json.tmp')
-    with open(tmp, 'w', encoding='utf-8') as f:
-      json.dump(results, f, indent=2)
-    os.replace(tmp, os.path.join(workdir, 'results.json'))
+    atomic.write_json(os.path.join(workdir, 'results.json'), results)
   return summary
 
 

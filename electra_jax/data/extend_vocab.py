@@ -1,0 +1,130 @@
+"""New domain tokens for a WordPiece or sentencepiece vocabulary (config.extend_vocab_file).
+
+The file has one token per line. WordPiece: a whole word (normalised as the tokenizer will see
+it: lower-cased and accents stripped for an uncased vocabulary), or `##piece` for a word
+continuation. Sentencepiece (unigram models): a word, added as the word-initial piece `▁word`
+with the best score of the pieces it used to split into, so the model picks it whole. New ids
+follow the old ones; a token already in the vocabulary is skipped. For each new token the ids
+of the pieces the *old* tokenizer splits it into are kept: init_from starts its embedding row
+from theirs.
+"""
+import dataclasses
+from typing import Callable
+
+from etils import epath
+from sentencepiece import sentencepiece_model_pb2
+from tokenizers import pre_tokenizers
+
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.data import wordpiece
+from electra_jax.errors import UserError
+
+
+@dataclasses.dataclass
+class Extension:
+  """The new tokens of a vocabulary and how to write the extended one."""
+  tokens: list[str]          # as added, in id order after the old vocabulary
+  pieces: list[list[int]]    # for each: the old ids the old tokenizer splits it into
+  skipped: list[str]         # lines already in the vocabulary
+  old_size: int
+  content: Callable[[], bytes]  # the extended vocabulary file
+
+  @property
+  def new_size(self) -> int:
+    return self.old_size + len(self.tokens)
+
+  def summary(self, path: str) -> str:
+    added = (f'added {len(self.tokens)} token(s) from {path} as ids {self.old_size}-'
+             f'{self.new_size - 1}' if self.tokens else f'added no token from {path}')
+    skipped = (f'; skipped {len(self.skipped)} already in the vocabulary (e.g. '
+               f'{self.skipped[0]!r})' if self.skipped else '')
+    return added + skipped
+
+
+def read_new_tokens(path: str) -> list[str]:
+  """The file's tokens, one per line (blank lines skipped, duplicates kept once)."""
+  file = epath.Path(path)
+  if not file.exists():
+    raise UserError(f"config.extend_vocab_file='{path}' not found; pass a text file with one "
+                    'new token per line')
+  try:
+    lines = file.read_text(encoding='utf-8').splitlines()
+  except UnicodeDecodeError as e:
+    raise UserError(f"config.extend_vocab_file='{path}' is not UTF-8 (byte offset "
+                    f'{e.start})') from None
+  tokens = []
+  for number, line in enumerate(lines, 1):
+    token = line.strip()
+    if not token:
+      continue
+    if len(token.split()) != 1:
+      raise UserError(f"config.extend_vocab_file='{path}' line {number} ({token!r}) holds "
+                      'more than one token; put one token per line')
+    if token not in tokens:
+      tokens.append(token)
+  if not tokens:
+    raise UserError(f"config.extend_vocab_file='{path}' holds no tokens; put one per line")
+  return tokens
+
+
+def extend_wordpiece(old_tokens: list[str], lower_case: bool, new: list[str],
+                     path: str) -> Extension:
+  """`new` appended to a WordPiece vocabulary (`old_tokens` by id)."""
+  old = wordpiece.WordPieceTokenizer('<vocab>', lower_case, tokens=old_tokens)
+  normalize, split = wordpiece.normalizer(lower_case), pre_tokenizers.BertPreTokenizer()
+  known = set(old_tokens)
+  added, pieces, skipped = [], [], []
+  for token in new:
+    prefix = '##' if token.startswith('##') and len(token) > 2 else ''
+    word = normalize.normalize_str(token[len(prefix):])
+    if [w for w, _ in split.pre_tokenize_str(word)] != [word]:
+      raise UserError(f"config.extend_vocab_file='{path}': {token!r} can never be a WordPiece "
+                      'token (BERT splits words at punctuation and spaces); list its parts')
+    if prefix + word in known:
+      skipped.append(token)
+      continue
+    known.add(prefix + word)
+    added.append(prefix + word)
+    pieces.append(old.encode(word))
+
+  def content():
+    return ''.join(t + '\n' for t in old_tokens + added).encode('utf-8')
+
+  return Extension(added, pieces, skipped, len(old_tokens), content)
+
+
+def extend_sentencepiece(model_file: str, new: list[str], path: str) -> Extension:
+  """`new` appended to a unigram sentencepiece model as word-initial pieces."""
+  proto = sentencepiece_model_pb2.ModelProto()
+  proto.ParseFromString(epath.Path(model_file).read_bytes())
+  if proto.trainer_spec.model_type != sentencepiece_model_pb2.TrainerSpec.UNIGRAM:
+    raise UserError(f"vocab_file '{model_file}' is not a unigram sentencepiece model; "
+                    'config.extend_vocab_file extends unigram models and WordPiece vocab.txt')
+  old = tokenizer_lib.SentencePieceTokenizer(model_file)
+  known = {p.piece for p in proto.pieces}
+  added, pieces, skipped, scores = [], [], [], []
+  for token in new:
+    piece = old.processor.normalize(token)
+    if not piece.startswith('▁'):
+      piece = '▁' + piece
+    if piece in known:
+      skipped.append(token)
+      continue
+    known.add(piece)
+    ids = old.encode(token)
+    added.append(piece)
+    pieces.append(ids)
+    # At least the best score of its old pieces: higher than their sum, so the whole wins.
+    scores.append(max(proto.pieces[i].score for i in ids))
+  old_size = len(proto.pieces)
+
+  def content():
+    extended = sentencepiece_model_pb2.ModelProto()
+    extended.CopyFrom(proto)
+    for piece, score in zip(added, scores):
+      extended.pieces.add(piece=piece, score=score,
+                          type=sentencepiece_model_pb2.ModelProto.SentencePiece.NORMAL)
+    extended.trainer_spec.vocab_size = len(extended.pieces)
+    return extended.SerializeToString()
+
+  return Extension(added, pieces, skipped, old_size, content)

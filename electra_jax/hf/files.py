@@ -1,0 +1,88 @@
+"""Reading and writing transformers checkpoint directories (config.json + weights).
+
+Weights are read from model.safetensors; a pickle-based pytorch_model.bin only through
+torch.load(weights_only=True), so a downloaded checkpoint cannot run code.
+"""
+import json
+
+import numpy as np
+from etils import epath
+
+from electra_jax.errors import UserError
+from electra_jax.hf import configs
+from electra_jax.hf import weights
+
+SAFETENSORS_FILE = 'model.safetensors'
+TORCH_FILE = 'pytorch_model.bin'
+EXTRA_HINT = "install the transformers extra: pip install -e '.[hf]'"
+
+
+def read_json(path) -> dict:
+  return json.loads(epath.Path(path).read_text())
+
+
+def is_hf_dir(path) -> bool:
+  """A transformers ELECTRA directory: config.json with model_type 'electra' plus weights."""
+  directory = epath.Path(path)
+  try:
+    model_type = read_json(directory / 'config.json').get('model_type')
+  except (OSError, json.JSONDecodeError, AttributeError):
+    return False
+  return model_type == 'electra' and any((directory / name).exists()
+                                         for name in (SAFETENSORS_FILE, TORCH_FILE))
+
+
+def read_config(directory) -> dict:
+  """An HF directory's config.json as a dict, or a UserError saying what the directory lacks."""
+  path = epath.Path(directory) / 'config.json'
+  if not path.exists():
+    raise UserError(f"'{directory}' has no config.json; pass a transformers checkpoint "
+                    f'directory (config.json + {SAFETENSORS_FILE} or {TORCH_FILE})')
+  return read_json(path)
+
+
+def read_dir(directory) -> tuple[dict, dict[str, np.ndarray]]:
+  """(config.json as a dict, float32 numpy state dict) of a transformers checkpoint directory."""
+  hf_config = read_config(directory)
+  safetensors_file = epath.Path(directory) / SAFETENSORS_FILE
+  torch_file = epath.Path(directory) / TORCH_FILE
+  if safetensors_file.exists():
+    try:
+      from safetensors.numpy import load  # pylint: disable=import-outside-toplevel
+    except ImportError as e:
+      raise UserError(f'reading {safetensors_file} needs safetensors; {EXTRA_HINT}') from e
+    state = load(safetensors_file.read_bytes())
+    return hf_config, {k: np.asarray(v, dtype=np.float32) for k, v in state.items()}
+  if torch_file.exists():
+    try:
+      import torch  # pylint: disable=import-outside-toplevel
+    except ImportError as e:
+      raise UserError(f'reading {torch_file} needs torch; {EXTRA_HINT}') from e
+    with torch_file.open('rb') as f:
+      try:
+        loaded = torch.load(f, map_location='cpu', weights_only=True)
+      except Exception as e:  # pylint: disable=broad-except
+        raise UserError(f'{torch_file} does not load as plain tensors ({type(e).__name__}); '
+                        'only weights are read from pickles, never code: convert it to '
+                        f'{SAFETENSORS_FILE} with a tool you trust') from None
+    return hf_config, {k: v.float().numpy() for k, v in loaded.items()}
+  raise UserError(f"'{directory}' has neither {SAFETENSORS_FILE} nor {TORCH_FILE} "
+                  '(sharded checkpoints are not supported); re-save it with save_pretrained')
+
+
+def _save_safetensors(state: dict, path):
+  try:
+    from safetensors.numpy import save  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    raise UserError(f'writing safetensors needs safetensors; {EXTRA_HINT}') from e
+  epath.Path(path).write_bytes(save(state, metadata={'format': 'pt'}))
+
+
+def write_model(params, config, network: str, directory):
+  """config.json + model.safetensors for one network into `directory` (created)."""
+  directory = epath.Path(directory)
+  directory.mkdir(parents=True, exist_ok=True)
+  (directory / 'config.json').write_text(
+      json.dumps(configs.hf_config_dict(config, network), indent=2, sort_keys=True))
+  _save_safetensors(weights.params_to_hf(params, config, network),
+                    directory / SAFETENSORS_FILE)

@@ -1,0 +1,49 @@
+"""The resolved config a run keeps in WORKDIR/config.json: its one writer and its one reader.
+
+Train, evaluate, export, fine-tuning and init_from all load a saved config here. A workdir
+written before a key existed still loads: a key it lacks takes today's default from
+configs/base_config.py (the behaviour the key was added with), a key since removed is dropped.
+"""
+import json
+
+import ml_collections
+from etils import epath
+
+from configs import base_config
+from electra_jax import atomic
+from electra_jax import config as config_lib
+from electra_jax.errors import UserError
+
+FILE_NAME = 'config.json'
+
+
+def path(workdir) -> epath.Path:
+  return epath.Path(workdir) / FILE_NAME
+
+
+def exists(workdir) -> bool:
+  return path(workdir).exists()
+
+
+def write(workdir, c: ml_collections.ConfigDict):
+  """Writes `c` atomically: a reader sees the old file or the whole new one."""
+  atomic.write_text(path(workdir), config_lib.to_json(c) + '\n')
+
+
+def load(workdir) -> ml_collections.ConfigDict:
+  """The resolved pretraining config saved in `workdir`, or a UserError naming the file."""
+  target = path(workdir)
+  if not target.exists():
+    raise UserError(f"'{target}' not found; '{workdir}' is not a training workdir (python -m "
+                    'electra_jax.train writes config.json there)')
+  try:
+    saved = json.loads(target.read_text())
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise UserError(f"'{target}' is not a JSON config ({e}); restore it from the run's "
+                    'command line') from None
+  c = base_config.get_config()
+  c.update({k: v for k, v in saved.items() if k in c})
+  try:
+    return config_lib.resolve(c)
+  except UserError as e:
+    raise UserError(f"'{target}': {e}") from None

@@ -1,0 +1,467 @@
+"""Continued pretraining from transformers weights or an earlier run (config.init_from), apart
+from resuming: exact weights and logits, training, kill -9 and resume, export, fine-tuning,
+vocabulary extension, and the one-line errors. The transformers pair is built in the test
+(tests/hf_pair.py): random weights, a WordPiece vocabulary trained on the bundled corpus."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+torch = pytest.importorskip('torch')
+transformers = pytest.importorskip('transformers')
+
+# pylint: disable=wrong-import-position
+from configs import demo
+from electra_jax import checkpoint
+from electra_jax import experiment as experiment_lib
+from electra_jax import init_from
+from electra_jax import model as model_lib
+from electra_jax import saved_config
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.data import wordpiece
+from electra_jax.errors import UserError
+from electra_jax.hf import files as hf_files
+from tests import hf_pair
+from tests.conftest import REPO_ROOT
+from tests.test_resilience import assert_same_metrics, assert_same_state, env_for
+# small_corpus is a fixture used here by name.
+from tests.test_train_cli import (  # pylint: disable=unused-import
+    last_json, read_jsonl, small_corpus)
+
+transformers.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
+
+STEPS = 30
+# No size keys: they come from the source. Checkpoints and evaluations at 10, 20, 30; a row
+# every 5 steps.
+RUN_FLAGS = ['--config=configs/demo.py', '--config.max_seq_length=32',
+             '--config.train_batch_size=8', '--config.eval_batch_size=8',
+             '--config.num_eval_steps=2', '--config.num_warmup_steps=3',
+             '--config.learning_rate=2e-3', '--config.log_every_steps=5',
+             '--config.eval_every_steps=10', '--config.save_checkpoints_steps=10',
+             '--config.keep_checkpoint_max=3', f'--config.num_train_steps={STEPS}',
+             '--config.progress_bar=false']
+TEXTS = ['Catherine Morland had never been a heroine.', 'Mr. Knightley and Mr. Woodhouse!',
+         'Short.']
+
+
+@pytest.fixture(scope='module')
+def cache_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp('jax_cache'))
+
+
+@pytest.fixture(scope='module')
+def pair(tmp_path_factory):
+  root = tmp_path_factory.mktemp('hf')
+  vocab = hf_pair.wordpiece_vocab(str(root / 'vocab'))
+  disc, gen = hf_pair.save_pair(str(root / 'disc'), str(root / 'gen'), vocab)
+  return dict(root=root, disc=str(root / 'disc'), gen=str(root / 'gen'), vocab=vocab,
+              models=dict(discriminator=disc, generator=gen))
+
+
+def command(corpus, pair_, workdir, *extra):
+  return [sys.executable, '-m', 'electra_jax.train', *RUN_FLAGS,
+          f'--config.train_files={corpus}', f'--config.eval_files={corpus}',
+          f'--config.init_from={pair_["disc"]}',
+          f'--config.init_generator_from={pair_["gen"]}', f'--workdir={workdir}', *extra]
+
+
+def run(cache_dir_, args, module='electra_jax.train'):
+  if args[:2] == [sys.executable, '-m']:
+    args = args[3:]
+  proc = subprocess.run([sys.executable, '-m', module, *args], cwd=REPO_ROOT,
+                        env=env_for(cache_dir_), capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, f'{module} failed:\n{proc.stdout}\n{proc.stderr}'
+  return proc
+
+
+@pytest.fixture(scope='module')
+def step0(tmp_path_factory, cache_dir, small_corpus, pair):
+  """init_from the pair, stopped at step 0: the starting state saved as checkpoint 0."""
+  workdir = str(tmp_path_factory.mktemp('step0') / 'w')
+  proc = run(cache_dir, command(small_corpus, pair, workdir, '--stop_after_steps=0'))
+  return dict(workdir=workdir, proc=proc)
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory, cache_dir, small_corpus, pair, step0):
+  """The same command re-run on a copy of step0's workdir: resumes at 0, trains to STEPS."""
+  workdir = str(tmp_path_factory.mktemp('trained') / 'w')
+  shutil.copytree(step0['workdir'], workdir)
+  proc = run(cache_dir, command(small_corpus, pair, workdir))
+  return dict(workdir=workdir, proc=proc)
+
+
+@pytest.fixture(scope='module')
+def exported(tmp_path_factory, cache_dir, trained):
+  output = str(tmp_path_factory.mktemp('export') / 'hf')
+  run(cache_dir, [f'--workdir={trained["workdir"]}', f'--output={output}', '--what=both'],
+      module='electra_jax.export')
+  return output
+
+
+def hf_logits(directory, kind, batch):
+  model_class = (transformers.ElectraForPreTraining if kind == 'discriminator'
+                 else transformers.ElectraForMaskedLM)
+  model = model_class.from_pretrained(directory).eval()
+  with torch.no_grad():
+    return model(**{k: torch.tensor(v) for k, v in batch.items()}).logits.numpy()
+
+
+def our_logits(workdir, batch, step=None):
+  """(discriminator logits [B, S], generator logits at every position [B, S, V])."""
+  c = saved_config.load(workdir)
+  params, _ = checkpoint.read_params(workdir, step)
+  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+  ids, segments, mask = batch['input_ids'], batch['token_type_ids'], batch['attention_mask']
+  positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+  gen, disc = jax.jit(lambda p: model.apply({'params': p}, ids, segments, mask, positions))(
+      params)
+  return np.asarray(disc), np.asarray(gen)
+
+
+def fixed_batch(tokenizer_dir, texts=TEXTS):
+  tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+  return {k: np.asarray(v) for k, v in tokenizer(texts, padding=True).items()}
+
+
+def assert_logits_match(ours, theirs, mask, tolerance=1e-5, magnitude=1e-2):
+  real = mask.astype(bool)
+  assert ours.shape == theirs.shape
+  assert np.abs(ours - theirs)[real].max() < tolerance
+  assert np.abs(theirs[real]).max() > magnitude  # not trivially zero
+
+
+# --- Exact: the pair's weights, bit for bit, and its logits ---------------------------------
+
+def test_step_0_export_holds_the_transformers_tensors_bit_for_bit(step0, pair, cache_dir,
+                                                                   tmp_path):
+  notes = step0['proc'].stdout
+  assert 'hidden_size 32, num_layers 2' in notes and '80 of 80 parameter arrays' in notes
+  c = saved_config.load(step0['workdir'])
+  assert (c.vocab_size, c.hidden_size, c.generator_hidden_size, c.max_position_embeddings) == (
+      600, 32, 0.5, 64)
+  # The vocabulary now lives in the workdir: the run does not depend on the download.
+  assert c.vocab_file == os.path.join(step0['workdir'], 'vocab.txt')
+  with open(pair['vocab'], encoding='utf-8') as a, open(c.vocab_file, encoding='utf-8') as b:
+    assert a.read() == b.read()
+  output = str(tmp_path / 'hf')
+  run(cache_dir, [f'--workdir={step0["workdir"]}', f'--output={output}', '--what=both'],
+      module='electra_jax.export')
+  for source, exported in ((pair['disc'], output), (pair['gen'], os.path.join(output,
+                                                                             'generator'))):
+    _, theirs = hf_files.read_dir(source)
+    _, ours = hf_files.read_dir(exported)
+    assert set(ours) == set(theirs) - {'generator_lm_head.weight'}
+    for key, value in ours.items():
+      assert value.dtype == np.float32 and np.array_equal(value, theirs[key]), key
+
+
+def test_discriminator_and_generator_logits_equal_transformers_to_1e_5(step0, pair):
+  batch = fixed_batch(pair['disc'])
+  ours = wordpiece.WordPieceTokenizer(pair['vocab'])
+  assert [list(row[row != 0]) for row in batch['input_ids']] == [
+      [ours.cls_id, *ours.encode(t), ours.sep_id] for t in TEXTS]
+  assert (batch['input_ids'] > 4).sum() > 20  # real words, not [UNK]
+  disc, gen = our_logits(step0['workdir'], batch)
+  assert_logits_match(disc, hf_logits(pair['disc'], 'discriminator', batch),
+                      batch['attention_mask'])
+  assert_logits_match(gen, hf_logits(pair['gen'], 'generator', batch), batch['attention_mask'])
+
+
+# --- A run: the loss falls, kill -9 resumes exactly, exports and fine-tunes -----------------
+
+def test_training_from_the_pair_lowers_the_loss_and_a_rerun_resumes_ignoring_init_from(
+    trained):
+  stdout = trained['proc'].stdout
+  assert 'config.init_from is ignored' in stdout and 'Resuming from step 0' in stdout
+  assert last_json(stdout)['status'] == 'completed'
+  rows = read_jsonl(os.path.join(trained['workdir'], 'metrics.jsonl'))
+  assert [r['step'] for r in rows] == list(range(5, STEPS + 1, 5))
+  assert rows[-1]['loss'] < 0.8 * rows[0]['loss'], [r['loss'] for r in rows]
+  assert rows[-1]['learning_rate'] < rows[1]['learning_rate']  # a fresh schedule, decaying
+
+
+def test_kill_9_then_resume_equals_the_uninterrupted_run(tmp_path, cache_dir, small_corpus,
+                                                         pair, trained):
+  """Killed after step 25 (checkpoints 10, 20) and re-run: identical to `trained`, which went
+  through the saved step 0 instead, so starting from the source is exact and repeatable."""
+  workdir = str(tmp_path / 'w')
+  proc = subprocess.Popen(command(small_corpus, pair, workdir), cwd=REPO_ROOT,
+                          env=env_for(cache_dir), stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True)
+  for line in proc.stdout:
+    if line.startswith('train step      25'):
+      proc.send_signal(signal.SIGKILL)
+      break
+  proc.wait(timeout=300)
+  assert proc.returncode == -signal.SIGKILL
+  assert not os.path.exists(os.path.join(workdir, 'checkpoints', str(STEPS)))
+  resumed = run(cache_dir, command(small_corpus, pair, workdir))
+  assert 'Resuming from step' in resumed.stdout
+  assert_same_state(workdir, trained['workdir'], step=STEPS)
+  assert_same_metrics(workdir, trained['workdir'])
+
+
+def test_export_loads_in_transformers_with_our_logits_and_tokenizer(exported, trained):
+  batch = fixed_batch(exported)
+  ours = tokenizer_lib.for_config(saved_config.load(trained['workdir']))
+  assert [list(row[row != 0]) for row in batch['input_ids']] == [
+      [ours.cls_id, *ours.encode(t), ours.sep_id] for t in TEXTS]
+  disc, gen = our_logits(trained['workdir'], batch)
+  assert_logits_match(disc, hf_logits(exported, 'discriminator', batch),
+                      batch['attention_mask'])
+  assert_logits_match(gen, hf_logits(os.path.join(exported, 'generator'), 'generator', batch),
+                      batch['attention_mask'])
+
+
+def test_fine_tuning_from_the_run_and_from_its_export_gives_the_same_result(
+    tmp_path, cache_dir, trained, exported):
+  flags = ['--config=configs/finetune/files.py', '--config.max_seq_length=32',
+           '--config.train_batch_size=16', '--config.eval_batch_size=16',
+           '--config.num_epochs=1', '--config.max_train_examples=64',
+           '--config.max_eval_examples=32', '--config.progress_bar=false']
+  results = []
+  for name, source in (('workdir', trained['workdir']), ('export', exported)):
+    proc = run(cache_dir, [*flags, f'--config.init_checkpoint={source}',
+                           f'--workdir={tmp_path / name}'], module='electra_jax.finetune')
+    results.append(last_json(proc.stdout))
+  assert not results[0]['random_init'] and np.isfinite(results[0]['median_best_accuracy'])
+  assert results[0]['median_best_accuracy'] == results[1]['median_best_accuracy']
+
+
+# --- Sources and their keys -----------------------------------------------------------------
+
+def prepare(workdir, overridden=(), **keys):
+  c = demo.get_config()
+  c.update(dict(max_seq_length=32, train_batch_size=8, eval_batch_size=8, num_train_steps=4,
+                num_warmup_steps=1, train_files=hf_pair.CORPUS), **keys)
+  return init_from.prepare(c, str(workdir), set(overridden) | set(keys) - {'init_from'})
+
+
+def start_params(workdir, start):
+  exp = experiment_lib.Experiment.create(start.config)
+  state, notes = init_from.initial_state(exp, start)
+  return jax.device_get(state.params), notes
+
+
+def test_shape_keys_come_from_the_source_and_a_conflicting_override_is_one_line(tmp_path, pair):
+  start = prepare(tmp_path / 'a', init_from=pair['disc'], hidden_size=32, vocab_size=600)
+  assert (start.config.hidden_size, start.config.num_layers) == (32, 2)  # demo.py had 2 x 128
+  for key, value, theirs in (('hidden_size', 64, 32), ('vocab_size', 8000, 600),
+                             ('max_position_embeddings', 512, 64)):
+    with pytest.raises(UserError) as e:
+      prepare(tmp_path / key, init_from=pair['disc'], **{key: value})
+    message = str(e.value)
+    assert f'--config.{key}={value}' in message and f'{key}={theirs}' in message
+    assert '\n' not in message and not (tmp_path / key).exists()
+  with pytest.raises(UserError, match=r"generator_hidden_size=0.25 .* generator_hidden_size=0.5"):
+    prepare(tmp_path / 'g', init_from=pair['disc'], init_generator_from=pair['gen'],
+            generator_hidden_size=0.25)
+  with pytest.raises(UserError, match='max_seq_length=128 exceeds the 64 positions of init_from'):
+    prepare(tmp_path / 'long', init_from=pair['disc'], max_seq_length=128)
+  with pytest.raises(UserError, match='holds a generator'):
+    prepare(tmp_path / 'swapped', init_from=pair['gen'])
+  with pytest.raises(UserError, match='neither a transformers ELECTRA directory'):
+    prepare(tmp_path / 'nowhere', init_from=str(tmp_path / 'nowhere'))
+  with pytest.raises(UserError, match='needs config.init_from'):
+    prepare(tmp_path / 'x', init_generator_from=pair['gen'])
+
+
+def test_vocab_file_is_used_when_it_matches_and_refused_when_it_does_not(tmp_path, pair):
+  start = prepare(tmp_path / 'same', init_from=pair['disc'], vocab_file=pair['vocab'])
+  assert start.config.vocab_file == pair['vocab'] and not (tmp_path / 'same').exists()
+  tokens = wordpiece.read_tokens(pair['vocab'])
+  other = tmp_path / 'other.txt'
+  other.write_text('\n'.join(tokens[:100] + ['zzz'] + tokens[101:]) + '\n', encoding='utf-8')
+  with pytest.raises(UserError, match=r"first difference at id 100: 'zzz' vs"):
+    prepare(tmp_path / 'other', init_from=pair['disc'], vocab_file=str(other))
+  with pytest.raises(UserError, match='do_lower_case=False conflicts'):
+    prepare(tmp_path / 'cased', init_from=pair['disc'], do_lower_case=False)
+
+
+def test_a_transformers_5_directory_without_vocab_txt_and_a_cased_tokenizer(tmp_path, pair):
+  """save_pretrained of transformers 5 writes tokenizer.json only; do_lower_case comes from
+  tokenizer_config.json."""
+  disc = tmp_path / 'disc'
+  shutil.copytree(pair['disc'], disc)
+  os.remove(disc / 'vocab.txt')
+  config_file = disc / 'tokenizer_config.json'
+  config_file.write_text(json.dumps(dict(json.loads(config_file.read_text()),
+                                         do_lower_case=False)))
+  start = prepare(tmp_path / 'w', init_from=str(disc))
+  assert start.config.do_lower_case is False
+  assert wordpiece.read_tokens(start.config.vocab_file) == wordpiece.read_tokens(pair['vocab'])
+  tokenizer = tokenizer_lib.for_config(start.config)
+  assert tokenizer.encode('The') != tokenizer.encode('the')  # cased
+
+
+def test_generator_embeddings_that_differ_are_noted_or_kept_with_tie_none(tmp_path, pair):
+  disc, gen = str(tmp_path / 'disc'), str(tmp_path / 'gen')
+  hf_pair.save_pair(disc, gen, pair['vocab'], seed=1, shared_embeddings=False)
+  _, disc_state = hf_files.read_dir(disc)
+  _, gen_state = hf_files.read_dir(gen)
+  word = 'electra.embeddings.word_embeddings.weight'
+  for tie in ('embeddings', 'none'):
+    start = prepare(tmp_path / tie, init_from=disc, init_generator_from=gen, tie=tie)
+    params, notes = start_params(tmp_path / tie, start)
+    np.testing.assert_array_equal(params['embeddings']['word_embeddings'], disc_state[word])
+    differ = [n for n in notes if 'embedding tables differ' in n]
+    if tie == 'embeddings':
+      assert len(differ) == 1 and 'took the discriminator' in differ[0]
+    else:
+      assert not differ
+      np.testing.assert_array_equal(params['generator_embeddings']['word_embeddings'],
+                                    gen_state[word])
+
+
+def test_without_a_generator_directory_the_generator_is_random_and_the_run_says_so(tmp_path,
+                                                                                   pair):
+  start = prepare(tmp_path / 'w', init_from=pair['disc'], generator_hidden_size=0.25)
+  params, notes = start_params(tmp_path / 'w', start)
+  assert notes[-1].endswith('randomly initialised: generator/encoder, generator/head, '
+                            'generator/output_bias (no init_generator_from)')
+  assert params['generator']['encoder']['layer_0']['intermediate']['kernel'].shape == (8, 16)
+  _, disc_state = hf_files.read_dir(pair['disc'])
+  np.testing.assert_array_equal(params['discriminator']['head']['dense']['bias'],
+                                disc_state['discriminator_predictions.dense.bias'])
+
+
+def test_a_workdir_or_one_of_its_checkpoints_is_a_source(tmp_path, trained):
+  with pytest.raises(UserError, match='generator comes along'):
+    prepare(tmp_path / 'x', init_from=trained['workdir'], init_generator_from=trained['workdir'])
+  checkpoints = os.path.join(trained['workdir'], 'checkpoints')
+  for source, step in ((trained['workdir'], STEPS), (os.path.join(checkpoints, '20'), 20)):
+    start = prepare(tmp_path / str(step), init_from=source)
+    assert start.config.vocab_file == saved_config.load(trained['workdir']).vocab_file
+    params, notes = start_params(tmp_path / str(step), start)
+    saved, _ = checkpoint.read_params(trained['workdir'], step)
+    jax.tree.map(np.testing.assert_array_equal, params, saved)
+    assert f'(step {step})' in notes[-1]
+
+
+def test_pytorch_model_bin_is_read_with_weights_only_and_a_code_pickle_is_refused(tmp_path,
+                                                                                   pair):
+  directory = tmp_path / 'bin'
+  shutil.copytree(pair['disc'], directory)
+  os.remove(directory / 'model.safetensors')
+  model = pair['models']['discriminator']
+  torch.save(model.state_dict(), directory / 'pytorch_model.bin')
+  _, state = hf_files.read_dir(str(directory))
+  _, reference = hf_files.read_dir(pair['disc'])
+  assert all(np.array_equal(state[k], v) for k, v in reference.items())
+
+  marker = tmp_path / 'code_ran'
+
+  class Payload:  # pylint: disable=too-few-public-methods
+    def __reduce__(self):
+      return (os.system, (f'touch {marker}',))
+
+  torch.save({'electra.embeddings.word_embeddings.weight': Payload()},
+             directory / 'pytorch_model.bin')
+  with pytest.raises(UserError, match='only weights are read from pickles'):
+    hf_files.read_dir(str(directory))
+  assert not marker.exists()
+
+
+# --- Vocabulary extension -------------------------------------------------------------------
+
+def extend_and_export(tmp_path, cache_dir, init_flags, words, corpus):
+  words_file = tmp_path / 'words.txt'
+  words_file.write_text('\n'.join(words) + '\n', encoding='utf-8')
+  workdir, output = str(tmp_path / 'w'), str(tmp_path / 'hf')
+  proc = run(cache_dir, [*RUN_FLAGS, f'--config.train_files={corpus}',
+                         f'--config.eval_files={corpus}', *init_flags,
+                         f'--config.extend_vocab_file={words_file}', f'--workdir={workdir}',
+                         '--stop_after_steps=0'])
+  run(cache_dir, [f'--workdir={workdir}', f'--output={output}', '--what=both'],
+      module='electra_jax.export')
+  return workdir, output, proc
+
+
+def assert_new_rows(params, source, old_tokenizer, words, old_size):
+  for i, word in enumerate(words):
+    pieces = old_tokenizer.encode(word)
+    assert len(pieces) > 1, word  # a word the old vocabulary split
+    for table in ('embeddings', 'generator_embeddings'):
+      if table in params:
+        np.testing.assert_allclose(params[table]['word_embeddings'][old_size + i],
+                                   source[table]['word_embeddings'][pieces].mean(0), rtol=1e-6)
+    bias = params['generator']['output_bias']
+    assert bias[old_size + i] == source['generator']['output_bias'][pieces].min()
+  for table in ('embeddings', 'generator'):
+    old = jax.tree.map(lambda x: x[:old_size] if x.shape[:1] == (old_size + len(words),) else x,
+                       params[table])
+    jax.tree.map(np.testing.assert_array_equal, old, source[table])
+
+
+def test_extended_wordpiece_vocabulary_starts_from_piece_means_and_round_trips_transformers(
+    tmp_path, cache_dir, small_corpus, pair, step0):
+  words = ['knightley', 'woodhouse', 'Hartfield']  # Emma's, unknown to a Northanger vocabulary
+  workdir, output, proc = extend_and_export(
+      tmp_path, cache_dir, [f'--config.init_from={pair["disc"]}',
+                            f'--config.init_generator_from={pair["gen"]}'], words, small_corpus)
+  assert 'added 3 token(s)' in proc.stdout and 'ids 600-602' in proc.stdout
+  c = saved_config.load(workdir)
+  assert c.vocab_size == 603
+  assert wordpiece.read_tokens(c.vocab_file)[600:] == ['knightley', 'woodhouse', 'hartfield']
+  old = wordpiece.WordPieceTokenizer(pair['vocab'])
+  params, _ = checkpoint.read_params(workdir)
+  source, _ = checkpoint.read_params(step0['workdir'], 0)
+  assert_new_rows(params, source, old, [w.lower() for w in words], 600)
+  # transformers reads the extended tokenizer and model: the new words are one token each.
+  batch = fixed_batch(output)
+  assert 600 in batch['input_ids'][1] and 601 in batch['input_ids'][1]
+  disc, gen = our_logits(workdir, batch)
+  assert_logits_match(disc, hf_logits(output, 'discriminator', batch), batch['attention_mask'])
+  assert_logits_match(gen, hf_logits(os.path.join(output, 'generator'), 'generator', batch),
+                      batch['attention_mask'])
+
+
+def test_extended_sentencepiece_vocabulary_round_trips_transformers(tmp_path, cache_dir,
+                                                                    small_corpus):
+  """From a workdir with the bundled sentencepiece vocabulary (a tiny demo run at step 0)."""
+  source = str(tmp_path / 'source')
+  run(cache_dir, ['--config=configs/demo.py', '--config.num_layers=1',
+                  '--config.hidden_size=32', '--config.embedding_size=16',
+                  '--config.intermediate_size=64', '--config.num_heads=2',
+                  '--config.max_seq_length=32', '--config.train_batch_size=8',
+                  f'--config.train_files={small_corpus}', '--config.progress_bar=false',
+                  f'--workdir={source}', '--stop_after_steps=0'])
+  words = ['electrophoresis', 'Immunoglobulin', 'Knightley']  # the last one is known already
+  workdir, output, proc = extend_and_export(
+      tmp_path, cache_dir, [f'--config.init_from={source}'], words, small_corpus)
+  assert 'added 2 token(s)' in proc.stdout and 'ids 8000-8001' in proc.stdout
+  assert "skipped 1 already in the vocabulary (e.g. 'Knightley')" in proc.stdout
+  c = saved_config.load(workdir)
+  assert c.vocab_size == 8002 and c.vocab_file == os.path.join(workdir, 'spm.model')
+  ours = tokenizer_lib.for_config(c)
+  assert ours.encode('Mr. Immunoglobulin')[-1] == 8001
+  old = tokenizer_lib.load_tokenizer('data/demo_spm.model')
+  params, _ = checkpoint.read_params(workdir)
+  source_params, _ = checkpoint.read_params(source)
+  assert_new_rows(params, source_params, old, words[:2], 8000)
+  texts = TEXTS + ['Electrophoresis of immunoglobulin, said Immunoglobulin electrophoresis.']
+  batch = fixed_batch(output, texts)
+  assert {8000, 8001} <= set(batch['input_ids'][-1].tolist())
+  assert [list(row[row != 0]) for row in batch['input_ids']] == [
+      [ours.cls_id, *ours.encode(t), ours.sep_id] for t in texts]
+  disc, _ = our_logits(workdir, batch)  # A fresh init's logits are small: 0.02-scale weights.
+  assert_logits_match(disc, hf_logits(output, 'discriminator', batch), batch['attention_mask'],
+                      magnitude=1e-3)
+
+
+def test_extend_vocab_file_refuses_tokens_wordpiece_can_never_produce(tmp_path, pair):
+  words = tmp_path / 'words.txt'
+  words.write_text('covid-19\n', encoding='utf-8')
+  with pytest.raises(UserError, match="'covid-19' can never be a WordPiece token"):
+    prepare(tmp_path / 'w', init_from=pair['disc'], extend_vocab_file=str(words))
+  words.write_text('two words\n', encoding='utf-8')
+  with pytest.raises(UserError, match='line 1'):
+    prepare(tmp_path / 'w', init_from=pair['disc'], extend_vocab_file=str(words))
