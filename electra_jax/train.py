@@ -278,18 +278,20 @@ def main(argv):
   if not FLAGS.dry_run and not FLAGS.workdir:
     raise cli.UserError('--workdir is required to train; pass --workdir=DIR (only --dry_run '
                         'runs without one)')
+  overridden = set(config_flags.get_override_values(FLAGS['config']))
+  if FLAGS.dry_run:  # Plans the shapes the run would train: init_from's, or its workdir's.
+    config = init_from.prepare(FLAGS.config, FLAGS.workdir, overridden, write=False).config
   if FLAGS.topology:
-    cli.print_result(tpu_plan.run(FLAGS.config, FLAGS.topology, *_sweep_grid()))
+    cli.print_result(tpu_plan.run(config, FLAGS.topology, *_sweep_grid()))
     return
   mode = distributed.initialize_from_flags()
   cpu_devices.configure_for(FLAGS.config, single_process=mode == 'single')
   if FLAGS.dry_run:
-    plan = dry_run.plan(experiment_lib.Experiment.create(FLAGS.config, read_vocab=False))
+    plan = dry_run.plan(experiment_lib.Experiment.create(config, read_vocab=False))
     if jax.process_index() == 0:
       print(dry_run.describe(plan), flush=True)
     cli.print_result(plan)
     return
-  overridden = set(config_flags.get_override_values(FLAGS['config']))
   cli.print_result(train_and_evaluate(FLAGS.config, FLAGS.workdir, FLAGS.stop_after_steps,
                                       overridden))
 
