@@ -11,6 +11,7 @@ from etils import epath
 from electra_jax import checkpoint
 from electra_jax import config as config_lib
 from electra_jax import model as model_lib
+from electra_jax import nonfinite
 from electra_jax import objective as objective_lib
 from electra_jax import optim
 from electra_jax import parallel
@@ -36,16 +37,20 @@ class Experiment:
   schedule: optax.Schedule
 
   @classmethod
-  def create(cls, config, devices=None) -> 'Experiment':
+  def create(cls, config, devices=None, read_vocab: bool = True) -> 'Experiment':
+    """`devices`: the mesh's devices (default all; a TPU topology's to compile ahead of time).
+    read_vocab=False builds the same program without the vocabulary file (tokenizer None,
+    special ids of the sentencepiece layout): any vocab_size, for synthetic data and plans."""
     c = config_lib.resolve(config)
-    tokenizer = tokenizer_lib.for_config(c)
+    tokenizer = tokenizer_lib.for_config(c) if read_vocab else None
+    special = tokenizer or tokenizer_lib.SentencePieceTokenizer
     mesh = parallel.make_mesh(devices, c.fsdp_axis_size)
     parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size',
                                  c.grad_accum_steps)
     parallel.check_batch_divides(c.eval_batch_size, mesh, 'eval_batch_size')
     model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
-    objective = objective_lib.ElectraObjective.from_config(model, c, tokenizer.special_ids,
-                                                           tokenizer.mask_id)
+    objective = objective_lib.ElectraObjective.from_config(model, c, special.special_ids,
+                                                           special.mask_id)
     tx, schedule = optim.make_optimizer(c)
     return cls(c, tokenizer, mesh, model, objective, tx, schedule)
 
@@ -58,6 +63,15 @@ class Experiment:
     c = self.config
     return ts.abstract_state(self.mesh, self.model, self.tx, c.max_seq_length,
                              c.max_predictions_per_seq)
+
+  def jit_train_step(self):
+    """The train step of a run: jitted over the mesh, state sharded as abstract_state() and
+    donated, grad_accum_steps micro-batches, config.debug_nonfinite_steps poisoned."""
+    c = self.config
+    state_sharding = jax.tree.map(lambda x: x.sharding, self.abstract_state())
+    step = ts.make_train_step(self.objective, self.tx, c.grad_accum_steps, self.mesh,
+                              poison_steps=nonfinite.parse_steps(c.debug_nonfinite_steps))
+    return ts.jit_train_step(step, self.mesh, state_sharding)
 
 
 def check_saved_config_matches(workdir: str, c) -> list[str]:

@@ -225,12 +225,13 @@ def saved_run_config(config, workdir: str, overridden=()) -> ml_collections.Conf
   return c
 
 
-def prepare(config, workdir: str, overridden=()) -> Start:
+def prepare(config, workdir: str | None, overridden=(), write: bool = True) -> Start:
   """How a run in `workdir` starts. Writes only a new run's vocabulary into the workdir, after
-  the config is known to be valid. `overridden`: keys given as --config.KEY=VALUE."""
+  the config is known to be valid, and nothing with write=False (--dry_run, which may have no
+  workdir). `overridden`: keys given as --config.KEY=VALUE."""
   if not config.init_from:
     return Start(config_lib.resolve(config))
-  if experiment_lib.has_checkpoints(workdir):
+  if workdir and experiment_lib.has_checkpoints(workdir):
     return Start(config_lib.resolve(saved_run_config(config, workdir, overridden)),
                  notes=[f'config.init_from is ignored: {workdir} already holds checkpoints, so '
                         'the run resumes'])
@@ -257,11 +258,11 @@ def prepare(config, workdir: str, overridden=()) -> Start:
   elif source.from_transformers and 'vocab_file' not in overridden:
     content = epath.Path(vocab.file).read_bytes
   keys['vocab_file'] = vocab.file if content is None else str(
-      epath.Path(workdir).expanduser().absolute() / name)
+      epath.Path(workdir or '.').expanduser().absolute() / name)
   c = _merge(config, keys, overridden, source.name)
   _check_layout(c)
   resolved = config_lib.resolve(c)
-  if content is not None:
+  if content is not None and write:
     _write(keys['vocab_file'], content)
   notes = [f'{source.name}: ' + ', '.join(f'{k} {keys[k]}' for k in SIZE_KEYS)
            + f", vocabulary {keys['vocab_file']} ({keys['vocab_size']} tokens"

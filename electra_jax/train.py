@@ -31,6 +31,7 @@ from electra_jax import metric_writer
 from electra_jax import nonfinite
 from electra_jax import objective as objective_lib
 from electra_jax import saved_config
+from electra_jax import tpu_plan
 from electra_jax import train_state as ts
 from electra_jax.data import pipeline
 from electra_jax.data import prefetch
@@ -140,12 +141,9 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
       f'{mesh.devices.size} device(s) {jax.devices()[0].platform} | '
       f'batch {c.train_batch_size} x {c.max_seq_length} tokens', flush=True)
 
-  state_sharding = jax.tree.map(lambda x: x.sharding, abstract_state)
-  train_step = ts.jit_train_step(
-      ts.make_train_step(exp.objective, exp.tx, c.grad_accum_steps, mesh,
-                         poison_steps=nonfinite.parse_steps(c.debug_nonfinite_steps)),
-      mesh, state_sharding)
-  eval_step = ts.jit_eval_step(ts.make_eval_step(exp.objective), mesh, state_sharding.params)
+  train_step = exp.jit_train_step()
+  params_sharding = jax.tree.map(lambda x: x.sharding, abstract_state.params)
+  eval_step = ts.jit_eval_step(ts.make_eval_step(exp.objective), mesh, params_sharding)
   base_rng = jax.random.key(c.seed)
   writer = metric_writer.MetricWriter(workdir, enabled=is_chief, resume_step=latest or 0)
   too_many_nonfinite = nonfinite.ConsecutiveLimit(c.max_consecutive_nonfinite)
@@ -255,18 +253,45 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
   return summary
 
 
+def _sweep_grid():
+  """(remats, fsdps) of --sweep, or (None, None) without it."""
+  if not FLAGS.sweep:
+    return None, None
+  try:
+    fsdps = [int(f) for f in FLAGS.sweep_fsdp]
+  except ValueError:
+    fsdps = [0]
+  if not fsdps or min(fsdps) < 1:
+    raise cli.UserError(f'--sweep_fsdp={",".join(FLAGS.sweep_fsdp)} must be positive numbers, '
+                        'e.g. --sweep_fsdp=1,8')
+  return FLAGS.sweep_remat, fsdps
+
+
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
+  if FLAGS.topology and not FLAGS.dry_run:
+    raise cli.UserError(f'--topology={FLAGS.topology} plans a run without training; add --dry_run')
+  if FLAGS.sweep and not FLAGS.topology:
+    raise cli.UserError('--sweep compiles the step for a TPU slice; add --topology=NAME, '
+                        'e.g. --topology=v4-128')
+  if not FLAGS.dry_run and not FLAGS.workdir:
+    raise cli.UserError('--workdir is required to train; pass --workdir=DIR (only --dry_run '
+                        'runs without one)')
+  overridden = set(config_flags.get_override_values(FLAGS['config']))
+  if FLAGS.dry_run:  # Plans the shapes the run would train: init_from's, or its workdir's.
+    config = init_from.prepare(FLAGS.config, FLAGS.workdir, overridden, write=False).config
+  if FLAGS.topology:
+    cli.print_result(tpu_plan.run(config, FLAGS.topology, *_sweep_grid()))
+    return
   mode = distributed.initialize_from_flags()
   cpu_devices.configure_for(FLAGS.config, single_process=mode == 'single')
   if FLAGS.dry_run:
-    plan = dry_run.plan(experiment_lib.Experiment.create(FLAGS.config))
+    plan = dry_run.plan(experiment_lib.Experiment.create(config, read_vocab=False))
     if jax.process_index() == 0:
       print(dry_run.describe(plan), flush=True)
     cli.print_result(plan)
     return
-  overridden = set(config_flags.get_override_values(FLAGS['config']))
   cli.print_result(train_and_evaluate(FLAGS.config, FLAGS.workdir, FLAGS.stop_after_steps,
                                       overridden))
 
@@ -284,11 +309,22 @@ def _define_flags():
   flags.DEFINE_bool('dry_run', False, 'Print the mesh, per-host/per-device batch, parameter and '
                     'optimizer memory per device and FLOPs per step, then exit without training '
                     'or writing anything.')
+  flags.DEFINE_string('topology', None, 'With --dry_run: compile the real train step for this '
+                      'TPU slice without a TPU (needs libtpu: pip install -e .[tpu]) and report '
+                      'its memory per chip against HBM and a roofline prediction of step time and '
+                      'MFU. Names: v4:4x4x4, v5p:4x8x8, v5e:16x16, v6e:16x16, or v4-128, '
+                      'v5p-512, v5litepod-256, v6e-256 (v4/v5p count TensorCores, 2 per chip).')
+  flags.DEFINE_bool('sweep', False, 'With --topology: compile every --sweep_remat x '
+                    '--sweep_fsdp setting with the fewest grad_accum_steps that fit, print the '
+                    'table and the fastest predicted setting.')
+  flags.DEFINE_list('sweep_remat', 'none,save_dots,full', 'Remat policies --sweep tries.')
+  flags.DEFINE_list('sweep_fsdp', '1,8', 'fsdp_axis_size values --sweep tries (those that divide '
+                    'the chip count).')
 
 
 def run():
   _define_flags()
-  flags.mark_flags_as_required(['config', 'workdir'])
+  flags.mark_flags_as_required(['config'])
   cli.run(main)
 
 

@@ -10,6 +10,7 @@ commands run up to loading the dataset and must stop there with the one-line err
 `pytest` collects the suite (CI runs it). A command no rule knows fails the test: add a rule.
 """
 import dataclasses
+import importlib.util
 import os
 import re
 import shlex
@@ -73,6 +74,14 @@ SIZES = ['--config.num_layers=1', '--config.hidden_size=32', '--config.embedding
 
 
 def _train(argv, ctx) -> Plan:
+  if '--dry_run' in argv and _flag(argv, 'topology'):
+    # Compiles the step for the slice as written, of a tiny model; libtpu is in the test extra
+    # (without it: the one-line error that says how to install it).
+    if importlib.util.find_spec('libtpu') is None:
+      return Plan('train --dry_run --topology (no libtpu here)', expect_error='needs libtpu')
+    return Plan('train --dry_run --topology (tiny model)',
+                [*SIZES, '--config.max_seq_length=32', '--config.dropout_rate=0.0',
+                 '--config.attention_dropout_rate=0.0'])
   if '--dry_run' in argv:  # Writes nothing, allocates nothing: runs as written.
     return Plan('train --dry_run')
   corpus = ctx['corpus']
