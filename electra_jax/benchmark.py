@@ -30,6 +30,7 @@ from electra_jax import model as model_lib
 from electra_jax import objective as objective_lib
 from electra_jax import optim
 from electra_jax import parallel
+from electra_jax import paths
 from electra_jax import train_state as ts
 from electra_jax.data import pipeline
 from electra_jax.data import tokenizer as tokenizer_lib
@@ -243,7 +244,7 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
             flush=True)
   memory, memory_source = peak_memory()
   if profile_dir:
-    profile_dir = os.path.abspath(os.path.expanduser(profile_dir))
+    profile_dir = paths.absolute(profile_dir)
     ours.profile(profile_dir)
     print(f'Profile of 3 steps written to {profile_dir}', flush=True)
 

@@ -1,0 +1,327 @@
+"""Every path a user gives: a local path or a URL of a remote filesystem (gs:// first).
+
+One layer over etils.epath, the one Orbax uses: epath sends gs:// to fsspec/gcsfs (without
+TensorFlow), tensorstore writes the checkpoints' arrays to the same bucket. Local paths keep
+their meaning (`~` expanded, relative to the current directory; data paths fall back to the
+repository root, so the bundled corpus is found from anywhere in a clone).
+
+A storage emulator is reached through the standard variables: STORAGE_EMULATOR_HOST (Python
+clients); TENSORSTORE_GCS_HTTP_URL (tensorstore) defaults to it. Storage faults (unreachable
+endpoint, no credentials, permission denied, no such bucket) become one-line UserErrors naming
+the path and the fix.
+"""
+import contextlib
+import functools
+import glob as glob_lib
+import os
+import shutil
+import socket
+import tempfile
+import urllib.parse
+
+from etils import epath
+
+from electra_jax.errors import UserError
+
+# The directory that holds the electra_jax package (a clone's root).
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Where remote files that a library can only read locally (ArrayRecord shards, TFDS datasets)
+# are copied before use: $ELECTRA_JAX_CACHE, else ~/.cache/electra_jax.
+CACHE_DIR = os.environ.get('ELECTRA_JAX_CACHE') or os.path.join(
+    os.path.expanduser('~'), '.cache', 'electra_jax')
+_GLOB_CHARS = '*?['
+_GCS_ENDPOINT = 'https://storage.googleapis.com'
+
+
+def _configure_emulator():
+  """With STORAGE_EMULATOR_HOST set, point tensorstore at it too and skip gcsfs's gRPC
+  bucket-type probe (an emulator speaks only HTTP: the probe would wait 60 s per filesystem)."""
+  host = os.environ.get('STORAGE_EMULATOR_HOST')
+  if host:
+    os.environ.setdefault('TENSORSTORE_GCS_HTTP_URL', host if '://' in host else f'http://{host}')
+    os.environ.setdefault('GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT', 'false')
+
+
+_configure_emulator()
+
+
+def is_remote(path) -> bool:
+  """A URL (gs://bucket/..., any fsspec protocol) rather than a local path."""
+  return '://' in str(path)
+
+
+def absolute(path) -> str:
+  """The canonical string of a path: a URL without its trailing '/', or an absolute local path."""
+  path = str(path).strip()
+  if is_remote(path):
+    return path.rstrip('/')
+  return os.path.abspath(os.path.expanduser(path))
+
+
+def get(path) -> epath.Path:
+  """`absolute(path)` as an epath.Path; a remote one's storage is checked once (reachable,
+  credentials) so a fault is one clear line before anything is read or written."""
+  path = absolute(path)
+  if is_remote(path):
+    _check_storage(urllib.parse.urlparse(path).scheme)
+  return epath.Path(path)
+
+
+def join(path, *parts) -> str:
+  return str(epath.Path(str(path)).joinpath(*parts))
+
+
+def name(path) -> str:
+  return epath.Path(str(path)).name
+
+
+def parent(path) -> str:
+  return str(epath.Path(absolute(path)).parent)
+
+
+def resolve(path: str) -> str:
+  """A data path: itself if it is a URL, absolute or exists; else the repository-root
+  candidate if that exists."""
+  path = os.path.expanduser(str(path).strip())
+  if is_remote(path) or os.path.isabs(path) or os.path.exists(path):
+    return path
+  candidate = os.path.join(REPO_ROOT, path)
+  return candidate if os.path.exists(candidate) else path
+
+
+def exists(path) -> bool:
+  with storage_errors(path):
+    return get(path).exists()
+
+
+def is_file(path) -> bool:
+  with storage_errors(path):
+    return get(path).is_file()
+
+
+def is_dir(path) -> bool:
+  with storage_errors(path):
+    return get(path).is_dir()
+
+
+def read_bytes(path) -> bytes:
+  with storage_errors(path):
+    return get(path).read_bytes()
+
+
+def read_text(path) -> str:
+  return read_bytes(path).decode('utf-8')
+
+
+def open_binary(path):
+  """A readable binary file object (remote files are streamed, not downloaded whole)."""
+  with storage_errors(path):
+    return get(path).open('rb')
+
+
+def glob(pattern: str) -> list[str]:
+  """Sorted files matching one glob (`**` recurses), from the cwd or else the repository root;
+  a URL is matched on its filesystem."""
+  pattern = os.path.expanduser(pattern.strip())
+  if not is_remote(pattern):
+    matches = glob_lib.glob(pattern, recursive=True)
+    if not matches and not os.path.isabs(pattern):
+      matches = glob_lib.glob(os.path.join(REPO_ROOT, pattern), recursive=True)
+    return sorted(m for m in matches if os.path.isfile(m))
+  parts = pattern.split('/')
+  fixed = next((i for i, p in enumerate(parts) if any(ch in p for ch in _GLOB_CHARS)),
+               len(parts))
+  if fixed == len(parts):  # No wildcard: the file itself.
+    return [pattern] if is_file(pattern) else []
+  root = '/'.join(parts[:fixed])
+  with storage_errors(pattern):
+    return sorted(str(p) for p in get(root).glob('/'.join(parts[fixed:])) if p.is_file())
+
+
+def make_dirs(path):
+  with storage_errors(path):
+    get(path).mkdir(parents=True, exist_ok=True)
+
+
+def remove_tree(path):
+  """Deletes a directory and everything under it (nothing if it does not exist)."""
+  with storage_errors(path):
+    target = get(path)
+    if target.exists():
+      target.rmtree()
+
+
+def rename(source, target):
+  """Moves a file or directory (on object stores: copy, then delete the source)."""
+  with storage_errors(source):
+    get(source).rename(get(target))
+
+
+def copy_tree(source, target, link: bool = False):
+  """Copies a directory (`link`: local hard links where the filesystem allows)."""
+  if not (is_remote(source) or is_remote(target)):
+    source, target = absolute(source), absolute(target)
+    if link:
+      try:
+        shutil.copytree(source, target, copy_function=os.link)
+        return
+      except OSError:
+        shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source, target)
+    return
+  with storage_errors(source):
+    for file in get(source).rglob('*'):
+      if file.is_file():
+        destination = get(target) / str(file.relative_to(get(source)))
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        destination.write_bytes(file.read_bytes())
+
+
+def check_writable_dir(path, flag: str) -> str:
+  """Creates the directory `path` if needed and proves it writable with a probe file; returns
+  its canonical string. UserError (naming `flag`) otherwise, before anything is written."""
+  path = absolute(path)
+  with storage_errors(path, flag):
+    directory = get(path)
+    if directory.is_file():
+      raise UserError(f"{flag} '{path}' is a file; pass a directory path")
+    try:
+      directory.mkdir(parents=True, exist_ok=True)
+      probe = directory / f'.write_probe_{socket.gethostname()}_{os.getpid()}'
+      probe.write_bytes(b'0')
+      probe.unlink()
+    except PermissionError as e:
+      if is_remote(path):
+        raise
+      raise UserError(f"{flag} '{path}' is not writable ({e.strerror}); pick a writable "
+                      'location') from None
+    except OSError as e:
+      if is_remote(path) or e.strerror is None:
+        raise
+      raise UserError(f"cannot create {flag} '{path}': {e.strerror}; pick a writable "
+                      'location') from None
+  return path
+
+
+def local_copy(path: str, files=None) -> str:
+  """A local directory with `path`'s files (`files`: only these, relative to it). Local paths
+  are returned as they are; a remote directory is copied once into CACHE_DIR (a file whose
+  size already matches is not copied again), for libraries that read local files only."""
+  if not is_remote(path):
+    return path
+  source = get(path)
+  target = os.path.join(CACHE_DIR, 'remote', urllib.parse.urlparse(str(source)).scheme,
+                        str(source).split('://', 1)[1])
+  with storage_errors(path):
+    names = files if files is not None else [
+        str(p.relative_to(source)) for p in source.rglob('*') if p.is_file()]
+    for relative in names:
+      remote, local = source / relative, os.path.join(target, relative)
+      if os.path.exists(local) and os.path.getsize(local) == remote.stat().length:
+        continue
+      os.makedirs(os.path.dirname(local), exist_ok=True)
+      with remote.open('rb') as f_in, tempfile.NamedTemporaryFile(
+          dir=os.path.dirname(local), delete=False) as f_out:
+        shutil.copyfileobj(f_in, f_out, 1 << 24)
+      os.replace(f_out.name, local)
+  return target
+
+
+# --- Storage faults -----------------------------------------------------------------------------
+
+def _endpoint(scheme: str) -> str | None:
+  if scheme != 'gs':
+    return None
+  host = os.environ.get('STORAGE_EMULATOR_HOST')
+  if host:
+    return host if '://' in host else f'http://{host}'
+  return _GCS_ENDPOINT
+
+
+@functools.cache
+def _check_storage(scheme: str):
+  """Once per process and protocol: without an emulator Google credentials exist, and the
+  endpoint answers a TCP connection (gcsfs would otherwise fall back to anonymous access and
+  fail later, or retry for half a minute)."""
+  endpoint = _endpoint(scheme)
+  if endpoint is None:
+    return
+  emulator = os.environ.get('STORAGE_EMULATOR_HOST')
+  if not emulator:  # Emulators take anonymous requests.
+    import google.auth  # pylint: disable=import-outside-toplevel
+    try:
+      google.auth.default()
+    except google.auth.exceptions.DefaultCredentialsError as e:
+      raise UserError(f'no Google Cloud credentials for {scheme}:// paths ({_first_line(e)}); '
+                      'run `gcloud auth application-default login`, or set '
+                      'GOOGLE_APPLICATION_CREDENTIALS to a service-account key file (Cloud '
+                      "TPU VMs use the VM's service account)") from None
+  url = urllib.parse.urlparse(endpoint)
+  port = url.port or (443 if url.scheme == 'https' else 80)
+  via = 'STORAGE_EMULATOR_HOST' if emulator else 'the Google Cloud Storage endpoint'
+  try:
+    socket.create_connection((url.hostname, port), timeout=10).close()
+  except OSError as e:
+    raise UserError(f'cannot reach {endpoint} ({via}) for {scheme}:// paths '
+                    f'({e.strerror or e}); check the network, or that the emulator runs '
+                    'and STORAGE_EMULATOR_HOST names it') from None
+
+
+def _first_line(error: BaseException, limit: int = 200) -> str:
+  text = next((line.strip() for line in str(error).splitlines() if line.strip()), '')
+  text = text or type(error).__name__
+  return text if len(text) <= limit else text[:limit] + '...'
+
+
+def _bucket(path: str) -> str | None:
+  url = urllib.parse.urlparse(path)
+  return f'{url.scheme}://{url.netloc}' if is_remote(path) and url.netloc else None
+
+
+def _code(error: BaseException) -> int | None:
+  code = getattr(error, 'code', None)
+  return code if isinstance(code, int) else None
+
+
+def user_error(path, error: BaseException, what: str = '') -> UserError | None:
+  """The one-line UserError for a storage fault on `path` (None if `error` is something else).
+  `what`: how the user named the path, e.g. '--workdir'."""
+  if isinstance(error, UserError):
+    return error
+  where = f"{what} '{path}'" if what else f"'{path}'" if path else 'a storage path'
+  text = _first_line(error)
+  module = type(error).__module__ or ''
+  if (isinstance(error, PermissionError) or _code(error) in (401, 403)
+      or text.startswith('Forbidden') or 'PERMISSION_DENIED' in text):
+    return UserError(f'permission denied for {where} ({text}); give this account access (e.g. '
+                     'roles/storage.objectAdmin on the bucket) or check the credentials '
+                     '(gcloud auth application-default login)')
+  if module.startswith('google.auth'):
+    return UserError(f'no usable Google Cloud credentials for {where} ({text}); run `gcloud auth '
+                     'application-default login` or set GOOGLE_APPLICATION_CREDENTIALS')
+  if module.startswith('aiohttp') or isinstance(error, (ConnectionError, socket.gaierror,
+                                                         TimeoutError)):
+    return UserError(f'cannot reach the storage of {where} ({text}); check the network (or '
+                     'STORAGE_EMULATOR_HOST)')
+  bucket = _bucket(str(path))
+  if isinstance(error, FileNotFoundError) and bucket:
+    try:
+      missing = not epath.Path(bucket).exists()
+    except Exception:  # pylint: disable=broad-except
+      missing = False
+    if missing:
+      return UserError(f"bucket {bucket} of {where} does not exist; create it (gcloud storage "
+                       'buckets create ' + bucket + ') or fix the path')
+  return None
+
+
+@contextlib.contextmanager
+def storage_errors(path, what: str = ''):
+  """Storage faults inside become `user_error(path, ...)`; anything else passes through."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except
+    error = user_error(path, e, what)
+    if error is None or error is e:
+      raise
+    raise error from None
