@@ -76,8 +76,7 @@ def directory_of(workdir: str) -> str:
 def has_steps(workdir: str) -> bool:
   """True if WORKDIR/checkpoints holds a step directory, complete or not (a run there resumes
   rather than starts)."""
-  directory = directory_of(workdir)
-  return paths.is_dir(directory) and any(p.name.isdigit() for p in paths.get(directory).iterdir())
+  return any(name.isdigit() for name in paths.listdir(directory_of(workdir)))
 
 
 class Checkpointer:

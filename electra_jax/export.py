@@ -31,7 +31,7 @@ def _check_output(output: str, overwrite: bool) -> str:
   output = paths.absolute(output)
   if paths.is_file(output):
     raise UserError(f"--output '{output}' is a file; pass a directory path")
-  if paths.is_dir(output) and any(paths.get(output).iterdir()) and not overwrite:
+  if paths.listdir(output) and not overwrite:
     raise UserError(f"--output '{output}' exists and is not empty; pass --overwrite to "
                     'replace it or choose another directory')
   paths.check_writable_dir(paths.parent(output), '--output (its parent)')

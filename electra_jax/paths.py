@@ -19,6 +19,7 @@ import socket
 import tempfile
 import urllib.parse
 
+import fsspec.config
 from etils import epath
 
 from electra_jax.errors import UserError
@@ -32,16 +33,19 @@ CACHE_DIR = os.environ.get('ELECTRA_JAX_CACHE') or os.path.join(
 _GCS_ENDPOINT = 'https://storage.googleapis.com'
 
 
-def _configure_emulator():
-  """With STORAGE_EMULATOR_HOST set, point tensorstore at it too and skip gcsfs's gRPC
-  bucket-type probe (an emulator speaks only HTTP: the probe would wait 60 s per filesystem)."""
+def _configure_clients():
+  """gcsfs lists a bucket afresh every time: several processes (a pod's hosts, a run and the
+  command reading it) change the same bucket, and a cached listing would hide their writes.
+  With STORAGE_EMULATOR_HOST set, tensorstore is pointed at it too, and gcsfs's gRPC
+  bucket-type probe is skipped (an emulator speaks only HTTP: the probe would wait 60 s)."""
+  fsspec.config.conf.setdefault('gs', {}).setdefault('use_listings_cache', False)
   host = os.environ.get('STORAGE_EMULATOR_HOST')
   if host:
     os.environ.setdefault('TENSORSTORE_GCS_HTTP_URL', host if '://' in host else f'http://{host}')
     os.environ.setdefault('GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT', 'false')
 
 
-_configure_emulator()
+_configure_clients()
 
 
 def is_remote(path) -> bool:
@@ -103,6 +107,14 @@ def is_dir(path) -> bool:
     return get(path).is_dir()
 
 
+def listdir(path) -> list[str]:
+  """Names of the entries of a directory, sorted ([] if it does not exist or is empty: on an
+  object store an empty directory does not exist)."""
+  with storage_errors(path):
+    directory = get(path)
+    return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+
+
 def read_bytes(path) -> bytes:
   with storage_errors(path):
     return get(path).read_bytes()
@@ -137,7 +149,7 @@ def glob(pattern: str) -> list[str]:
 def _filesystem(path):
   """(fsspec filesystem, path without protocol) of a URL: epath's glob refuses `**` on object
   stores, and its rename wants the target's parent directory to exist."""
-  import fsspec  # pylint: disable=import-outside-toplevel
+  import fsspec.core  # pylint: disable=import-outside-toplevel
   get(path)  # Storage checks first.
   return fsspec.core.url_to_fs(absolute(path))
 

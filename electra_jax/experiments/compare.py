@@ -111,7 +111,7 @@ def prepare_output(output: str, spec: dict) -> str:
                       f"{', '.join(differ)}; re-run with its arguments "
                       f'({spec_path}) or pass a new --output')
     return output
-  if paths.is_dir(output) and any(paths.get(output).iterdir()):
+  if paths.listdir(output):
     raise UserError(f"--output '{output}' is not empty and holds no comparison (no "
                     'compare.json); pass a new or empty folder')
   paths.check_writable_dir(output, '--output')

@@ -255,8 +255,7 @@ def run_seed(c, data: Data, trainer: Trainer, pretrained_params, seed: int, mesh
 
 def _prepare_output(workdir: str) -> str:
   workdir = experiment_lib.prepare_workdir(workdir)
-  if any(p.name == 'results.json' or p.name.startswith('seed_')
-         for p in paths.get(workdir).iterdir()):
+  if any(n == 'results.json' or n.startswith('seed_') for n in paths.listdir(workdir)):
     raise UserError(f"--workdir '{workdir}' already holds fine-tuning results; pass a new "
                     '--workdir (results are never overwritten)')
   return workdir
