@@ -41,6 +41,13 @@ def get_config():
   # of 'replaced', log(r / (1 - r)) for a replaced fraction r (about -1.8 at 15 % masking),
   # keeps a small, fast-warming-up discriminator from collapsing its hidden states.
   c.disc_output_bias_init = 0.0
+  # Std of the truncated-normal init of every kernel and embedding table (BERT's
+  # initializer_range, 0.02). Small models need more: at width 128, 0.02 leaves every GELU in its
+  # linear range and the discriminator at AUC 0.5 (benchmarks/RESULTS.md, issue 19).
+  c.initializer_range = 0.02
+  # Glorot-uniform init for embeddings_project and the discriminator's dense_prediction, as the
+  # official release has (tf.layers.dense's default there); False: initializer_range for them too.
+  c.glorot_projections = False
   # Compute dtype: 'float32' or 'bfloat16' (parameters and optimizer state stay float32).
   c.dtype = 'float32'
   # Rematerialisation of each transformer layer in the backward pass, trading compute for
@@ -98,6 +105,9 @@ def get_config():
   c.gen_weight = 1.0
   # Weight of the discriminator's replaced-token-detection loss (paper: 50).
   c.disc_weight = 50.0
+  # The generator's learning rate as a multiple of learning_rate (its own parameters; shared
+  # embeddings keep learning_rate). Below 1 slows the generator so the discriminator keeps up.
+  c.generator_lr_multiplier = 1.0
   # Softmax temperature of the generator when sampling replacements.
   c.temperature = 1.0
   # Pretraining objective (paper's ablations, README "Ablations"): 'electra' (RTD), 'mlm'
@@ -130,6 +140,9 @@ def get_config():
   c.adam_b2 = 0.999
   # Adam epsilon (official release: 1e-6).
   c.adam_epsilon = 1e-6
+  # Adam's bias correction of its moments (optax); the official release has none (larger
+  # steps over the first ~1,000).
+  c.adam_bias_correction = True
   # Clip gradients to this global norm (0 disables).
   c.max_grad_norm = 1.0
   # Split each global batch into this many micro-batches whose gradients are summed before one

@@ -97,6 +97,10 @@ def _validate(c):
            f'config.{key}={c[key]!r} needs config.init_from (the weights it adds to); set '
            '--config.init_from=PATH')
   check(c.learning_rate > 0, f'config.learning_rate={c.learning_rate} must be > 0')
+  check(c.generator_lr_multiplier > 0,
+         f'config.generator_lr_multiplier={c.generator_lr_multiplier} must be > 0')
+  check(c.initializer_range > 0,
+         f'config.initializer_range={c.initializer_range} must be > 0 (BERT: 0.02)')
   unknown = [k for k in split_keys(c.allow_config_change) if k not in c]
   check(not unknown, f'config.allow_config_change={c.allow_config_change!r} names unknown '
          f'keys {unknown}; list config keys separated by commas')

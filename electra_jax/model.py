@@ -59,6 +59,9 @@ class ModelConfig:
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.1
   disc_output_bias_init: float = 0.0
+  # Initialisation (config.initializer_range, config.glorot_projections).
+  initializer_range: float = 0.02
+  glorot_projections: bool = False
   dtype: Any = jnp.float32
   remat: str = 'none'
   # config.objective and config.tie: which parts exist and which are shared.
@@ -82,13 +85,25 @@ class ModelConfig:
                type_vocab_size=c.type_vocab_size, dropout_rate=c.dropout_rate,
                attention_dropout_rate=c.attention_dropout_rate,
                disc_output_bias_init=c.disc_output_bias_init,
+               initializer_range=c.initializer_range, glorot_projections=c.glorot_projections,
                dtype=jnp.dtype(c.dtype), remat=c.remat, objective=c.objective, tie=c.tie)
 
 
-def _dense(features, dtype, name, bias_init=nn.initializers.zeros):
-  return nn.Dense(features, dtype=dtype, param_dtype=jnp.float32,
-                  kernel_init=nn.initializers.truncated_normal(0.02), bias_init=bias_init,
-                  name=name)
+def _dense(features, dtype, name, kernel_init, bias_init=nn.initializers.zeros):
+  return nn.Dense(features, dtype=dtype, param_dtype=jnp.float32, kernel_init=kernel_init,
+                  bias_init=bias_init, name=name)
+
+
+def _normal(std: float):
+  """BERT's initializer: a normal with this std, truncated at two of them."""
+  return nn.initializers.truncated_normal(std)
+
+
+def _projection_init(cfg: 'ModelConfig'):
+  """The official release leaves embeddings_project and the discriminator's dense_prediction
+  at tf.layers.dense's default, Glorot uniform; BERT's initializer elsewhere."""
+  return nn.initializers.glorot_uniform() if cfg.glorot_projections else _normal(
+      cfg.initializer_range)
 
 
 def _layer_norm(name):
@@ -125,8 +140,8 @@ class Embeddings(nn.Module):
   cfg: ModelConfig
 
   def setup(self):
-    init = nn.initializers.truncated_normal(0.02)
     cfg = self.cfg
+    init = _normal(cfg.initializer_range)
     self.word_embeddings = self.param('word_embeddings', init,
                                       (cfg.vocab_size, cfg.embedding_size), jnp.float32)
     self.position_embeddings = self.param(
@@ -156,14 +171,16 @@ class SelfAttention(nn.Module):
   dropout_rate: float
   attention_dropout_rate: float
   dtype: Any
+  init_std: float = 0.02
 
   @nn.compact
   def __call__(self, x, attention_mask, deterministic):
+    init = _normal(self.init_std)
     head_dim = self.hidden_size // self.num_heads
     split = lambda t: t.reshape(t.shape[:-1] + (self.num_heads, head_dim))
-    q = split(_dense(self.hidden_size, self.dtype, 'query')(x))
-    k = split(_dense(self.hidden_size, self.dtype, 'key')(x))
-    v = split(_dense(self.hidden_size, self.dtype, 'value')(x))
+    q = split(_dense(self.hidden_size, self.dtype, 'query', init)(x))
+    k = split(_dense(self.hidden_size, self.dtype, 'key', init)(x))
+    v = split(_dense(self.hidden_size, self.dtype, 'value', init)(x))
     # attention_mask: [B, S] bool, True = real token (may be attended to).
     mask = attention_mask[:, None, None, :]
     if self.attention_dropout_rate == 0.0 or deterministic:
@@ -177,7 +194,7 @@ class SelfAttention(nn.Module):
       probs = Dropout(self.attention_dropout_rate)(probs, deterministic=False)
       ctx = jnp.einsum('bhqk,bkhd->bqhd', probs.astype(self.dtype), v)
     ctx = ctx.reshape(ctx.shape[:-2] + (self.hidden_size,))
-    out = _dense(self.hidden_size, self.dtype, 'output')(ctx)
+    out = _dense(self.hidden_size, self.dtype, 'output', init)(ctx)
     return Dropout(self.dropout_rate)(out, deterministic=deterministic)
 
 
@@ -189,16 +206,18 @@ class TransformerLayer(nn.Module):
   dropout_rate: float
   attention_dropout_rate: float
   dtype: Any
+  init_std: float = 0.02
 
   @nn.compact
   def __call__(self, x, attention_mask, deterministic):
+    init = _normal(self.init_std)
     attn = SelfAttention(self.hidden_size, self.num_heads, self.dropout_rate,
-                         self.attention_dropout_rate, self.dtype, name='attention')(
-                             x, attention_mask, deterministic)
+                         self.attention_dropout_rate, self.dtype, self.init_std,
+                         name='attention')(x, attention_mask, deterministic)
     x = _layer_norm('attention_LayerNorm')(x + attn).astype(self.dtype)
-    h = _dense(self.intermediate_size, self.dtype, 'intermediate')(x)
+    h = _dense(self.intermediate_size, self.dtype, 'intermediate', init)(x)
     h = nn.gelu(h, approximate=False)
-    h = _dense(self.hidden_size, self.dtype, 'output')(h)
+    h = _dense(self.hidden_size, self.dtype, 'output', init)(h)
     h = Dropout(self.dropout_rate)(h, deterministic=deterministic)
     return _layer_norm('output_LayerNorm')(x + h).astype(self.dtype)
 
@@ -230,11 +249,11 @@ class Encoder(nn.Module):
     cfg = self.cfg
     x = Dropout(cfg.dropout_rate)(embedded, deterministic=deterministic).astype(cfg.dtype)
     if cfg.embedding_size != self.hidden_size:
-      x = _dense(self.hidden_size, cfg.dtype, 'embeddings_project')(x)
+      x = _dense(self.hidden_size, cfg.dtype, 'embeddings_project', _projection_init(cfg))(x)
     layer = remat_layer(cfg.remat)
     for i in range(cfg.num_layers):
       x = layer(self.hidden_size, self.num_heads, self.intermediate_size, cfg.dropout_rate,
-                cfg.attention_dropout_rate, cfg.dtype, name=f'layer_{i}')(
+                cfg.attention_dropout_rate, cfg.dtype, cfg.initializer_range, name=f'layer_{i}')(
                     x, attention_mask, deterministic)
     return x
 
@@ -245,7 +264,8 @@ class GeneratorHead(nn.Module):
 
   @nn.compact
   def __call__(self, hidden):
-    h = _dense(self.cfg.embedding_size, self.cfg.dtype, 'dense')(hidden)
+    h = _dense(self.cfg.embedding_size, self.cfg.dtype, 'dense',
+               _normal(self.cfg.initializer_range))(hidden)
     h = nn.gelu(h, approximate=False)
     return _layer_norm('LayerNorm')(h)
 
@@ -267,12 +287,14 @@ class DiscriminatorHead(nn.Module):
 
   @nn.compact
   def __call__(self, hidden):
-    h = _dense(self.cfg.hidden_size, self.cfg.dtype, 'dense')(hidden)
+    h = _dense(self.cfg.hidden_size, self.cfg.dtype, 'dense',
+               _normal(self.cfg.initializer_range))(hidden)
     h = nn.gelu(h, approximate=False)
     # Starting at the prior logit of 'replaced' (instead of 0) spares the encoder from having
     # to produce that constant itself, which can collapse a young discriminator's states.
     bias_init = nn.initializers.constant(self.cfg.disc_output_bias_init)
-    logits = _dense(1, self.cfg.dtype, 'dense_prediction', bias_init)(h)
+    logits = _dense(1, self.cfg.dtype, 'dense_prediction', _projection_init(self.cfg),
+                    bias_init)(h)
     return logits[..., 0].astype(jnp.float32)
 
 
