@@ -1,12 +1,13 @@
-"""Runs on a bucket (issue 17): every command against a real GCS server (gcp-storage-emulator on
-127.0.0.1, through STORAGE_EMULATOR_HOST / TENSORSTORE_GCS_HTTP_URL), end to end in
-subprocesses, compared with the same run on local disk (tests/test_resilience.py's reference).
+"""Runs on a bucket (issue 17): every command against a real GCS server (fake-gcs-server on
+127.0.0.1, tests/gcs_emulator.py, through STORAGE_EMULATOR_HOST / TENSORSTORE_GCS_HTTP_URL),
+end to end in subprocesses, compared with the same run on local disk (tests/test_resilience.py's
+reference).
 
 Items: a demo run on gs:// with corpus, vocabulary and compilation cache on the bucket, killed
 and resumed bit-identically (2, 4, 6); two processes x two devices sharing a gs:// workdir,
-resumed by one process (4, 5); evaluate, export and fine-tune from the bucket (2, 4); storage
-faults as one-line errors, a transient outage retried, a save killed halfway never taken for a
-checkpoint (7).
+moved to one process and back (4, 5); evaluate, export and fine-tune from the bucket (2, 4);
+storage faults as one-line errors, a transient outage retried, a save killed halfway never
+taken for a checkpoint (7).
 """
 import json
 import os
@@ -199,29 +200,99 @@ def test_evaluate_export_and_finetune_read_and_write_the_bucket(gcs, bucket_data
       second['runs'][0]['final']['eval_loss'], rel=1e-4)
 
 
-def test_two_processes_share_a_bucket_workdir_and_one_process_resumes_it(gcs, bucket_data,
-                                                                        cache_dir, reference):
-  """A multi-host commit on gs:// (2 processes x 2 CPU devices), then the run continues on one
-  process with another device count at the same data position: losses equal the local run's."""
-  emulator, _ = gcs
-  workdir = f'{BUCKET}/pod'
-  env = bucket_env(cache_dir, emulator.url)
+def run_two_processes(data, workdir, env, *extra):
+  """The train command as 2 processes x 2 CPU devices on one host (a pod's workers); returns
+  process 0's stdout."""
   port = portpicker.pick_unused_port()
   procs = [subprocess.Popen(
-      gcs_train_command(bucket_data, workdir, '--stop_after_steps=6', '--cpu_devices=2',
+      gcs_train_command(data, workdir, '--cpu_devices=2',
                         f'--coordinator_address=localhost:{port}', '--num_processes=2',
-                        f'--process_id={i}'),
+                        f'--process_id={i}', *extra),
       cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
       for i in range(2)]
   outputs = [p.communicate(timeout=600) for p in procs]
   for p, (out, err) in zip(procs, outputs):
     assert p.returncode == 0, f'{out}\n{err[-4000:]}'
-  assert last_json(outputs[0][0])['step'] == 6
-  assert checkpoint.steps(workdir) == [3, 6]
-  resumed = run(gcs_train_command(bucket_data, workdir, '--cpu_devices=1'), env)
-  assert 'Resuming from step 6' in resumed.stdout
+  return outputs[0][0]
+
+
+def test_a_bucket_workdir_moves_from_two_processes_to_one_and_back(gcs, bucket_data, cache_dir,
+                                                                  reference):
+  """Multi-host commits on gs:// (2 processes x 2 CPU devices share the workdir), and elastic
+  resume: steps 1-4 on 2 processes, 5-8 on 1 process with 1 device, 9-12 on 2 processes again,
+  each part at the data position the last one reached: losses equal the uninterrupted local
+  run's to float32 reduction order."""
+  emulator, _ = gcs
+  workdir = f'{BUCKET}/pod'
+  env = bucket_env(cache_dir, emulator.url)
+  no_eval = '--config.eval_every_steps=0'  # Train losses only: three compilations fewer.
+  first = run_two_processes(bucket_data, workdir, env, no_eval, '--stop_after_steps=4')
+  assert last_json(first)['step'] == 4 and '| 4 device(s) cpu |' in first
+  assert checkpoint.steps(workdir) == [3, 4]
+  single = run(gcs_train_command(bucket_data, workdir, no_eval, '--cpu_devices=1',
+                                 '--stop_after_steps=4'), env)
+  assert 'Resuming from step 4' in single.stdout and '| 1 device(s) cpu |' in single.stdout
+  assert last_json(single.stdout)['step'] == 8
+  again = run_two_processes(bucket_data, workdir, env, no_eval)
+  assert 'Resuming from step 8' in again and last_json(again)['status'] == 'completed'
+  assert checkpoint.steps(workdir) == [6, 8, 9, 12]
   rows = read_jsonl(f'{workdir}/metrics.jsonl')
   assert_close_losses(rows, read_jsonl(os.path.join(reference, 'metrics.jsonl')))
+
+
+def test_shards_prepared_into_the_bucket_give_the_streamed_batches(gcs, bucket_data, tmp_path,
+                                                                  monkeypatch):
+  """prepare --output=gs://... uploads the shards; a gs:// train_data_dir is copied once into
+  the local cache (ArrayRecord reads local files) and yields the batches streaming gives."""
+  del gcs
+  from electra_jax import paths  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import pipeline, prepare  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import tokenizer as tok  # pylint: disable=import-outside-toplevel
+  from tests.conftest import tiny_config  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(paths, 'CACHE_DIR', str(tmp_path / 'cache'))
+  config = tiny_config(vocab_file=bucket_data['vocab_file'], vocab_size=8000,
+                       train_files=bucket_data['train_files'], seed=5)
+  output = f'{BUCKET}/prepared'
+  summary = prepare.prepare(config, output, examples_per_shard=100, progress=False)
+  assert summary['num_shards'] >= 2
+  assert not os.path.exists(paths.CACHE_DIR)  # Written locally only while uploading.
+  tokenizer = tok.load_tokenizer(config.vocab_file, 8000)
+  streamed = pipeline.make_train_iterator(config, tokenizer, start=16)
+  config.train_data_dir = output
+  from_bucket = pipeline.make_train_iterator(config, tokenizer, start=16)
+  for _ in range(3):
+    want, got = next(streamed), next(from_bucket)
+    for name in pipeline.FEATURES:
+      np.testing.assert_array_equal(want[name], got[name])
+  cached = [os.path.join(d, f) for d, _, fs in os.walk(paths.CACHE_DIR) for f in fs]
+  assert len(cached) == summary['num_shards']  # The shards only, each copied once.
+
+
+def test_an_unreadable_step_on_the_bucket_is_moved_aside_and_the_previous_one_restored(gcs):
+  """Move-aside on an object store (a copy, then a delete): garbage metadata in the newest
+  step; the restore falls back to the one before, and the bad step lands in
+  corrupt_checkpoints/, out of the way of the steps saved next."""
+  del gcs
+  from etils import epath  # pylint: disable=import-outside-toplevel
+  directory = f'{BUCKET}/corrupt/checkpoints'
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  ckpt = checkpoint.Checkpointer(directory, keep=3)
+  for step in (1, 2):
+    ckpt.save(step, {'w': jax.numpy.full(4, float(step))}, force=True)
+  ckpt.close()
+  epath.Path(f'{directory}/2/state/_METADATA').write_text('{"tree_metadata": garbage')
+  ckpt = checkpoint.Checkpointer(directory, keep=3)
+  abstract = {'w': jax.ShapeDtypeStruct((4,), np.float32, sharding=device)}
+  step, state, _ = ckpt.restore_latest_valid(abstract)
+  assert step == 1
+  np.testing.assert_array_equal(state['w'], np.ones(4))
+  assert ckpt.all_steps() == [1]
+  ckpt.save(2, {'w': jax.numpy.zeros(4)}, force=True)
+  ckpt.close()
+  moved = epath.Path(f'{BUCKET}/corrupt/corrupt_checkpoints/2')
+  assert (moved / 'state' / '_METADATA').read_text() == '{"tree_metadata": garbage'
+  assert (moved / checkpoint.COMMIT_FILE).exists()
+  assert checkpoint.steps(f'{BUCKET}/corrupt') == [1, 2]
 
 
 @pytest.mark.parametrize('fault', ['unreachable', 'credentials', 'permission', 'bucket',
@@ -282,7 +353,8 @@ def test_a_save_killed_halfway_is_ignored_and_an_outage_while_saving_is_retried(
     time.sleep(0.2)
   proc.kill()
   proc.wait()
-  proxy.outage_after, proxy.outage_seconds, proxy.outage_started = 'outage/checkpoints/9/', 3.0, None
+  proxy.outage_after, proxy.outage_seconds = 'outage/checkpoints/9/', 3.0
+  proxy.outage_started = None
   assert proxy.failed_requests >= 2
   from etils import epath  # pylint: disable=import-outside-toplevel
   step_6 = epath.Path(f'{workdir}/checkpoints/6')
@@ -315,7 +387,8 @@ def test_compare_keeps_its_points_results_and_plots_on_the_bucket(gcs):
   ckpt.close()
   atomic.write_text(f'{workdir}/metrics.jsonl',
                     ''.join(json.dumps(dict(step=s, loss=10.0 - s)) + '\n' for s in (2, 4, 6)))
-  point = runs._make_point(workdir, f'{output}/points/tiny/4', 4, 8e9)  # pylint: disable=protected-access
+  make_point = runs._make_point  # pylint: disable=protected-access
+  point = make_point(workdir, f'{output}/points/tiny/4', 4, 8e9)
   assert point['train'] == dict(step=4, loss=6.0)
   assert checkpoint.steps(f'{output}/points/tiny/4') == [4]
   copied = checkpoint.Checkpointer(f'{output}/points/tiny/4/checkpoints', read_only=True)

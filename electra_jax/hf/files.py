@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 
+from electra_jax import atomic
 from electra_jax import paths
 from electra_jax.errors import UserError
 from electra_jax.hf import configs
@@ -82,7 +83,7 @@ def write_model(params, config, network: str, directory):
   """config.json + model.safetensors for one network into `directory` (created)."""
   directory = paths.get(directory)
   directory.mkdir(parents=True, exist_ok=True)
-  (directory / 'config.json').write_text(
-      json.dumps(configs.hf_config_dict(config, network), indent=2, sort_keys=True))
+  atomic.write_json(directory / 'config.json', configs.hf_config_dict(config, network),
+                    sort_keys=True)
   _save_safetensors(weights.params_to_hf(params, config, network),
                     directory / SAFETENSORS_FILE)

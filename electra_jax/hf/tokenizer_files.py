@@ -8,9 +8,9 @@ or vocab.txt, or the WordPiece vocabulary inside its tokenizer.json, and its low
 """
 import dataclasses
 import io
-import json
 import os
 
+from electra_jax import atomic
 from electra_jax import paths
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.data import wordpiece
@@ -110,8 +110,7 @@ def write_tokenizer(vocab_file: str, directory: str, model_max_length: int,
       'PreTrainedTokenizerFast')
   if wordpiece:
     tokenizer_config['do_lower_case'] = bool(do_lower_case)
-  with open(config_file, 'w', encoding='utf-8') as f:
-    json.dump(tokenizer_config, f, indent=2, sort_keys=True)
+  atomic.write_json(config_file, tokenizer_config, sort_keys=True)
 
 
 @dataclasses.dataclass
