@@ -11,7 +11,6 @@ endpoint, no credentials, permission denied, no such bucket) become one-line Use
 the path and the fix.
 """
 import contextlib
-import functools
 import glob as glob_lib
 import os
 import shutil
@@ -31,6 +30,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE_DIR = os.environ.get('ELECTRA_JAX_CACHE') or os.path.join(
     os.path.expanduser('~'), '.cache', 'electra_jax')
 _GCS_ENDPOINT = 'https://storage.googleapis.com'
+# Protocols whose storage answered once in this process (get() checks the others first).
+_USABLE_SCHEMES = set()
 
 
 def _configure_clients():
@@ -65,8 +66,12 @@ def get(path) -> epath.Path:
   """`absolute(path)` as an epath.Path; a remote one's storage is checked once (reachable,
   credentials) so a fault is one clear line before anything is read or written."""
   path = absolute(path)
-  if is_remote(path):
-    _check_storage(urllib.parse.urlparse(path).scheme)
+  scheme = urllib.parse.urlparse(path).scheme if is_remote(path) else None
+  if scheme and scheme not in _USABLE_SCHEMES:
+    problem = _storage_problem(scheme)
+    if problem:
+      raise UserError(f"'{path}': {problem}")
+    _USABLE_SCHEMES.add(scheme)
   return epath.Path(path)
 
 
@@ -268,33 +273,31 @@ def _endpoint(scheme: str) -> str | None:
   return _GCS_ENDPOINT
 
 
-@functools.cache
-def _check_storage(scheme: str):
-  """Once per process and protocol: without an emulator Google credentials exist, and the
-  endpoint answers a TCP connection (gcsfs would otherwise fall back to anonymous access and
-  fail later, or retry for half a minute)."""
+def _storage_problem(scheme: str) -> str | None:
+  """What makes every path of a protocol unusable, if anything: without an emulator, no Google
+  credentials; an endpoint that does not answer a TCP connection (gcsfs would otherwise fall
+  back to anonymous access and fail later, or retry for half a minute)."""
   endpoint = _endpoint(scheme)
   if endpoint is None:
-    return
+    return None
   emulator = os.environ.get('STORAGE_EMULATOR_HOST')
   if not emulator:  # Emulators take anonymous requests.
     import google.auth  # pylint: disable=import-outside-toplevel
     try:
       google.auth.default()
     except google.auth.exceptions.DefaultCredentialsError as e:
-      raise UserError(f'no Google Cloud credentials for {scheme}:// paths ({_first_line(e)}); '
-                      'run `gcloud auth application-default login`, or set '
-                      'GOOGLE_APPLICATION_CREDENTIALS to a service-account key file (Cloud '
-                      "TPU VMs use the VM's service account)") from None
+      return (f'no Google Cloud credentials for {scheme}:// paths ({_first_line(e)}); run '
+              '`gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS '
+              "to a service-account key file (Cloud TPU VMs use the VM's service account)")
   url = urllib.parse.urlparse(endpoint)
   port = url.port or (443 if url.scheme == 'https' else 80)
   via = 'STORAGE_EMULATOR_HOST' if emulator else 'the Google Cloud Storage endpoint'
   try:
     socket.create_connection((url.hostname, port), timeout=10).close()
   except OSError as e:
-    raise UserError(f'cannot reach {endpoint} ({via}) for {scheme}:// paths '
-                    f'({e.strerror or e}); check the network, or that the emulator runs '
-                    'and STORAGE_EMULATOR_HOST names it') from None
+    return (f'cannot reach {endpoint} ({via}) for {scheme}:// paths ({e.strerror or e}); '
+            'check the network, or that the emulator runs and STORAGE_EMULATOR_HOST names it')
+  return None
 
 
 def _first_line(error: BaseException, limit: int = 200) -> str:

@@ -13,8 +13,10 @@ import http.server
 import json
 import os
 import platform
+import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -60,11 +62,15 @@ class Emulator:
         [server_binary(), '-scheme', 'http', '-backend', 'memory', '-host', '127.0.0.1',
          '-port', str(self.port), '-external-url', self.url, '-log-level', 'error'],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _wait_for_port(self.port)
-    request = urllib.request.Request(f'{self.url}/storage/v1/b?project=test', method='POST',
-                                     data=json.dumps({'name': bucket}).encode(),
-                                     headers={'Content-Type': 'application/json'})
-    urllib.request.urlopen(request, timeout=30).close()  # pylint: disable=consider-using-with
+    try:
+      _wait_for_port(self.port)
+      request = urllib.request.Request(f'{self.url}/storage/v1/b?project=test', method='POST',
+                                       data=json.dumps({'name': bucket}).encode(),
+                                       headers={'Content-Type': 'application/json'})
+      urllib.request.urlopen(request, timeout=30).close()  # pylint: disable=consider-using-with
+    except BaseException:
+      self.stop()  # No server left behind (e.g. a bucket name GCS refuses: 400).
+      raise
 
   def stop(self):
     self._proc.kill()
@@ -176,13 +182,15 @@ def main():
   parser.add_argument('--bucket', default=BUCKET)
   args = parser.parse_args()
   emulator = Emulator(args.bucket, args.port)
+  # SIGTERM (kill, a test runner) stops the server too, as Ctrl-C does.
+  signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
   print(f'fake-gcs-server with bucket gs://{args.bucket} at {emulator.url}; in another shell:\n'
         f'  export STORAGE_EMULATOR_HOST={emulator.url}\nCtrl-C stops it (and its data).',
         flush=True)
   try:
     while True:
       time.sleep(3600)
-  except KeyboardInterrupt:
+  except (KeyboardInterrupt, SystemExit):
     pass
   finally:
     emulator.stop()

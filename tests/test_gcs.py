@@ -295,6 +295,33 @@ def test_an_unreadable_step_on_the_bucket_is_moved_aside_and_the_previous_one_re
   assert checkpoint.steps(f'{BUCKET}/corrupt') == [1, 2]
 
 
+_CACHE_PROBE = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+from electra_jax import cli
+events = []
+jax.monitoring.register_event_listener(lambda event, **kwargs: events.append(event))
+cli.use_compilation_cache(sys.argv[1])
+jax.jit(lambda x: jnp.tanh(x @ x.T).sum())(np.ones((16, 16), np.float32)).block_until_ready()
+print(events.count('/jax/compilation_cache/cache_hits'),
+      events.count('/jax/compilation_cache/cache_misses'))
+"""
+
+
+def test_a_compilation_cache_on_the_bucket_spares_a_restarted_process_the_compile(gcs,
+                                                                                  cache_dir):
+  """--compilation_cache_dir=gs://...: the first process compiles and writes the program to
+  the bucket, a new one (a restarted pod job) loads it from there."""
+  emulator, _ = gcs
+  env = bucket_env(cache_dir, emulator.url, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0')
+  env.pop('JAX_COMPILATION_CACHE_DIR', None)
+  command = [sys.executable, '-c', _CACHE_PROBE, f'{BUCKET}/probe_cache']
+  first, second = (run(command, env).stdout.split() for _ in range(2))
+  assert first == ['0', '1'] and second == ['1', '0']
+  from etils import epath  # pylint: disable=import-outside-toplevel
+  assert len(list(epath.Path(f'{BUCKET}/probe_cache').iterdir())) >= 1
+
+
 @pytest.mark.parametrize('fault', ['unreachable', 'credentials', 'permission', 'bucket',
                                    'glob'])
 def test_storage_faults_are_one_line_errors_and_write_nothing(gcs, bucket_data, cache_dir,
@@ -329,6 +356,7 @@ def test_storage_faults_are_one_line_errors_and_write_nothing(gcs, bucket_data, 
   assert proc.returncode == 2, proc.stderr[-3000:]
   lines = proc.stderr.strip().splitlines()
   assert lines[-1].startswith('error: ') and expected in lines[-1], proc.stderr[-3000:]
+  assert "'gs://" in lines[-1]  # It names the path it could not use.
   assert not any(line.startswith('Traceback') for line in lines)
   assert checkpoint.steps(f'{BUCKET}/fault_{fault}') == []
   from etils import epath  # pylint: disable=import-outside-toplevel
