@@ -216,26 +216,30 @@ def run_two_processes(data, workdir, env, *extra):
   return outputs[0][0]
 
 
-def test_a_bucket_workdir_moves_from_two_processes_to_one_and_back(gcs, bucket_data, cache_dir,
-                                                                  reference):
+@pytest.mark.parametrize('and_back', [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_a_bucket_workdir_moves_from_two_processes_to_one(gcs, bucket_data, cache_dir, reference,
+                                                          and_back):
   """Multi-host commits on gs:// (2 processes x 2 CPU devices share the workdir), and elastic
-  resume: steps 1-4 on 2 processes, 5-8 on 1 process with 1 device, 9-12 on 2 processes again,
-  each part at the data position the last one reached: losses equal the uninterrupted local
-  run's to float32 reduction order."""
+  resume: steps 1-6 on 2 processes, then 7-12 on 1 process with 1 device; `and_back`: 1-4, 5-8
+  on 1 process, 9-12 on 2 processes again. Each part reads on at the data position the last
+  one reached: losses equal the uninterrupted local run's to float32 reduction order."""
   emulator, _ = gcs
-  workdir = f'{BUCKET}/pod'
+  workdir = f'{BUCKET}/pod_{and_back}'
   env = bucket_env(cache_dir, emulator.url)
-  no_eval = '--config.eval_every_steps=0'  # Train losses only: three compilations fewer.
-  first = run_two_processes(bucket_data, workdir, env, no_eval, '--stop_after_steps=4')
-  assert last_json(first)['step'] == 4 and '| 4 device(s) cpu |' in first
-  assert checkpoint.steps(workdir) == [3, 4]
+  no_eval = '--config.eval_every_steps=0'  # Train losses only: fewer compilations.
+  part = 4 if and_back else 6
+  first = run_two_processes(bucket_data, workdir, env, no_eval, f'--stop_after_steps={part}')
+  assert last_json(first)['step'] == part and '| 4 device(s) cpu |' in first
+  assert checkpoint.steps(workdir) == ([3, 4] if and_back else [3, 6])
   single = run(gcs_train_command(bucket_data, workdir, no_eval, '--cpu_devices=1',
-                                 '--stop_after_steps=4'), env)
-  assert 'Resuming from step 4' in single.stdout and '| 1 device(s) cpu |' in single.stdout
-  assert last_json(single.stdout)['step'] == 8
-  again = run_two_processes(bucket_data, workdir, env, no_eval)
-  assert 'Resuming from step 8' in again and last_json(again)['status'] == 'completed'
-  assert checkpoint.steps(workdir) == [6, 8, 9, 12]
+                                 *(['--stop_after_steps=4'] if and_back else [])), env)
+  assert f'Resuming from step {part}' in single.stdout
+  assert '| 1 device(s) cpu |' in single.stdout
+  if and_back:
+    assert last_json(single.stdout)['step'] == 8
+    again = run_two_processes(bucket_data, workdir, env, no_eval)
+    assert 'Resuming from step 8' in again and last_json(again)['status'] == 'completed'
+  assert checkpoint.steps(workdir) == ([6, 8, 9, 12] if and_back else [3, 6, 9, 12])
   rows = read_jsonl(f'{workdir}/metrics.jsonl')
   assert_close_losses(rows, read_jsonl(os.path.join(reference, 'metrics.jsonl')))
 
