@@ -6,8 +6,9 @@ reference).
 Items: a demo run on gs:// with corpus, vocabulary and compilation cache on the bucket, killed
 and resumed bit-identically (2, 4, 6); two processes x two devices sharing a gs:// workdir,
 moved to one process and back (4, 5); evaluate, export and fine-tune from the bucket (2, 4);
-storage faults as one-line errors, a transient outage retried, a save killed halfway never
-taken for a checkpoint (7).
+shards prepared into the bucket, an unreadable step moved aside there, compare's files (1, 2);
+a compilation cache on the bucket read by a restarted process (6); storage faults as one-line
+errors, a transient outage retried, a save killed halfway never taken for a checkpoint (7).
 """
 import json
 import os
