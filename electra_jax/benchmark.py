@@ -28,6 +28,7 @@ from electra_jax import experiment as experiment_lib
 from electra_jax import flops as flops_lib
 from electra_jax import objective as objective_lib
 from electra_jax import parallel
+from electra_jax import paths
 from electra_jax.data import pipeline
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
@@ -211,7 +212,7 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
             flush=True)
   memory, memory_source = peak_memory()
   if profile_dir:
-    profile_dir = os.path.abspath(os.path.expanduser(profile_dir))
+    profile_dir = paths.absolute(profile_dir)
     ours.profile(profile_dir)
     print(f'Profile of 3 steps written to {profile_dir}', flush=True)
 

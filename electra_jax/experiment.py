@@ -1,12 +1,10 @@
 """Everything built from a config before any step runs: tokenizer, mesh, model, objective,
 optimizer; plus the workdir checks shared by train and evaluate."""
 import dataclasses
-import os
 
 import jax
 import ml_collections
 import optax
-from etils import epath
 
 from electra_jax import checkpoint
 from electra_jax import config as config_lib
@@ -15,6 +13,7 @@ from electra_jax import nonfinite
 from electra_jax import objective as objective_lib
 from electra_jax import optim
 from electra_jax import parallel
+from electra_jax import paths
 from electra_jax import saved_config
 from electra_jax import train_state as ts
 from electra_jax.data import tokenizer as tokenizer_lib
@@ -97,16 +96,10 @@ HARMLESS_KEYS = ('log_every_steps', 'eval_every_steps', 'eval_batch_size', 'num_
                  'init_generator_from', 'extend_vocab_file')
 
 
-def has_checkpoints(workdir: str) -> bool:
-  """True if the workdir holds a checkpoint step (so a run there resumes)."""
-  ckpt_dir = epath.Path(workdir) / 'checkpoints'
-  return ckpt_dir.is_dir() and any(p.name.isdigit() for p in ckpt_dir.iterdir())
-
-
 def check_resume_config(workdir: str, c) -> list[str]:
   """Refuses to resume with a config other than the saved one, except for harmless keys and
   those listed in config.allow_config_change; returns the changed keys."""
-  if not has_checkpoints(workdir):
+  if not checkpoint.has_steps(workdir):
     return []  # Nothing to resume: the new config simply replaces the saved one.
   changed = check_saved_config_matches(workdir, c)
   allowed = set(HARMLESS_KEYS) | set(config_lib.split_keys(c.allow_config_change))
@@ -122,18 +115,5 @@ def check_resume_config(workdir: str, c) -> list[str]:
 
 
 def prepare_workdir(workdir: str) -> str:
-  workdir = os.path.abspath(os.path.expanduser(workdir))
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise UserError(f"--workdir '{workdir}' is a file; pass a directory path")
-  try:
-    os.makedirs(workdir, exist_ok=True)
-  except OSError as e:
-    raise UserError(f"cannot create --workdir '{workdir}': {e.strerror}; "
-                    'pick a writable location') from e
-  if not os.access(workdir, os.W_OK):
-    raise UserError(f"--workdir '{workdir}' is not writable; pick a writable location")
-  return workdir
-
-
-def open_checkpoints(workdir: str):
-  return checkpoint.open_for_reading(workdir)
+  """The workdir's canonical path (absolute, or a URL), created and proven writable."""
+  return paths.check_writable_dir(workdir, '--workdir')

@@ -62,12 +62,22 @@ def _add(a, b):
   return jax.tree.map(lambda x, y: x + y, a, b)
 
 
-def _window_to_json(window) -> dict:
-  """The metric sums not yet logged, exactly (values with dtypes), for the checkpoint."""
-  if window is None:
-    return dict(window=None)
-  return dict(window={k: [np.asarray(v).item(), str(np.asarray(v).dtype)]
-                      for k, v in jax.device_get(window).items()})
+def _loop_state(window, data_position: int) -> dict:
+  """What a checkpoint keeps of the loop: the metric sums not yet logged, exactly (values with
+  dtypes), and the data position (examples of the global stream consumed; pipeline.py), which
+  any process or device count resumes from."""
+  if window is not None:
+    window = {k: [np.asarray(v).item(), str(np.asarray(v).dtype)]
+              for k, v in jax.device_get(window).items()}
+  return dict(window=window, data_position=int(data_position))
+
+
+def _data_position(loop_state, step: int, c) -> int:
+  """Examples consumed at a restored step (checkpoints older than data_position held only
+  per-process iterator states: one batch of train_batch_size per step)."""
+  if loop_state and loop_state.get('data_position') is not None:
+    return int(loop_state['data_position'])
+  return step * c.train_batch_size
 
 
 def _window_from_json(loop_state):
@@ -109,18 +119,14 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
     if note:
       say(f'note: {note}', flush=True)
 
-  train_iter = prefetch.to_mesh(pipeline.make_train_iterator(
-      c, exp.tokenizer, jax.process_index(), jax.process_count()), mesh)
-  # Stop the prefetch thread before exiting: one still placing arrays on devices while the
-  # interpreter shuts down can abort the process.
-  on_error.append(train_iter.close)
+  examples = pipeline.open_train_examples(c, exp.tokenizer)
   if c.eval_every_steps:
     sources.list_files(c.eval_files)  # A bad eval glob fails now, not after hours of training.
   abstract_state = exp.abstract_state()
-  checkpoint.check_disk(f'{workdir}/checkpoints', abstract_state)
-  ckpt = checkpoint.Checkpointer(f'{workdir}/checkpoints', keep=c.keep_checkpoint_max)
+  checkpoint.check_disk(checkpoint.directory_of(workdir), abstract_state)
+  ckpt = checkpoint.Checkpointer(checkpoint.directory_of(workdir), keep=c.keep_checkpoint_max)
   on_error.append(ckpt.close_after_error)
-  latest, state, loop_state = ckpt.restore_latest_valid(abstract_state, train_iter)
+  latest, state, loop_state = ckpt.restore_latest_valid(abstract_state)
   if latest is not None:
     say(f'Resuming from step {latest} in {ckpt.directory}'
         + (f' (config keys changed since: {", ".join(changed)})' if changed else ''))
@@ -134,6 +140,14 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
       say(f'note: {note}', flush=True)
   else:
     state = exp.init_state()
+  step = int(jax.device_get(state.step))
+  first_position = _data_position(loop_state, step, c)
+  train_iter = prefetch.to_mesh(pipeline.make_train_iterator(
+      c, exp.tokenizer, jax.process_index(), jax.process_count(), first_position, examples),
+      mesh)
+  # Stop the prefetch thread before exiting: one still placing arrays on devices while the
+  # interpreter shuts down can abort the process.
+  on_error.append(train_iter.close)
   if is_chief:
     saved_config.write(workdir, c)
   num_params = sum(x.size for x in jax.tree.leaves(state.params))
@@ -150,7 +164,6 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
   stop = _StopRequest()
   stop.install()
 
-  step = int(jax.device_get(state.step))
   first_step = step
   tokens_per_step = c.train_batch_size * c.max_seq_length
   train_metrics, eval_metrics, last_eval_step = {}, {}, None
@@ -173,22 +186,27 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
                  f'{time.time() - t:.1f}s')
     window_start += time.time() - t  # Evaluation time does not count as training time.
 
+  def save():
+    writer.flush()  # Rows up to this step reach the workdir before the checkpoint does.
+    position = first_position + (step - first_step) * c.train_batch_size
+    ckpt.save(step, state, force=True, loop_state=_loop_state(window, position))
+
   def stop_now(reason: str) -> dict:
     ckpt.close()
     train_iter.close()
     bar.close()
     writer.close()
-    say(f'Stopped at step {step} ({reason}); checkpoint saved in {ckpt.directory}/{step}. '
+    say(f'Stopped at step {step} ({reason}); checkpoint saved in {ckpt.step_path(step)}. '
         'Re-run the same command to resume.', flush=True)
     return dict(status='interrupted', step=step, workdir=workdir,
-                checkpoint=f'{ckpt.directory}/{step}')
+                checkpoint=ckpt.step_path(step))
 
   if step >= c.num_train_steps:
     say(f'Already at step {step} of {c.num_train_steps}: nothing to train. To continue, raise '
         '--config.num_train_steps and pass --config.allow_config_change=num_train_steps.')
   elif stop_after_steps == 0:
     if latest is None:  # The starting state, e.g. to export or evaluate init_from's weights.
-      ckpt.save(step, state, train_iter, force=True, loop_state=_window_to_json(window))
+      save()
     return stop_now('--stop_after_steps=0')
   while step < c.num_train_steps:
     batch = next(train_iter)  # Global arrays, built while the previous step ran.
@@ -231,7 +249,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
       run_eval()
     if step % c.save_checkpoints_steps == 0 or step == c.num_train_steps or preempted:
       too_many_nonfinite.check_now()
-      ckpt.save(step, state, train_iter, force=True, loop_state=_window_to_json(window))
+      save()
     if preempted and step < c.num_train_steps:
       return stop_now(f'signal {stop.signal}' if stop.signal is not None else
                       '--stop_after_steps' if budget_spent else 'preemption notice')
@@ -244,7 +262,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
   writer.close()
   steps_run = step - first_step
   summary = dict(status='completed', step=step, workdir=workdir,
-                 checkpoint=f'{ckpt.directory}/{ckpt.latest_step()}', steps_run=steps_run)
+                 checkpoint=ckpt.step_path(ckpt.latest_step()), steps_run=steps_run)
   summary.update(train_metrics)
   if steps_run:
     summary['tokens_per_sec'] = steps_run * tokens_per_step / max(train_seconds, 1e-9)

@@ -31,8 +31,11 @@ def tiny():
 def saved_state(workdir, step):
   """The train state a run saved at `step`, on this process's first device."""
   from electra_jax import checkpoint  # pylint: disable=import-outside-toplevel
-  return checkpoint.restore_on_one_device(os.path.join(workdir, 'checkpoints', str(step),
-                                                       'state'))
+  ckpt = checkpoint.Checkpointer(checkpoint.directory_of(workdir), read_only=True)
+  try:
+    return ckpt.read_state(int(step))
+  finally:
+    ckpt.close()
 
 
 def tiny_trainer(**overrides):

@@ -410,8 +410,9 @@ def test_finetuning_lowers_eval_loss_and_the_best_checkpoint_reproduces_its_scor
   assert run['final']['eval_loss'] < float(np.mean(before['loss'])) - 0.05
   best_dir = os.path.join(finetuned['out'], 'seed_0', 'best')
   assert os.listdir(best_dir) == [str(run['best']['step'])]  # only the best epoch is kept
-  best = checkpoint.restore_on_one_device(
-      os.path.join(best_dir, str(run['best']['step']), 'default'))
+  best_ckpt = checkpoint.Checkpointer(best_dir, read_only=True)
+  best = best_ckpt.read_state(run['best']['step'])
+  best_ckpt.close()
   outputs = loop.predict_all(predict, best, data.evals[0].features, 32, mesh)
   scores = loop.score(task, c, data.evals[0], outputs)
   assert scores['accuracy'] == pytest.approx(run['best']['eval_accuracy'])
