@@ -13,7 +13,7 @@ import statistics
 import time
 
 import jax
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from electra_jax import checkpoint

@@ -10,7 +10,6 @@ import jax
 import numpy as np
 import pytest
 
-from electra_jax import checkpoint
 from electra_jax import parallel
 from electra_jax.data import pipeline
 from electra_jax.data import prefetch

@@ -159,11 +159,11 @@ def compare() -> dict:
                  main_metric=main_metric, num_seeds=FLAGS.num_seeds,
                  budget_points=FLAGS.budget_points, overrides=list(FLAGS.override),
                  finetune_overrides=list(FLAGS.finetune_override), configs=configs)
-  paths = report.write_all(results, output)
+  written = report.write_all(results, output)
   print(report.markdown(results), flush=True)
-  print(f"Wrote {paths['results_md']}, {paths['results_json']} and the plots "
-        f"{paths['downstream_plot']}, {paths['curves_plot']}", flush=True)
-  return dict(status='completed', output=output, **paths, main_metric=main_metric,
+  print(f"Wrote {written['results_md']}, {written['results_json']} and the plots "
+        f"{written['downstream_plot']}, {written['curves_plot']}", flush=True)
+  return dict(status='completed', output=output, **written, main_metric=main_metric,
               **counter, median={c['name']: c['points'][-1]['finetune']['median']
                                  for c in configs})
 
