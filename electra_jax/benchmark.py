@@ -27,7 +27,8 @@ from electra_jax import config as config_lib
 from electra_jax import experiment as experiment_lib
 from electra_jax import flops as flops_lib
 from electra_jax import model as model_lib
-from electra_jax import objective as objective_lib
+from electra_jax import objectives
+from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import optim
 from electra_jax import parallel
 from electra_jax import train_state as ts
@@ -84,7 +85,7 @@ def build(c, data: str):
   parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size')
   model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
   tok = tokenizer_lib.SentencePieceTokenizer
-  objective = objective_lib.ElectraObjective.from_config(model, c, tok.special_ids, tok.mask_id)
+  objective = objectives.build(model, c, tok.special_ids, tok.mask_id)
   tx, schedule = optim.make_optimizer(c)
   exp = experiment_lib.Experiment(c, None, mesh, model, objective, tx, schedule)
   return exp, synthetic_batch(c, c.seed)
@@ -133,7 +134,7 @@ class JaxStep:
       sums = self.step()
       times.append(time.perf_counter() - t)
       c = self.config
-      losses.append(objective_lib.summarize(jax.device_get(sums), c.gen_weight,
+      losses.append(objective_metrics.summarize(jax.device_get(sums), c.gen_weight,
                                             c.disc_weight)['loss'])
     return times, losses
 

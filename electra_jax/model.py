@@ -5,9 +5,9 @@ and token-type embeddings (with their LayerNorm) are a single set of arrays used
 networks; each network projects E -> its own width when they differ. Layer and parameter names
 follow BERT/HF ELECTRA so checkpoints convert one-to-one.
 
-The paper's ablations (config.objective, config.tie) change only which parts exist:
-'discriminator' always names the full-size network, the one fine-tuning keeps (its 'encoder'
-plus 'embeddings'), whatever it is trained to predict. Its heads are 'head' (one logit per
+The paper's ablations change only which parts exist: the objective's Layout (objectives/)
+and config.tie. 'discriminator' always names the full-size network, the one fine-tuning keeps
+(its 'encoder' plus 'embeddings'), whatever it is trained to predict. Its heads are 'head' (one logit per
 token: replaced-token detection, or the copy probability of all_tokens_mlm) and/or 'mlm_head'
 (a masked LM over the tied embeddings, with its own 'output_bias'). 'generator' is absent for 'mlm';
 with tie='none' the generator has its own 'generator_embeddings'; with tie='all' it has no
@@ -21,26 +21,10 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from electra_jax import config as config_lib
+from electra_jax import objectives
+from electra_jax.objectives.base import Layout
 
 LAYER_NORM_EPS = 1e-12
-
-
-@dataclasses.dataclass(frozen=True)
-class Layout:
-  """Which networks and heads an objective's params tree holds (see the module docstring)."""
-  generator: bool  # a small generator, MLM at the masked positions, sampling replacements
-  rtd_head: bool   # the full-size network's one logit per token ('head')
-  mlm_head: bool   # the full-size network's masked-LM head ('mlm_head')
-
-
-LAYOUTS = {
-    'electra': Layout(generator=True, rtd_head=True, mlm_head=False),
-    'electra_15': Layout(generator=True, rtd_head=True, mlm_head=False),
-    'two_stage': Layout(generator=True, rtd_head=True, mlm_head=False),
-    'mlm': Layout(generator=False, rtd_head=False, mlm_head=True),
-    'replace_mlm': Layout(generator=True, rtd_head=False, mlm_head=True),
-    'all_tokens_mlm': Layout(generator=True, rtd_head=True, mlm_head=True),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +38,7 @@ class ModelConfig:
   generator_hidden_size: int
   generator_num_heads: int
   generator_intermediate_size: int
+  generator_num_layers: int
   max_position_embeddings: int = 512
   type_vocab_size: int = 2
   dropout_rate: float = 0.1
@@ -64,13 +49,9 @@ class ModelConfig:
   glorot_projections: bool = False
   dtype: Any = jnp.float32
   remat: str = 'none'
-  # config.objective and config.tie: which parts exist and which are shared.
-  objective: str = 'electra'
+  # Which parts exist (the objective's layout) and which are shared (config.tie).
+  layout: Layout = objectives.get('electra').layout
   tie: str = 'embeddings'
-
-  @property
-  def layout(self) -> Layout:
-    return LAYOUTS[self.objective]
 
   @classmethod
   def from_config(cls, c) -> 'ModelConfig':
@@ -81,12 +62,14 @@ class ModelConfig:
                generator_hidden_size=gen['hidden_size'],
                generator_num_heads=gen['num_heads'],
                generator_intermediate_size=gen['intermediate_size'],
+               generator_num_layers=gen['num_layers'],
                max_position_embeddings=c.max_position_embeddings,
                type_vocab_size=c.type_vocab_size, dropout_rate=c.dropout_rate,
                attention_dropout_rate=c.attention_dropout_rate,
                disc_output_bias_init=c.disc_output_bias_init,
                initializer_range=c.initializer_range, glorot_projections=c.glorot_projections,
-               dtype=jnp.dtype(c.dtype), remat=c.remat, objective=c.objective, tie=c.tie)
+               dtype=jnp.dtype(c.dtype), remat=c.remat,
+               layout=objectives.get(c.objective).layout_for(c), tie=c.tie)
 
 
 def _dense(features, dtype, name, kernel_init, bias_init=nn.initializers.zeros):
@@ -243,6 +226,7 @@ class Encoder(nn.Module):
   hidden_size: int
   num_heads: int
   intermediate_size: int
+  num_layers: int
 
   @nn.compact
   def __call__(self, embedded, attention_mask, deterministic):
@@ -251,7 +235,7 @@ class Encoder(nn.Module):
     if cfg.embedding_size != self.hidden_size:
       x = _dense(self.hidden_size, cfg.dtype, 'embeddings_project', _projection_init(cfg))(x)
     layer = remat_layer(cfg.remat)
-    for i in range(cfg.num_layers):
+    for i in range(self.num_layers):
       x = layer(self.hidden_size, self.num_heads, self.intermediate_size, cfg.dropout_rate,
                 cfg.attention_dropout_rate, cfg.dtype, cfg.initializer_range, name=f'layer_{i}')(
                     x, attention_mask, deterministic)
@@ -307,7 +291,7 @@ class Generator(nn.Module):
     cfg = self.cfg
     if self.own_encoder:
       self.encoder = Encoder(cfg, cfg.generator_hidden_size, cfg.generator_num_heads,
-                             cfg.generator_intermediate_size)
+                             cfg.generator_intermediate_size, cfg.generator_num_layers)
     self.head = GeneratorHead(cfg)
     self.output_bias = self.param('output_bias', nn.initializers.zeros, (cfg.vocab_size,),
                                   jnp.float32)
@@ -328,7 +312,8 @@ class Discriminator(nn.Module):
 
   def setup(self):
     cfg = self.cfg
-    self.encoder = Encoder(cfg, cfg.hidden_size, cfg.num_heads, cfg.intermediate_size)
+    self.encoder = Encoder(cfg, cfg.hidden_size, cfg.num_heads, cfg.intermediate_size,
+                           cfg.num_layers)
     if cfg.layout.rtd_head:
       self.head = DiscriminatorHead(cfg)
     if cfg.layout.mlm_head:
