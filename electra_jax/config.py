@@ -26,7 +26,7 @@ DTYPES = ('float32', 'bfloat16')
 REMAT = ('none', 'save_dots', 'full')
 
 # Generator/discriminator weight sharing (model.py); objectives: the objectives/ registry.
-TIES = ('embeddings', 'none', 'all')
+TIES = ('embeddings', 'none', 'all', 'gdes')
 
 
 def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -120,6 +120,11 @@ def _validate_objective(c):
     check(c.tie != 'all' or c[key] == 1.0,
           f"config.tie='all' shares every encoder weight, so config.{key}={c[key]} must be "
           '1.0; set it or pick another tie')
+  layout = objectives.get(c.objective).layout_for(c)
+  check(c.tie != 'gdes' or (layout.generator and not layout.mlm_head),
+         f"config.tie='gdes' shares the generator's token table with an RTD discriminator; "
+         f'objective {c.objective!r} (uniform_generator={c.uniform_generator}) has no such '
+         "pair; use objective 'electra' or 'electra_15' with a generator")
   objectives.get(c.objective).validate(c)
 
 

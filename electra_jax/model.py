@@ -11,7 +11,9 @@ and config.tie. 'discriminator' always names the full-size network, the one fine
 token: replaced-token detection, or the copy probability of all_tokens_mlm) and/or 'mlm_head'
 (a masked LM over the tied embeddings, with its own 'output_bias'). 'generator' is absent for 'mlm';
 with tie='none' the generator has its own 'generator_embeddings'; with tie='all' it has no
-encoder and runs the discriminator's.
+encoder and runs the discriminator's; with tie='gdes' (DeBERTa-v3's gradient-disentangled
+embedding sharing) the discriminator's token table is stop_gradient(the shared table) plus its
+own zero-initialised 'embeddings_delta', so its loss never moves the generator's table.
 """
 import dataclasses
 from typing import Any
@@ -134,9 +136,13 @@ class Embeddings(nn.Module):
         'token_type_embeddings', init, (cfg.type_vocab_size, cfg.embedding_size), jnp.float32)
     self.layer_norm = _layer_norm('LayerNorm')
 
-  def __call__(self, input_ids, segment_ids):
+  def __call__(self, input_ids, segment_ids, word_delta=None):
+    """word_delta (tie='gdes'): look tokens up in stop_gradient(table) + word_delta."""
     seq_len = input_ids.shape[-1]
-    x = (jnp.take(self.word_embeddings, input_ids, axis=0)
+    table = self.word_embeddings
+    if word_delta is not None:
+      table = jax.lax.stop_gradient(table) + word_delta
+    x = (jnp.take(table, input_ids, axis=0)
          + self.position_embeddings[None, :seq_len]
          + jnp.take(self.token_type_embeddings, segment_ids, axis=0))
     return self.layer_norm(x)
@@ -349,7 +355,14 @@ class Electra(nn.Module):
       self.generator = Generator(cfg, own_encoder=cfg.tie != 'all')
       if cfg.tie == 'none':
         self.generator_embeddings = Embeddings(cfg)
+    if cfg.tie == 'gdes':
+      self.embeddings_delta = self.param('embeddings_delta', nn.initializers.zeros,
+                                         (cfg.vocab_size, cfg.embedding_size), jnp.float32)
     self.discriminator = Discriminator(cfg)
+
+  def _discriminator_embedded(self, input_ids, segment_ids):
+    delta = self.embeddings_delta if self.cfg.tie == 'gdes' else None
+    return self.embeddings(input_ids, segment_ids, delta)
 
   def __call__(self, input_ids, segment_ids, input_mask, masked_positions, deterministic=True):
     """Runs every part on the same ids; used to initialise every parameter.
@@ -380,20 +393,31 @@ class Electra(nn.Module):
 
   def discriminator_logits(self, input_ids, segment_ids, input_mask, deterministic=True):
     """Replaced-token logits [B, S] (float32)."""
-    embedded = self.embeddings(input_ids, segment_ids)
+    embedded = self._discriminator_embedded(input_ids, segment_ids)
     return self.discriminator(embedded, input_mask.astype(bool), deterministic)
 
   def discriminator_outputs(self, input_ids, segment_ids, input_mask, mlm_positions,
                             deterministic=True):
     """The full-size network's heads in one pass (Discriminator.outputs)."""
-    embedded = self.embeddings(input_ids, segment_ids)
+    embedded = self._discriminator_embedded(input_ids, segment_ids)
     return self.discriminator.outputs(embedded, input_mask.astype(bool), mlm_positions,
                                       self.embeddings, deterministic)
 
   def discriminator_hidden(self, input_ids, segment_ids, input_mask, deterministic=True):
     """Final discriminator hidden states [B, S, H]: what fine-tuning heads read."""
-    embedded = self.embeddings(input_ids, segment_ids)
+    embedded = self._discriminator_embedded(input_ids, segment_ids)
     return self.discriminator.hidden_states(embedded, input_mask.astype(bool), deterministic)
+
+
+def discriminator_view(params):
+  """The params with the discriminator's own token table as 'embeddings' (what export and
+  fine-tuning read): under tie='gdes' the shared table plus 'embeddings_delta', merged."""
+  if 'embeddings_delta' not in params:
+    return params
+  merged = {k: v for k, v in params.items() if k != 'embeddings_delta'}
+  merged['embeddings'] = dict(params['embeddings'], word_embeddings=(
+      params['embeddings']['word_embeddings'] + params['embeddings_delta']))
+  return merged
 
 
 def init_params(model: Electra, rng, max_seq_length: int, max_predictions: int):

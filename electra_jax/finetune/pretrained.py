@@ -49,6 +49,7 @@ def model_config_for_size(model_size: str, vocab_size: int) -> model_lib.ModelCo
 
 def _keep_discriminator(params) -> dict:
   """Embeddings + discriminator encoder; the generator and the pretraining heads are dropped."""
+  params = model_lib.discriminator_view(params)
   return {'embeddings': params['embeddings'],
           'discriminator': {'encoder': params['discriminator']['encoder']}}
 
@@ -67,7 +68,8 @@ def load_pretrained(init_checkpoint: str) -> tuple[dict, model_lib.ModelConfig]:
 
 
 def with_dropout(model_config: model_lib.ModelConfig, c) -> model_lib.ModelConfig:
-  """The pretrained shape with the fine-tuning run's dropout and dtype."""
-  return dataclasses.replace(model_config, dropout_rate=c.dropout_rate,
+  """The pretrained shape with the fine-tuning run's dropout and dtype, and one token table
+  (tie='gdes' pretraining's is merged by `_keep_discriminator`)."""
+  return dataclasses.replace(model_config, tie='embeddings', dropout_rate=c.dropout_rate,
                              attention_dropout_rate=c.attention_dropout_rate,
                              dtype=jax.numpy.dtype(c.dtype))

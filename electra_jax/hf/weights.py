@@ -85,6 +85,8 @@ def params_to_hf(params, config, network: str = 'discriminator') -> dict[str, np
   save_pretrained does; transformers ties it to the word embeddings on load.
   """
   check_network(network)
+  if network == 'discriminator':
+    params = model_lib.discriminator_view(params)
   state = {}
   for path, name, transpose in name_table(model_config(config), network):
     value = np.asarray(jax.device_get(_get(params, path)), dtype=np.float32)
