@@ -7,9 +7,10 @@ follow BERT/HF ELECTRA so checkpoints convert one-to-one.
 
 The paper's ablations change only which parts exist: the objective's Layout (objectives/)
 and config.tie. 'discriminator' always names the full-size network, the one fine-tuning keeps
-(its 'encoder' plus 'embeddings'), whatever it is trained to predict. Its heads are 'head' (one logit per
-token: replaced-token detection, or the copy probability of all_tokens_mlm) and/or 'mlm_head'
-(a masked LM over the tied embeddings, with its own 'output_bias'). 'generator' is absent for 'mlm';
+(its 'encoder' plus 'embeddings'), whatever it is trained to predict. Its heads are 'head'
+(one logit per token: replaced-token detection, or the copy probability of all_tokens_mlm)
+and/or 'mlm_head' (a masked LM over the tied embeddings, with its own 'output_bias').
+'generator' is absent for 'mlm' (and with config.uniform_generator);
 with tie='none' the generator has its own 'generator_embeddings'; with tie='all' it has no
 encoder and runs the discriminator's; with tie='gdes' (DeBERTa-v3's gradient-disentangled
 embedding sharing) the discriminator's token table is stop_gradient(the shared table) plus its

@@ -7,23 +7,13 @@ import pytest
 
 from electra_jax import config as config_lib
 from electra_jax import model as model_lib
-from electra_jax import objectives
 from electra_jax.errors import UserError
 from electra_jax.finetune import pretrained
 from electra_jax.hf import files as hf_files
 from electra_jax.hf import weights as hf_weights
 from tests.conftest import tiny_config
 from tests.test_model_objective import toy_batch
-
-SPECIAL, MASK = (0, 2, 3, 4), 4
-
-
-def build(**overrides):
-  c = config_lib.resolve(tiny_config(**dict(dict(num_layers=1, vocab_size=32), **overrides)))
-  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
-  params = jax.jit(lambda r: model_lib.init_params(model, r, c.max_seq_length,
-                                                   c.max_predictions_per_seq))(jax.random.key(0))
-  return c, model, params, objectives.build(model, c, SPECIAL, MASK)
+from tests.test_official_options import build
 
 
 def term_grads(obj, params, batch):

@@ -7,23 +7,17 @@ import pytest
 
 from electra_jax import config as config_lib
 from electra_jax import flops
-from electra_jax import model as model_lib
-from electra_jax import objectives
 from electra_jax.errors import UserError
 from electra_jax.hf import configs as hf_configs
 from electra_jax.objectives import base
 from tests.conftest import tiny_config
+from tests.test_model_objective import build as build_tiny
 from tests.test_model_objective import toy_batch
-
-SPECIAL, MASK = (0, 2, 3, 4), 4
 
 
 def build(**overrides):
-  c = config_lib.resolve(tiny_config(**dict(dict(num_layers=2, vocab_size=32), **overrides)))
-  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
-  params = jax.jit(lambda r: model_lib.init_params(model, r, c.max_seq_length,
-                                                   c.max_predictions_per_seq))(jax.random.key(0))
-  return c, params, objectives.build(model, c, SPECIAL, MASK)
+  """(config, model, params, objective) of a 1-layer model over 32 tokens."""
+  return build_tiny(**dict(dict(num_layers=1, vocab_size=32), **overrides))
 
 
 def test_disallow_correct_samples_from_the_official_penalised_softmax():
@@ -43,14 +37,14 @@ def test_disallow_correct_samples_from_the_official_penalised_softmax():
 
 
 def test_disallow_correct_replaces_every_masked_position():
-  c, params, obj = build(disallow_correct=True)
+  c, _, params, obj = build(disallow_correct=True)
   _, sums = obj(params, toy_batch(c), jax.random.key(1), deterministic=True)
   assert float(sums['sampled_correct']) == 0
   assert float(sums['disc_label_positive']) == float(sums['mlm_count'])
 
 
 def test_uniform_generator_has_no_network_a_constant_mlm_loss_and_uniform_samples():
-  c, params, obj = build(uniform_generator=True)
+  c, _, params, obj = build(uniform_generator=True)
   assert 'generator' not in params
   batch = toy_batch(c)
   loss, sums = obj(params, batch, jax.random.key(1), deterministic=True)
@@ -72,7 +66,7 @@ def test_uniform_generator_has_no_network_a_constant_mlm_loss_and_uniform_sample
 
 
 def test_generator_layers_is_the_official_fraction_of_the_discriminator_depth():
-  c, params, _ = build(num_layers=4, generator_layers=0.5)
+  c, _, params, _ = build(num_layers=4, generator_layers=0.5)
   gen_layers = [k for k in params['generator']['encoder'] if k.startswith('layer_')]
   disc_layers = [k for k in params['discriminator']['encoder'] if k.startswith('layer_')]
   assert len(disc_layers) == 4 and len(gen_layers) == int(round(4 * 0.5)) == 2
