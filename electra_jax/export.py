@@ -73,6 +73,9 @@ def check_exportable(config, networks):
   if 'generator' in networks and not objectives.get(config.objective).layout_for(config).generator:
     raise UserError('config.uniform_generator=True: the run has no generator network to export; '
                     'export only --what=discriminator')
+  if 'generator' in networks and objectives.get(config.objective).layout.cloze_generator:
+    raise UserError(f'objective {config.objective!r}: its two-tower cloze generator has no '
+                    'transformers class; export only --what=discriminator')
   if 'generator' in networks and config.tie not in ('embeddings', 'gdes'):
     raise UserError(f"config.tie={config.tie!r}: the generator does not use the shared "
                     "embeddings HF expects; export only --what=discriminator")

@@ -10,7 +10,8 @@ tied vocabulary projection only at the `max_predictions_per_seq` masked slots of
 
 The parts are those the objective's layout (objectives/) has: a generator or not, the
 full-size network's per-token head and/or MLM head (dense H->E, then E->vocab) at the masked
-slots or, for all_tokens_mlm, every position. Weight sharing (config.tie) changes no FLOPs:
+slots or, for all_tokens_mlm, every position; Electric's two-tower cloze generator runs two
+encoders and its head at every position. Weight sharing (config.tie) changes no FLOPs:
 tied weights are still applied once per network. An objective whose steps differ (two_stage)
 averages them in its `flops_per_step` hook.
 """
@@ -50,6 +51,10 @@ def forward_flops(config) -> dict:
         # dense(H_G -> E), then the tied projection E -> vocab, at the masked slots only.
         'generator_head': 2 * masked * (hg * e + e * v),
     })
+  if layout.cloze_generator:  # Electric: two towers, dense(2 H_G -> E) + vocab everywhere.
+    parts['generator_encoder'] *= 2
+    parts['generator_attention'] *= 2
+    parts['generator_head'] = 2 * tokens * (2 * hg * e + e * v)
   parts.update({
       'discriminator_encoder': 2 * tokens * encoder_matmul_params(
           e, h, c.intermediate_size, c.num_layers),

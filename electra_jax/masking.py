@@ -47,16 +47,21 @@ def mask_batch(rng, input_ids, input_mask, *, special_ids: Sequence[int], mask_i
   return jax.vmap(one)(keys, input_ids, input_mask)
 
 
+def candidate_mask(input_ids, input_mask, special_ids):
+  """[..., S] bool: the real, non-special tokens (those masking may choose)."""
+  chosen = input_mask.astype(bool)
+  for special in special_ids:
+    chosen &= input_ids != special
+  return chosen
+
+
 def _prediction_slots(input_ids, input_mask, special_ids, mask_prob, max_predictions):
   """(candidates [..., S], number of positions to predict [...]) of a sequence or batch."""
   input_mask = input_mask.astype(bool)
-  candidates = input_mask
-  for special in special_ids:
-    candidates &= input_ids != special
   n_real = input_mask.sum(axis=-1).astype(jnp.float32)
   num_to_predict = jnp.clip(jnp.round(n_real * mask_prob).astype(jnp.int32), 1,
                             max_predictions)
-  return candidates, num_to_predict
+  return candidate_mask(input_ids, input_mask, special_ids), num_to_predict
 
 
 def num_predictions(input_ids, input_mask, *, special_ids: Sequence[int], mask_prob: float,

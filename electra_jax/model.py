@@ -172,7 +172,9 @@ class SelfAttention(nn.Module):
     k = split(_dense(self.hidden_size, self.dtype, 'key', init)(x))
     v = split(_dense(self.hidden_size, self.dtype, 'value', init)(x))
     # attention_mask: [B, S] bool, True = real token (may be attended to).
-    mask = attention_mask[:, None, None, :]
+    # [B, S] (keys only) or [B, S, S] (query x key, e.g. causal) -> broadcast over heads.
+    mask = (attention_mask[:, None, None, :] if attention_mask.ndim == 2
+            else attention_mask[:, None])
     if self.attention_dropout_rate == 0.0 or deterministic:
       # Fused path (cuDNN flash attention on GPU where eligible; XLA elsewhere).
       ctx = jax.nn.dot_product_attention(q, k, v, mask=mask)
@@ -234,10 +236,16 @@ class Encoder(nn.Module):
   num_heads: int
   intermediate_size: int
   num_layers: int
+  # '' (bidirectional), 'ltr' (position i attends to <= i) or 'rtl' (to >= i).
+  causal: str = ''
 
   @nn.compact
   def __call__(self, embedded, attention_mask, deterministic):
     cfg = self.cfg
+    if self.causal:
+      band = jnp.tril if self.causal == 'ltr' else jnp.triu
+      seq_len = attention_mask.shape[-1]
+      attention_mask = attention_mask[:, None, :] & band(jnp.ones((seq_len, seq_len), bool))
     x = Dropout(cfg.dropout_rate)(embedded, deterministic=deterministic).astype(cfg.dtype)
     if cfg.embedding_size != self.hidden_size:
       x = _dense(self.hidden_size, cfg.dtype, 'embeddings_project', _projection_init(cfg))(x)
@@ -313,6 +321,29 @@ class Generator(nn.Module):
     return embeddings.attend(self.head(hidden)) + self.output_bias
 
 
+class ClozeGenerator(nn.Module):
+  """Electric's two-tower cloze model: a left-to-right and a right-to-left encoder over the
+  unmasked input; position i reads the first's state at i - 1 and the second's at i + 1 (the
+  official roll, wrapping at the ends), so it never sees token i. Logits at every position."""
+  cfg: ModelConfig
+
+  def setup(self):
+    cfg = self.cfg
+    sizes = (cfg.generator_hidden_size, cfg.generator_num_heads, cfg.generator_intermediate_size,
+             cfg.generator_num_layers)
+    self.ltr = Encoder(cfg, *sizes, causal='ltr')
+    self.rtl = Encoder(cfg, *sizes, causal='rtl')
+    self.head = GeneratorHead(cfg)
+    self.output_bias = self.param('output_bias', nn.initializers.zeros, (cfg.vocab_size,),
+                                  jnp.float32)
+
+  def __call__(self, embedded, attention_mask, embeddings, deterministic):
+    left = jnp.roll(self.ltr(embedded, attention_mask, deterministic), 1, axis=1)
+    right = jnp.roll(self.rtl(embedded, attention_mask, deterministic), -1, axis=1)
+    hidden = jnp.concatenate([left, right], axis=-1)
+    return embeddings.attend(self.head(hidden)) + self.output_bias
+
+
 class Discriminator(nn.Module):
   """The full-size network: encoder plus the heads its objective uses (Layout)."""
   cfg: ModelConfig
@@ -352,7 +383,9 @@ class Electra(nn.Module):
   def setup(self):
     cfg = self.cfg
     self.embeddings = Embeddings(cfg)
-    if cfg.layout.generator:
+    if cfg.layout.cloze_generator:
+      self.generator = ClozeGenerator(cfg)
+    elif cfg.layout.generator:
       self.generator = Generator(cfg, own_encoder=cfg.tie != 'all')
       if cfg.tie == 'none':
         self.generator_embeddings = Embeddings(cfg)
@@ -372,7 +405,9 @@ class Electra(nn.Module):
     discriminator's replaced-token logits [B, S], or with an MLM head Discriminator.outputs).
     """
     gen = None
-    if self.cfg.layout.generator:
+    if self.cfg.layout.cloze_generator:
+      gen = self.cloze_logits(input_ids, segment_ids, input_mask, deterministic)
+    elif self.cfg.layout.generator:
       gen = self.generator_logits(input_ids, segment_ids, input_mask, masked_positions,
                                   deterministic)
     if not self.cfg.layout.mlm_head:
@@ -391,6 +426,11 @@ class Electra(nn.Module):
       return self.generator.predict(hidden, masked_positions, embeddings)
     return self.generator(embedded, input_mask.astype(bool), masked_positions, embeddings,
                           deterministic)
+
+  def cloze_logits(self, input_ids, segment_ids, input_mask, deterministic=True):
+    """Electric's cloze logits [B, S, vocab] (float32) of every position of the input."""
+    return self.generator(self.embeddings(input_ids, segment_ids), input_mask.astype(bool),
+                          self.embeddings, deterministic)
 
   def discriminator_logits(self, input_ids, segment_ids, input_mask, deterministic=True):
     """Replaced-token logits [B, S] (float32)."""

@@ -244,6 +244,8 @@ def test_flops_match_a_hand_count_for_every_objective():
       'mlm': 3 * (disc + mlm_head(B * P)),
       'replace_mlm': 3 * (gen + disc + mlm_head(B * P)),
       'all_tokens_mlm': 3 * (gen + disc + rtd_head + mlm_head(B * S)),
+      # Two towers, and dense(2 H_G -> E) + vocab at every position.
+      'electric': 3 * (2 * enc(16, 32) + 2 * B * S * (2 * 16 * E + E * V) + disc + rtd_head),
   }
   for objective, want in expected.items():
     assert flops.model_flops_per_step(tiny_config(objective=objective)) == want, objective
@@ -257,7 +259,8 @@ def test_flops_match_a_hand_count_for_every_objective():
 
 @pytest.mark.parametrize('overrides', [
     dict(objective='mlm'), dict(objective='replace_mlm'), dict(objective='all_tokens_mlm'),
-    dict(objective='electra_15'), dict(TWO_STAGE), dict(tie='all', generator_hidden_size=1.0)])
+    dict(objective='electra_15'), dict(TWO_STAGE), dict(tie='all', generator_hidden_size=1.0),
+    dict(objective='electric'), dict(tie='gdes')])
 def test_what_finetuning_keeps_matches_the_finetuning_model_for_every_objective(overrides):
   # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import heads, pretrained
@@ -268,7 +271,7 @@ def test_what_finetuning_keeps_matches_the_finetuning_model_for_every_objective(
   batch = dict(input_ids=ids, segment_ids=ids, input_mask=ids + 1)
   fresh = jax.eval_shape(lambda r: model.init({'params': r}, batch)['params'],
                          jax.random.key(0))['electra']
-  kept = pretrained._keep_discriminator(params)  # pylint: disable=protected-access
+  kept = jax.eval_shape(pretrained._keep_discriminator, params)  # pylint: disable=protected-access
   assert jax.tree.map(lambda x: (x.shape, x.dtype), kept) == jax.tree.map(
       lambda x: (x.shape, x.dtype), fresh)
 

@@ -68,8 +68,7 @@ def load_pretrained(init_checkpoint: str) -> tuple[dict, model_lib.ModelConfig]:
 
 
 def with_dropout(model_config: model_lib.ModelConfig, c) -> model_lib.ModelConfig:
-  """The pretrained shape with the fine-tuning run's dropout and dtype, and one token table
-  (tie='gdes' pretraining's is merged by `_keep_discriminator`)."""
-  return dataclasses.replace(model_config, tie='embeddings', dropout_rate=c.dropout_rate,
+  """The pretrained shape with the fine-tuning run's dropout and dtype."""
+  return dataclasses.replace(model_config, dropout_rate=c.dropout_rate,
                              attention_dropout_rate=c.attention_dropout_rate,
                              dtype=jax.numpy.dtype(c.dtype))

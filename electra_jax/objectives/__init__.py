@@ -8,6 +8,7 @@ from electra_jax.objectives import all_tokens_mlm
 from electra_jax.objectives import base
 from electra_jax.objectives import electra
 from electra_jax.objectives import electra_15
+from electra_jax.objectives import electric
 from electra_jax.objectives import mlm
 from electra_jax.objectives import replace_mlm
 from electra_jax.objectives import two_stage
@@ -19,6 +20,7 @@ OBJECTIVES: dict[str, type[base.Objective]] = {cls.name: cls for cls in (
     replace_mlm.ReplaceMLM,
     all_tokens_mlm.AllTokensMLM,
     two_stage.TwoStage,
+    electric.Electric,
 )}
 
 

@@ -26,6 +26,8 @@ class Layout:
   generator: bool  # a small generator, MLM at the masked positions, sampling replacements
   rtd_head: bool   # the full-size network's one logit per token ('head')
   mlm_head: bool   # the full-size network's masked-LM head ('mlm_head')
+  # The generator is Electric's two-tower cloze model (every position, on the unmasked input).
+  cloze_generator: bool = False
 
 
 class Corruption(NamedTuple):

@@ -86,7 +86,9 @@ def summarize(sums: Mapping[str, np.ndarray], gen_weight: float, disc_weight: fl
     out['loss'] += out['full_mlm_loss']
   if 'mlm_count' in s:
     out['mlm_accuracy'] = ratio('mlm_correct', 'mlm_count')
-    out['sampled_accuracy'] = ratio('sampled_correct', 'mlm_count')
+    # Over the masked slots ('sampled_count' where the MLM sums cover more, as Electric's do).
+    out['sampled_accuracy'] = ratio('sampled_correct',
+                                    'sampled_count' if 'sampled_count' in s else 'mlm_count')
   if 'full_mlm_count' in s:
     out['full_mlm_accuracy'] = ratio('full_mlm_correct', 'full_mlm_count')
   if 'disc_count' in s:
