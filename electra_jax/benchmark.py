@@ -26,7 +26,7 @@ from electra_jax import cli
 from electra_jax import cpu_devices
 from electra_jax import experiment as experiment_lib
 from electra_jax import flops as flops_lib
-from electra_jax import objective as objective_lib
+from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import parallel
 from electra_jax import paths
 from electra_jax.data import pipeline
@@ -102,7 +102,7 @@ class JaxStep:
       sums = self.step()
       times.append(time.perf_counter() - t)
       c = self.config
-      losses.append(objective_lib.summarize(jax.device_get(sums), c.gen_weight,
+      losses.append(objective_metrics.summarize(jax.device_get(sums), c.gen_weight,
                                             c.disc_weight)['loss'])
     return times, losses
 

@@ -10,7 +10,8 @@ from electra_jax import checkpoint
 from electra_jax import config as config_lib
 from electra_jax import model as model_lib
 from electra_jax import nonfinite
-from electra_jax import objective as objective_lib
+from electra_jax import objectives
+from electra_jax.objectives import base as objective_base
 from electra_jax import optim
 from electra_jax import parallel
 from electra_jax import paths
@@ -21,7 +22,7 @@ from electra_jax.errors import UserError
 
 # Keys that fix parameter shapes: a checkpoint cannot be resumed or evaluated if they change.
 SHAPE_KEYS = ('model_size', 'embedding_size', 'hidden_size', 'num_layers', 'num_heads',
-              'intermediate_size', 'generator_hidden_size', 'vocab_size',
+              'intermediate_size', 'generator_hidden_size', 'generator_layers', 'vocab_size',
               'max_position_embeddings', 'type_vocab_size', 'objective', 'tie')
 
 
@@ -31,7 +32,7 @@ class Experiment:
   tokenizer: object
   mesh: jax.sharding.Mesh
   model: model_lib.Electra
-  objective: objective_lib.ElectraObjective
+  objective: objective_base.Objective
   tx: optax.GradientTransformation
   schedule: optax.Schedule
 
@@ -48,8 +49,7 @@ class Experiment:
                                  c.grad_accum_steps)
     parallel.check_batch_divides(c.eval_batch_size, mesh, 'eval_batch_size')
     model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
-    objective = objective_lib.ElectraObjective.from_config(model, c, special.special_ids,
-                                                           special.mask_id)
+    objective = objectives.build(model, c, special.special_ids, special.mask_id)
     tx, schedule = optim.make_optimizer(c)
     return cls(c, tokenizer, mesh, model, objective, tx, schedule)
 

@@ -18,13 +18,11 @@ from absl import flags
 from electra_jax import checkpoint
 from electra_jax import cli
 from electra_jax import paths
+from electra_jax import objectives
 from electra_jax import saved_config
 from electra_jax.errors import UserError
 from electra_jax.hf import files as hf_files
 from electra_jax.hf import tokenizer_files
-
-# Objectives whose 'discriminator' is an ELECTRA replaced-token detector (model.LAYOUTS).
-EXPORTABLE_OBJECTIVES = ('electra', 'electra_15', 'two_stage')
 
 
 def _check_output(output: str, overwrite: bool) -> str:
@@ -70,11 +68,18 @@ def _in_temp_dir(output: str, write) -> None:
 
 def check_exportable(config, networks):
   """HF ELECTRA has one layout: an RTD discriminator and a generator sharing embeddings."""
-  if config.objective not in EXPORTABLE_OBJECTIVES:
+  if not objectives.get(config.objective).exportable:
+    supported = tuple(n for n, o in objectives.OBJECTIVES.items() if o.exportable)
     raise UserError(f'objective {config.objective!r} has no ELECTRA discriminator to export '
-                    f'(export supports {EXPORTABLE_OBJECTIVES}); fine-tune the workdir directly '
+                    f'(export supports {supported}); fine-tune the workdir directly '
                     'with --config.init_checkpoint=WORKDIR')
-  if 'generator' in networks and config.tie != 'embeddings':
+  if 'generator' in networks and not objectives.get(config.objective).layout_for(config).generator:
+    raise UserError('config.uniform_generator=True: the run has no generator network to export; '
+                    'export only --what=discriminator')
+  if 'generator' in networks and objectives.get(config.objective).layout.cloze_generator:
+    raise UserError(f'objective {config.objective!r}: its two-tower cloze generator has no '
+                    'transformers class; export only --what=discriminator')
+  if 'generator' in networks and config.tie not in ('embeddings', 'gdes'):
     raise UserError(f"config.tie={config.tie!r}: the generator does not use the shared "
                     "embeddings HF expects; export only --what=discriminator")
 

@@ -25,6 +25,7 @@ from electra_jax import atomic
 from electra_jax import checkpoint
 from electra_jax import config as config_lib
 from electra_jax import model as model_lib
+from electra_jax import objectives
 from electra_jax import saved_config
 from electra_jax import train_state as ts
 from electra_jax import paths
@@ -37,7 +38,7 @@ from electra_jax.hf import weights as hf_weights
 
 SIZE_KEYS = ('embedding_size', 'hidden_size', 'num_layers', 'num_heads', 'intermediate_size')
 # The config keys a source can fix: parameter shapes and the vocabulary.
-SOURCE_KEYS = ('model_size', *SIZE_KEYS, 'generator_hidden_size', 'vocab_size',
+SOURCE_KEYS = ('model_size', *SIZE_KEYS, 'generator_hidden_size', 'generator_layers', 'vocab_size',
                'max_position_embeddings', 'type_vocab_size', 'objective', 'tie', 'vocab_file',
                'do_lower_case')
 
@@ -87,7 +88,7 @@ def _transformers_source(path: str, generator_path: str) -> Source:
   vocab = tokenizer_files.read_vocabulary(path)
 
   def read_params(c):
-    layout = model_lib.LAYOUTS[c.objective]
+    layout = objectives.get(c.objective).layout_for(c)
     _, state = hf_files.read_dir(path)
     params = hf_weights.hf_to_params(state, c, 'discriminator', with_head=layout.rtd_head)
     notes = []
@@ -275,7 +276,7 @@ def _check_layout(c):
     raise UserError(f'config.max_seq_length={c.max_seq_length} exceeds the '
                     f'{c.max_position_embeddings} positions of init_from; lower '
                     '--config.max_seq_length')
-  layout = model_lib.LAYOUTS[c.objective]
+  layout = objectives.get(c.objective).layout_for(c)
   if c.init_generator_from and not layout.generator:
     raise UserError(f'objective {c.objective!r} has no generator to take '
                     f"init_generator_from='{c.init_generator_from}'; drop it")

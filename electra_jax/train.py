@@ -29,7 +29,7 @@ from electra_jax import experiment as experiment_lib
 from electra_jax import init_from
 from electra_jax import metric_writer
 from electra_jax import nonfinite
-from electra_jax import objective as objective_lib
+from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import saved_config
 from electra_jax import tpu_plan
 from electra_jax import train_state as ts
@@ -182,7 +182,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
                                             num_batches=c.num_eval_steps)
     if eval_metrics:
       writer.write('eval_metrics', step, eval_metrics)
-      write_line(f'eval  step {step:>7d} | {objective_lib.progress_line(eval_metrics)} | '
+      write_line(f'eval  step {step:>7d} | {objective_metrics.progress_line(eval_metrics)} | '
                  f'{time.time() - t:.1f}s')
     window_start += time.time() - t  # Evaluation time does not count as training time.
 
@@ -227,7 +227,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
       window = jax.device_get(window)
       elapsed = time.time() - window_start
       train_seconds += elapsed
-      train_metrics = objective_lib.summarize(window, c.gen_weight, c.disc_weight)
+      train_metrics = objective_metrics.summarize(window, c.gen_weight, c.disc_weight)
       finite_steps = float(window['num_steps'])  # Skipped (non-finite) steps count 0.
       train_metrics.update(
           grad_norm=float(window['grad_norm_sum']) / finite_steps if finite_steps else None,
@@ -239,7 +239,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
         writer.write('metrics', step, train_metrics)
       bar.set_postfix(loss=f'{train_metrics["loss"]:.3f}',
                       tok_s=f'{train_metrics["tokens_per_sec"]:.0f}', refresh=False)
-      write_line(f'train step {step:>7d} | {objective_lib.progress_line(train_metrics)} | '
+      write_line(f'train step {step:>7d} | {objective_metrics.progress_line(train_metrics)} | '
                  f'lr {train_metrics["learning_rate"]:.2e} | '
                  f'{train_metrics["tokens_per_sec"]:.0f} tok/s')
       if log_step:

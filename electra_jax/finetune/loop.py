@@ -78,6 +78,8 @@ def load_data(c, task, tokenizer) -> Data:
     else:
       read = lambda src, n: tasks_lib.glue_examples(task, src, n)
     train = read(source(task.train_split), c.max_train_examples)
+    if c.double_unordered and task.unordered_pair:
+      train += [dict(e, text_a=e['text_b'], text_b=e['text_a']) for e in train]
     evals = [(prefix, read(source(split), c.max_eval_examples))
              for split, prefix in task.eval_splits]
   if not train:
@@ -197,7 +199,7 @@ def make_trainer(c, task, model, model_config, sample_params, num_steps: int, me
   init_state = jax.jit(lambda p: ts.TrainState(step=jax.numpy.zeros((), jax.numpy.int32),
                                                params=p, opt_state=tx.init(p)),
                        out_shardings=rep)
-  objective = steps.make_objective(model, task, c.answerable_weight)
+  objective = steps.TaskObjective(model, task, c.answerable_weight, c.loss_reduction)
   return Trainer(model, tx, schedule, ts.jit_train_step(ts.make_train_step(objective, tx), mesh),
                  ts.jit_eval_step(steps.make_predict(model, task, c), mesh), init_state)
 

@@ -49,6 +49,7 @@ def model_config_for_size(model_size: str, vocab_size: int) -> model_lib.ModelCo
 
 def _keep_discriminator(params) -> dict:
   """Embeddings + discriminator encoder; the generator and the pretraining heads are dropped."""
+  params = model_lib.discriminator_view(params)
   return {'embeddings': params['embeddings'],
           'discriminator': {'encoder': params['discriminator']['encoder']}}
 

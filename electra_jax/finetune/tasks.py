@@ -32,6 +32,8 @@ class Task:
   # Eval splits and the prefix their metrics get ('' for the main one).
   eval_splits: tuple = (('validation', ''),)
   label_scale: float = 1.0               # regression targets are divided by it (STS-B: 5)
+  # The pair's order carries no meaning (config.double_unordered trains on both orders).
+  unordered_pair: bool = False
 
   @property
   def num_outputs(self) -> int:
@@ -53,10 +55,11 @@ TASKS = {t.name: t for t in [
           metrics=('mcc', 'accuracy')),
     _glue('sst2', ('sentence',), ('negative', 'positive')),
     _glue('mrpc', ('sentence1', 'sentence2'), ('not_equivalent', 'equivalent'),
-          metrics=('accuracy', 'f1')),
+          metrics=('accuracy', 'f1'), unordered_pair=True),
     _glue('qqp', ('question1', 'question2'), ('not_duplicate', 'duplicate'),
           metrics=('accuracy', 'f1')),
-    _glue('stsb', ('sentence1', 'sentence2'), (), main='spearman', epochs=10, label_scale=5.0),
+    _glue('stsb', ('sentence1', 'sentence2'), (), main='spearman', epochs=10, label_scale=5.0,
+          unordered_pair=True),
     _glue('mnli', ('premise', 'hypothesis'), ('entailment', 'neutral', 'contradiction'),
           eval_splits=(('validation_matched', ''), ('validation_mismatched', 'mismatched_'))),
     _glue('qnli', ('question', 'sentence'), ('entailment', 'not_entailment')),
