@@ -122,6 +122,7 @@ def _make_point(workdir: str, point_dir: str, step: int, flops: float) -> dict:
   """The budget point's directory: what finetune needs to start from exactly this step."""
   tmp = point_dir + '.tmp'
   paths.remove_tree(tmp)
+  paths.make_dirs(tmp)
   saved_config.write(tmp, saved_config.load(workdir))
   checkpoint.copy_step(workdir, step, tmp)
   record = dict(step=step, flops=flops,
