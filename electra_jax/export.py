@@ -71,6 +71,11 @@ def check_exportable(config, networks):
     raise UserError(f'objective {config.objective!r} has no ELECTRA discriminator to export '
                     f'(export supports {EXPORTABLE_OBJECTIVES}); fine-tune the workdir directly '
                     'with --config.init_checkpoint=WORKDIR')
+  if config.relative_attention_span:
+    raise UserError(f'config.relative_attention_span={config.relative_attention_span}: '
+                    "transformers' ELECTRA has no relative attention bias, so this model "
+                    'cannot be exported; fine-tune the workdir directly with '
+                    '--config.init_checkpoint=WORKDIR')
   if 'generator' in networks and config.tie != 'embeddings':
     raise UserError(f"config.tie={config.tie!r}: the generator does not use the shared "
                     "embeddings HF expects; export only --what=discriminator")
