@@ -50,7 +50,8 @@ def get_config():
   c.glorot_projections = False
   # Not the paper's architecture: a learned per-head bias on attention scores for each
   # key-query offset, clipped to +-N (T5/Shaw-style relative positions, on top of the absolute
-  # ones). 0 = off (BERT/ELECTRA). transformers' ELECTRA has no such bias: export refuses it.
+  # ones), starting as ALiBi's local window. 0 = off (BERT/ELECTRA). transformers' ELECTRA has
+  # no such bias: export refuses it.
   c.relative_attention_span = 0
   # Compute dtype: 'float32' or 'bfloat16' (parameters and optimizer state stay float32).
   c.dtype = 'float32'

@@ -168,6 +168,18 @@ class Embeddings(nn.Module):
                       preferred_element_type=jnp.float32)
 
 
+def local_attention_init(key, shape, dtype=jnp.float32):
+  """A [2 * span + 1, heads] table of -slope * |offset|, head h's slope 2^-h (ALiBi's
+  shape): each head starts looking at a window around the query, the first at the nearest
+  tokens. A zero start would stay near uniform attention for hundreds of steps, since Adam
+  moves each entry by at most about the learning rate per step."""
+  del key
+  span = (shape[0] - 1) // 2
+  offset = jnp.abs(jnp.arange(-span, span + 1, dtype=dtype))
+  slope = 2.0 ** -jnp.arange(shape[1], dtype=dtype)
+  return -offset[:, None] * slope[None, :]
+
+
 def relative_position_bias(table, seq_len):
   """[1, heads, S, S] score bias from a [2 * span + 1, heads] table indexed by each key's
   offset from the query, clipped to +-span."""
@@ -198,9 +210,7 @@ class SelfAttention(nn.Module):
     mask = attention_mask[:, None, None, :]
     bias = None
     if self.relative_span:
-      # Starts at zero, but unlike a query/key kernel its gradient is not a product of two
-      # small weights, so heads can turn to neighbours within tens of steps.
-      table = self.param('relative_position_bias', nn.initializers.zeros,
+      table = self.param('relative_position_bias', local_attention_init,
                          (2 * self.relative_span + 1, self.num_heads), jnp.float32)
       bias = relative_position_bias(table, x.shape[1])
     if self.attention_dropout_rate == 0.0 or deterministic:
