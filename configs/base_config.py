@@ -29,6 +29,9 @@ def get_config():
   c.intermediate_size = placeholder(int)
   # Generator width as a fraction of the discriminator's (hidden, FFN and heads all scale).
   c.generator_hidden_size = 0.25
+  # Generator depth as a fraction of the discriminator's layers (official generator_layers;
+  # round(num_layers * fraction), at least 1).
+  c.generator_layers = 1.0
   # Learned absolute position embeddings (BERT: 512); max_seq_length must not exceed it.
   c.max_position_embeddings = 512
   # Token-type (segment) vocabulary size.
@@ -106,6 +109,9 @@ def get_config():
   # Of the chosen positions: fraction replaced by a random token (official 0.0; BERT 0.1).
   # The rest keep the original token.
   c.random_token_prob = 0.0
+  # Draw the chosen positions with replacement (a position may be drawn twice and count twice
+  # in the MLM loss), as the official release does; False: a distinct subset.
+  c.mask_with_replacement = False
   # Weight of the generator's MLM loss.
   c.gen_weight = 1.0
   # Weight of the discriminator's replaced-token-detection loss (paper: 50).
@@ -115,13 +121,21 @@ def get_config():
   c.generator_lr_multiplier = 1.0
   # Softmax temperature of the generator when sampling replacements.
   c.temperature = 1.0
+  # Never sample the original token (official disallow_correct): every masked position is
+  # replaced.
+  c.disallow_correct = False
+  # Replace masked tokens by uniformly random ones instead of a generator's samples (official
+  # uniform_generator): no generator network; its MLM loss is the constant log(vocab_size).
+  c.uniform_generator = False
   # Pretraining objective (paper's ablations, README "Ablations"): 'electra' (RTD), 'mlm'
   # (BERT: one full-size MLM, no generator), 'electra_15' (RTD loss on masked positions only),
   # 'replace_mlm' (MLM on generator-replaced positions), 'all_tokens_mlm' (predict every token
   # with a copy mechanism), 'two_stage' (generator alone, then a frozen one feeds RTD).
   c.objective = 'electra'
   # Weights shared by generator and discriminator: 'embeddings' (token/position/type tables),
-  # 'none' (each has its own) or 'all' (also every encoder weight; needs generator_hidden_size 1).
+  # 'none' (each has its own), 'all' (also every encoder weight; needs generator_hidden_size 1)
+  # or 'gdes' (DeBERTa-v3: D's token table is stop_gradient(G's) + its own zero-initialised
+  # delta, so RTD never moves G's table; electra / electra_15 only).
   c.tie = 'embeddings'
   # objective='two_stage': steps training the generator alone before the discriminator is
   # initialised from it (then trained with the generator frozen for the remaining steps).
@@ -132,9 +146,14 @@ def get_config():
   c.train_batch_size = 128
   # Total optimizer steps.
   c.num_train_steps = 1_000_000
-  # Linear warmup steps from 0 to learning_rate, then linear decay to 0 at num_train_steps.
+  # Linear warmup steps from 0 to learning_rate, then decay to 0 at num_train_steps.
   # More than num_train_steps (a short smoke run of a long recipe) warms up over the whole run.
   c.num_warmup_steps = 10_000
+  # Power of the decay: lr * (1 - step / num_train_steps) ** power (official: 1.0, linear).
+  c.lr_decay_power = 1.0
+  # The official release's schedule shape: lr * decay(step) * min(1, step / warmup), the decay
+  # running during warmup too; False: warm up to the full learning_rate, then decay.
+  c.warmup_times_decay = False
   # Peak learning rate.
   c.learning_rate = 5e-4
   # Decoupled weight decay (AdamW); not applied to LayerNorm parameters or biases.

@@ -1,15 +1,24 @@
 """Whole-file writes: a reader (or a run killed mid-write) sees the old file or the whole new
-one, never half of it. Every file electra_jax rewrites in place goes through here."""
-import json
+one, never half of it. Every file electra_jax rewrites in place goes through here.
 
-from etils import epath
+Locally: a temporary file renamed over the target. On an object store (gs://) one upload
+already replaces an object whole, and a rename would be a copy plus a delete.
+"""
+import json
+import time
+
+from electra_jax import paths
 
 
 def write_bytes(path, data: bytes):
-  target = epath.Path(path)
-  tmp = target.with_name(target.name + '.tmp')
-  tmp.write_bytes(data)
-  tmp.replace(target)
+  with paths.storage_errors(path):
+    target = paths.get(path)
+    if paths.is_remote(path):
+      target.write_bytes(data)
+      return
+    tmp = target.with_name(target.name + '.tmp')
+    tmp.write_bytes(data)
+    tmp.replace(target)
 
 
 def write_text(path, text: str):
@@ -19,3 +28,43 @@ def write_text(path, text: str):
 def write_json(path, record, **dump_args):
   """`record` as indented JSON plus a final newline."""
   write_text(path, json.dumps(record, indent=2, **dump_args) + '\n')
+
+
+class AppendFile:
+  """Text appended to a file on any filesystem. Locally a plain append (each write flushed).
+  Object stores cannot append: there the whole file is kept in memory and uploaded again (one
+  upload replaces the object whole) at most every `interval` seconds, at flush() and at
+  close(), so a reader sees a prefix of what was written."""
+
+  def __init__(self, path, interval: float = 30.0):
+    self.path = paths.absolute(path)
+    self._remote, self._interval = paths.is_remote(self.path), interval
+    self._file = None
+    self._text, self._dirty, self._flushed_at = '', False, time.monotonic()
+    if self._remote:
+      self._text = paths.read_text(self.path) if paths.is_file(self.path) else ''
+    else:
+      paths.make_dirs(paths.parent(self.path))
+      self._file = open(self.path, 'a', encoding='utf-8')  # pylint: disable=consider-using-with
+
+  def write(self, text: str):
+    if self._file is not None:
+      self._file.write(text)
+      self._file.flush()
+      return
+    self._text += text
+    self._dirty = True
+    if time.monotonic() - self._flushed_at >= self._interval:
+      self.flush()
+
+  def flush(self):
+    """Makes everything written so far visible (an upload on object stores)."""
+    if self._dirty:
+      write_text(self.path, self._text)
+      self._dirty, self._flushed_at = False, time.monotonic()
+
+  def close(self):
+    if self._file is not None:
+      self._file.close()
+      self._file = None
+    self.flush()

@@ -21,43 +21,19 @@ import numpy as np
 from absl import flags
 from ml_collections import config_flags
 
+from electra_jax import chips
 from electra_jax import cli
 from electra_jax import cpu_devices
-from electra_jax import config as config_lib
 from electra_jax import experiment as experiment_lib
 from electra_jax import flops as flops_lib
-from electra_jax import model as model_lib
-from electra_jax import objective as objective_lib
-from electra_jax import optim
+from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import parallel
-from electra_jax import train_state as ts
+from electra_jax import paths
 from electra_jax.data import pipeline
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
 
 FLAGS = flags.FLAGS
-
-# Dense peak TFLOP/s per device (vendor figures, no sparsity). bfloat16 matmul peaks; float32
-# where the vendor states one (H100/H200 SXM: 67 without tensor cores; TF32 tensor cores 494,
-# which XLA uses for float32 matmuls only at jax_default_matmul_precision='tensorfloat32').
-PEAK_TFLOPS = {
-    'bfloat16': {'TPU v4': 275, 'TPU v5 lite': 197, 'TPU v5e': 197, 'TPU v5p': 459,
-                 'TPU v5': 459, 'TPU v6 lite': 918, 'TPU v6e': 918, 'H100': 989, 'H200': 989,
-                 'A100': 312},
-    'float32': {'H100': 67, 'H200': 67, 'A100': 19.5},
-}
-
-
-def peak_tflops(device_kind: str, dtype: str, override: float | None) -> tuple[float | None, str]:
-  """(peak TFLOP/s per device, where it came from); the longest matching table name wins."""
-  if override is not None:
-    return override, '--peak_tflops'
-  table = PEAK_TFLOPS.get(dtype, {})
-  matches = [name for name in table if name.lower() in device_kind.lower()]
-  if not matches:
-    return None, f'no {dtype} peak known for {device_kind!r}; pass --peak_tflops'
-  name = max(matches, key=len)
-  return float(table[name]), f'table: {name} {dtype} dense'
 
 
 def synthetic_batch(c, seed: int = 0) -> dict:
@@ -79,15 +55,8 @@ def build(c, data: str):
     exp = experiment_lib.Experiment.create(c)
     batch = next(pipeline.make_train_iterator(exp.config, exp.tokenizer))
     return exp, {k: np.asarray(v) for k, v in batch.items()}
-  c = config_lib.resolve(c)
-  mesh = parallel.make_mesh()
-  parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size')
-  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
-  tok = tokenizer_lib.SentencePieceTokenizer
-  objective = objective_lib.ElectraObjective.from_config(model, c, tok.special_ids, tok.mask_id)
-  tx, schedule = optim.make_optimizer(c)
-  exp = experiment_lib.Experiment(c, None, mesh, model, objective, tx, schedule)
-  return exp, synthetic_batch(c, c.seed)
+  exp = experiment_lib.Experiment.create(c, read_vocab=False)
+  return exp, synthetic_batch(exp.config, exp.config.seed)
 
 
 def percentile(values, q: float) -> float:
@@ -112,7 +81,7 @@ class JaxStep:
     self.state = exp.init_state()
     self.batch = parallel.global_batch(host_batch, exp.mesh)
     self.rng = jax.random.key(c.seed)
-    step_fn = ts.jit_train_step(ts.make_train_step(exp.objective, exp.tx), exp.mesh)
+    step_fn = exp.jit_train_step()
     t = time.perf_counter()
     self.compiled = step_fn.lower(self.state, self.batch, self.rng).compile()
     self.compile_s = time.perf_counter() - t
@@ -133,7 +102,7 @@ class JaxStep:
       sums = self.step()
       times.append(time.perf_counter() - t)
       c = self.config
-      losses.append(objective_lib.summarize(jax.device_get(sums), c.gen_weight,
+      losses.append(objective_metrics.summarize(jax.device_get(sums), c.gen_weight,
                                             c.disc_weight)['loss'])
     return times, losses
 
@@ -207,7 +176,7 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
   devices = exp.mesh.devices.size
   device = jax.devices()[0]
   model_flops = flops_lib.model_flops_per_step(c)
-  peak, peak_source = peak_tflops(device.device_kind, c.dtype, peak_override)
+  peak, peak_source = chips.peak_tflops(device.device_kind, c.dtype, peak_override)
   print(f'Benchmarking the train step: {device.device_kind} x{devices} ({device.platform}), '
         f'jax {jax.__version__}, {c.dtype}, batch {c.train_batch_size} x {c.max_seq_length}, '
         f'dropout {c.dropout_rate}/{c.attention_dropout_rate}, {rounds} round(s) of {steps} '
@@ -243,7 +212,7 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
             flush=True)
   memory, memory_source = peak_memory()
   if profile_dir:
-    profile_dir = os.path.abspath(os.path.expanduser(profile_dir))
+    profile_dir = paths.absolute(profile_dir)
     ours.profile(profile_dir)
     print(f'Profile of 3 steps written to {profile_dir}', flush=True)
 

@@ -1,25 +1,31 @@
-"""Orbax checkpoints of the train state plus the data-iterator position, async and atomic.
+"""Orbax checkpoints of the train state plus the loop's position, async and atomic: the one
+place that knows checkpoint steps (train, evaluate, export, fine-tuning, init_from and the
+experiments all come here for the latest step, a step's parameters or the best N).
 
-Layout: WORKDIR/checkpoints/<step>/{state,data,loop}. Orbax writes each step to a temporary
-directory and renames it when complete, so a crash mid-save never hides the previous one.
-On start-up a half-written step is reported and ignored, and an unreadable newest step is moved
+Layout: WORKDIR/checkpoints/<step>/{state,loop} (`loop`: JSON with the data position and the
+unlogged metric window; older checkpoints also hold `data`, a per-process grain state no longer
+read). Locally Orbax writes each step to a temporary directory and renames it when complete; on
+an object store (gs://) it writes <step>/ in place and marks it complete with
+commit_success.txt last. Either way a crash mid-save never yields a step that looks complete:
+on start-up a half-written step is reported and ignored, and an unreadable newest step is moved
 aside to WORKDIR/corrupt_checkpoints/ (never deleted) in favour of the newest readable one.
 A state holding NaN/inf is never written.
 """
-import glob
-import os
 import shutil
 import sys
 
-import grain
 import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from electra_jax import paths
 from electra_jax.errors import UserError
 
 TMP_MARKER = '.orbax-checkpoint-tmp'
+# What marks a complete step on an object store (Orbax's CommitFileTemporaryPath).
+COMMIT_FILE = 'commit_success.txt'
+SUBDIR = 'checkpoints'
 
 
 def _warn(message: str):
@@ -50,16 +56,11 @@ def size_bytes(abstract_tree) -> int:
 
 
 def check_disk(directory: str, abstract_state, copies: int = 2):
-  """UserError unless `directory` is writable and has room for `copies` checkpoints."""
-  os.makedirs(directory, exist_ok=True)
-  probe = os.path.join(directory, f'.write_probe_{os.getpid()}')
-  try:
-    with open(probe, 'wb') as f:
-      f.write(b'0')
-    os.remove(probe)
-  except OSError as e:
-    raise UserError(f"cannot write to '{directory}' ({e.strerror}); pick a writable --workdir "
-                    'or fix its permissions') from None
+  """UserError unless `directory` is writable and has room for `copies` checkpoints (object
+  stores have no free-space figure: there only writing is checked)."""
+  directory = paths.check_writable_dir(directory, '--workdir')
+  if paths.is_remote(directory):
+    return
   need = copies * size_bytes(abstract_state)
   free = shutil.disk_usage(directory).free
   if free < need:
@@ -68,23 +69,56 @@ def check_disk(directory: str, abstract_state, copies: int = 2):
                     'another --workdir')
 
 
+def directory_of(workdir: str) -> str:
+  return paths.join(paths.absolute(workdir), SUBDIR)
+
+
+def has_steps(workdir: str) -> bool:
+  """True if WORKDIR/checkpoints holds a step directory, complete or not (a run there resumes
+  rather than starts)."""
+  return any(name.isdigit() for name in paths.listdir(directory_of(workdir)))
+
+
 class Checkpointer:
-  """Thin wrapper over ocp.CheckpointManager naming what we save and restore."""
+  """Thin wrapper over ocp.CheckpointManager naming what we save and restore.
+
+  keep: the newest `keep` steps are kept, or with `best_metric` the `keep` steps whose saved
+  metrics[best_metric] is highest (fine-tuning's best epoch).
+  """
 
   def __init__(self, directory: str, keep: int = 3, async_save: bool = True,
-               read_only: bool = False):
-    self.directory = os.path.abspath(directory)
+               read_only: bool = False, best_metric: str | None = None):
+    self.directory = paths.absolute(directory)
     if not read_only:
-      for tmp in sorted(glob.glob(os.path.join(self.directory, f'*{TMP_MARKER}*'))):
+      for tmp in self._half_written():
         _warn(f'ignoring half-written checkpoint {tmp} (a save was interrupted); Orbax '
               'removes it')
+    if best_metric is None:
+      policy = ocp.checkpoint_managers.LatestN(n=keep)
+    else:
+      policy = ocp.checkpoint_managers.BestN(get_metric_fn=lambda m: m[best_metric], n=keep)
     options = ocp.CheckpointManagerOptions(
-        preservation_policy=ocp.checkpoint_managers.LatestN(n=keep),
-        enable_async_checkpointing=async_save, cleanup_tmp_directories=not read_only,
-        create=not read_only, read_only=read_only)
-    self._manager = ocp.CheckpointManager(self.directory, options=options,
-                                          item_names=('state', 'data', 'loop'))
+        preservation_policy=policy, enable_async_checkpointing=async_save,
+        cleanup_tmp_directories=not read_only, create=not read_only, read_only=read_only)
+    handlers = {'state': ocp.StandardCheckpointHandler(), 'loop': ocp.JsonCheckpointHandler()}
+    with paths.storage_errors(self.directory):
+      self._manager = ocp.CheckpointManager(self.directory, options=options,
+                                            item_handlers=handlers)
     self._closed = False
+
+  def _half_written(self) -> list[str]:
+    """Steps a save did not finish: temporary directories, or on an object store step
+    directories without their commit file."""
+    directory = paths.get(self.directory)
+    if not directory.is_dir():
+      return []
+    if paths.is_remote(self.directory):
+      return sorted(str(p) for p in directory.iterdir()
+                    if p.name.isdigit() and not (p / COMMIT_FILE).exists())
+    return sorted(str(p) for p in directory.glob(f'*{TMP_MARKER}*'))
+
+  def step_path(self, step: int) -> str:
+    return paths.join(self.directory, str(step))
 
   def latest_step(self):
     return self._manager.latest_step()
@@ -92,43 +126,44 @@ class Checkpointer:
   def all_steps(self):
     return list(self._manager.all_steps())
 
-  def save(self, step: int, state, data_iterator=None, force: bool = False,
-           loop_state: dict | None = None) -> bool:
+  def save(self, step: int, state, force: bool = False, loop_state: dict | None = None,
+           metrics: dict | None = None) -> bool:
     """Starts an async save; UserError if the state is not finite or the write fails.
 
-    loop_state: small JSON-able bookkeeping of the loop (e.g. the unlogged metric window).
+    loop_state: small JSON-able bookkeeping of the loop (data position, unlogged metric window).
+    metrics: what best_metric reads.
     """
     if not all_finite(state):
       raise UserError(f'the train state at step {step} contains NaN/inf; not saving it. The '
                       f'last good checkpoint is step {self.latest_step()} in {self.directory}')
     items = {'state': ocp.args.StandardSave(state)}
-    if data_iterator is not None:
-      items['data'] = grain.checkpoint.CheckpointSave(data_iterator)
     if loop_state is not None:
       items['loop'] = ocp.args.JsonSave(loop_state)
     try:
-      return self._manager.save(step, args=ocp.args.Composite(**items), force=force)
+      return self._manager.save(step, args=ocp.args.Composite(**items), metrics=metrics,
+                                force=force)
     except Exception as e:  # pylint: disable=broad-except
       raise self._save_error(e) from e
 
   def _save_error(self, error: Exception) -> UserError:
     # An async save fails at the next save() or close(): name the newest complete step.
-    good = self._manager.all_steps(read=True)
+    try:
+      good = self._manager.all_steps(read=True)
+    except Exception:  # pylint: disable=broad-except  # The storage itself is failing.
+      good = []
     kept = (f'the newest complete checkpoint, step {max(good)}, is intact' if good
             else 'no complete checkpoint exists yet')
     return UserError(f'saving a checkpoint in {self.directory} failed ({_one_line(error)}); '
                      f'{kept}. Free disk space or fix the directory, then re-run the same '
                      'command to resume')
 
-  def restore(self, step: int, abstract_state, data_iterator=None, with_loop: bool = False):
-    """Restores the state (onto abstract_state's shardings) and, if given, the iterator.
+  def restore(self, step: int, abstract_state, with_loop: bool = False):
+    """Restores the state onto abstract_state's shardings (any mesh or process count).
 
     with_loop: return (state, loop_state or None) instead of the state alone.
     """
     items = {'state': ocp.args.StandardRestore(abstract_state)}
-    if data_iterator is not None:
-      items['data'] = grain.checkpoint.CheckpointRestore(data_iterator)
-    has_loop = with_loop and os.path.isdir(os.path.join(self.directory, str(step), 'loop'))
+    has_loop = with_loop and paths.is_dir(paths.join(self.step_path(step), 'loop'))
     if has_loop:
       items['loop'] = ocp.args.JsonRestore()
     restored = self._manager.restore(step, args=ocp.args.Composite(**items))
@@ -136,7 +171,18 @@ class Checkpointer:
       return restored['state']
     return restored['state'], (restored['loop'] if has_loop else None)
 
-  def restore_latest_valid(self, abstract_state, data_iterator=None):
+  def read_state(self, step: int):
+    """A step's saved state tree as arrays on this process's first device, whatever the
+    device count it was saved from (Orbax refuses a restore without target shardings on other
+    devices): for reading parameters outside the training mesh (export, fine-tuning, tests)."""
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    metadata = self._manager.item_metadata(step)['state']
+    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                          metadata)
+    return self._manager.restore(
+        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))['state']
+
+  def restore_latest_valid(self, abstract_state):
     """(step, state, loop_state) of the newest readable finite checkpoint; (None,)*3 if none.
 
     Steps that fail to restore are moved to WORKDIR/corrupt_checkpoints/ with a warning, but
@@ -146,7 +192,7 @@ class Checkpointer:
     failures = []
     for step in sorted(self.all_steps(), reverse=True):
       try:
-        state, loop_state = self.restore(step, abstract_state, data_iterator, with_loop=True)
+        state, loop_state = self.restore(step, abstract_state, with_loop=True)
         ok, reason = all_finite(state), 'contains NaN/inf'
       except Exception as e:  # pylint: disable=broad-except
         ok, reason = False, _one_line(e)
@@ -165,13 +211,13 @@ class Checkpointer:
     return None, None, None
 
   def _move_aside(self, step: int, reason: str, resume_step: int):
-    target_dir = os.path.join(os.path.dirname(self.directory), 'corrupt_checkpoints')
-    target, n = os.path.join(target_dir, str(step)), 1
-    while os.path.exists(target):
-      target, n = os.path.join(target_dir, f'{step}.{n}'), n + 1
+    target_dir = paths.join(paths.parent(self.directory), 'corrupt_checkpoints')
+    target, n = paths.join(target_dir, str(step)), 1
+    while paths.exists(target):
+      target, n = paths.join(target_dir, f'{step}.{n}'), n + 1
     if jax.process_index() == 0:
-      os.makedirs(target_dir, exist_ok=True)
-      os.rename(os.path.join(self.directory, str(step)), target)
+      paths.make_dirs(target_dir)
+      paths.rename(self.step_path(step), target)
     _sync(f'move_aside_{step}')
     _warn(f'checkpoint step {step} is unreadable ({reason}); moved it to {target} and resuming '
           f'from step {resume_step}')
@@ -216,23 +262,33 @@ def _sync(name: str):
     multihost_utils.sync_global_devices(name)
 
 
-def restore_on_one_device(path: str):
-  """A saved state tree as arrays on this process's first device, whatever the device count
-  it was saved from (Orbax refuses a restore without target shardings on other devices): for
-  reading parameters outside the training mesh (fine-tuning, tests)."""
-  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-  with ocp.StandardCheckpointer() as checkpointer:
-    metadata = checkpointer.metadata(path)
-    metadata = getattr(metadata, 'item_metadata', metadata)
-    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-                          metadata)
-    return checkpointer.restore(path, target)
+def steps(workdir: str) -> list[int]:
+  """The complete checkpoint steps of a workdir, oldest first ([] if none)."""
+  if not paths.is_dir(directory_of(workdir)):
+    return []
+  ckpt = Checkpointer(directory_of(workdir), read_only=True)
+  try:
+    return sorted(ckpt.all_steps())
+  finally:
+    ckpt.close()
+
+
+def latest_step(workdir: str) -> int | None:
+  """The newest complete checkpoint step of a workdir (None: none)."""
+  return (steps(workdir) or [None])[-1]
+
+
+def copy_step(workdir: str, step: int, target_workdir: str):
+  """One checkpoint step of `workdir` copied into `target_workdir` (hard links on a local disk,
+  so a later rotation of the original does not take it away)."""
+  source = paths.join(directory_of(workdir), str(step))
+  paths.copy_tree(source, paths.join(directory_of(target_workdir), str(step)), link=True)
 
 
 def open_for_reading(workdir: str) -> tuple[Checkpointer, int]:
   """The workdir's checkpoints and latest step, or a UserError saying there are none."""
-  directory = os.path.join(workdir, 'checkpoints')
-  if not os.path.isdir(directory):
+  directory = directory_of(workdir)
+  if not paths.is_dir(directory):
     raise UserError(f"no checkpoints in workdir '{workdir}' ({directory} does not exist); "
                     'train first with python -m electra_jax.train --workdir=...')
   ckpt = Checkpointer(directory, read_only=True)
@@ -246,11 +302,13 @@ def read_params(workdir: str, step: int | None = None) -> tuple[dict, int]:
   """(parameters as numpy arrays, step) of a workdir's latest (or `step`) checkpoint, read on
   one device whatever the mesh it was saved from (export, fine-tuning, init_from)."""
   ckpt, latest = open_for_reading(workdir)
-  steps = ckpt.all_steps()
-  ckpt.close()
-  step = latest if step is None else step
-  if step not in steps:
-    raise UserError(f'step {step} is not a checkpoint in {ckpt.directory}; available: '
-                    f'{sorted(steps)}')
-  state = restore_on_one_device(os.path.join(ckpt.directory, str(step), 'state'))
+  try:
+    steps = ckpt.all_steps()
+    step = latest if step is None else step
+    if step not in steps:
+      raise UserError(f'step {step} is not a checkpoint in {ckpt.directory}; available: '
+                      f'{sorted(steps)}')
+    state = ckpt.read_state(step)
+  finally:
+    ckpt.close()
   return jax.tree.map(np.asarray, jax.device_get(state['params'])), step

@@ -1,5 +1,6 @@
 """What every electra_jax command shares: error handling, quiet library logs, JSON results."""
 import json
+import logging as std_logging
 import math
 import os
 import re
@@ -7,9 +8,16 @@ import sys
 
 from absl import app, flags, logging
 
+from electra_jax import paths
 from electra_jax.errors import UserError
 
 flags.DEFINE_bool('verbose', False, 'Show library INFO logs and full tracebacks on errors.')
+flags.DEFINE_string('compilation_cache_dir', None, 'Persistent XLA compilation cache: a '
+                    'directory or a URL (gs://...), shared by restarts and by every host of a '
+                    'pod, so a restarted job does not compile again (default: '
+                    '$JAX_COMPILATION_CACHE_DIR, else none).')
+# Libraries under the path layer that log a traceback for each retry or fallback they handle.
+_QUIET_LOGGERS = ('gcsfs', 'fsspec', 'google.auth', 'urllib3')
 
 
 def _fail(message: str):
@@ -63,18 +71,30 @@ def parse_flags(argv):
     _fail(_flag_error_message(e, argv))
 
 
+def use_compilation_cache(directory: str | None):
+  """Points JAX's persistent compilation cache at `directory` (None or '': left as it is)."""
+  if directory:
+    import jax  # pylint: disable=import-outside-toplevel
+    jax.config.update('jax_compilation_cache_dir', paths.absolute(directory))
+
+
 def run(main):
-  """absl app.run(main), turning a UserError into `error: ...` on stderr and exit code 2."""
+  """absl app.run(main), turning a UserError (or a storage fault the path layer names) into
+  `error: ...` on stderr and exit code 2."""
 
   def wrapped(argv):
     if not flags.FLAGS.verbose:
       logging.set_verbosity(logging.WARNING)
+      for name in _QUIET_LOGGERS:
+        std_logging.getLogger(name).setLevel(std_logging.CRITICAL)
     try:
+      use_compilation_cache(flags.FLAGS.compilation_cache_dir)
       return main(argv)
-    except UserError as e:
-      if flags.FLAGS.verbose:
+    except Exception as e:  # pylint: disable=broad-except
+      error = e if isinstance(e, UserError) else paths.user_error('', e)
+      if error is None or flags.FLAGS.verbose:
         raise
-      print(f'error: {e}', file=sys.stderr, flush=True)
+      print(f'error: {error}', file=sys.stderr, flush=True)
       sys.stdout.flush()
       # Exit now: library threads (Orbax's async writers, the batch prefetcher) would otherwise
       # print their own tracebacks of the same failure during interpreter shutdown, after the

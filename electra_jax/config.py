@@ -7,6 +7,7 @@ import json
 
 import ml_collections
 
+from electra_jax import objectives
 from electra_jax.errors import UserError
 
 # The paper's architectures (ELECTRA.md) plus a demo size that trains in minutes on a CPU.
@@ -24,9 +25,8 @@ MODEL_SIZES = {
 DTYPES = ('float32', 'bfloat16')
 REMAT = ('none', 'save_dots', 'full')
 
-# Pretraining objectives (objective.py) and generator/discriminator weight sharing (model.py).
-OBJECTIVES = ('electra', 'mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm', 'two_stage')
-TIES = ('embeddings', 'none', 'all')
+# Generator/discriminator weight sharing (model.py); objectives: the objectives/ registry.
+TIES = ('embeddings', 'none', 'all', 'gdes')
 
 
 def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -66,8 +66,8 @@ def _validate(c):
   check(c.hidden_size % c.num_heads == 0,
          f'config.hidden_size={c.hidden_size} is not divisible by config.num_heads='
          f'{c.num_heads}; pick sizes with an integer head width')
-  check(0 < c.generator_hidden_size <= 1,
-         f'config.generator_hidden_size={c.generator_hidden_size} must be a fraction in (0, 1]')
+  for key in ('generator_hidden_size', 'generator_layers'):
+    check(0 < c[key] <= 1, f'config.{key}={c[key]} must be a fraction in (0, 1]')
   check(c.max_seq_length <= c.max_position_embeddings,
          f'config.max_seq_length={c.max_seq_length} exceeds config.max_position_embeddings='
          f'{c.max_position_embeddings}; lower max_seq_length or raise max_position_embeddings')
@@ -97,6 +97,8 @@ def _validate(c):
            f'config.{key}={c[key]!r} needs config.init_from (the weights it adds to); set '
            '--config.init_from=PATH')
   check(c.learning_rate > 0, f'config.learning_rate={c.learning_rate} must be > 0')
+  check(c.lr_decay_power > 0, f'config.lr_decay_power={c.lr_decay_power} must be > 0 '
+         '(1.0: linear decay)')
   check(c.generator_lr_multiplier > 0,
          f'config.generator_lr_multiplier={c.generator_lr_multiplier} must be > 0')
   check(c.initializer_range > 0,
@@ -113,33 +115,19 @@ def _validate(c):
 
 
 def _validate_objective(c):
-  check(c.objective in OBJECTIVES,
-         f'config.objective={c.objective!r} must be one of {OBJECTIVES}')
+  check(c.objective in objectives.OBJECTIVES,
+         f'config.objective={c.objective!r} must be one of {tuple(objectives.OBJECTIVES)}')
   check(c.tie in TIES, f'config.tie={c.tie!r} must be one of {TIES}')
-  check(c.tie != 'all' or c.generator_hidden_size == 1.0,
-         f"config.tie='all' shares every encoder weight, so config.generator_hidden_size="
-         f'{c.generator_hidden_size} must be 1.0; set it or pick another tie')
-  check(c.objective != 'mlm' or c.tie == 'embeddings',
-         f"config.tie={c.tie!r} means nothing for objective 'mlm' (no generator); leave "
-         "config.tie='embeddings'")
-  if c.objective == 'two_stage':
-    check(c.generator_hidden_size == 1.0,
-           f'config.generator_hidden_size={c.generator_hidden_size} must be 1.0 for objective '
-           "'two_stage' (the discriminator starts from the generator's weights)")
-    check(c.tie == 'none',
-           f"config.tie={c.tie!r} must be 'none' for objective 'two_stage' (a frozen "
-           'generator cannot share weights with the discriminator being trained)')
-    n = c.two_stage_generator_steps
-    check(0 < n < c.num_train_steps,
-           f'config.two_stage_generator_steps={n} must be in (0, config.num_train_steps='
-           f'{c.num_train_steps}); it is when the discriminator starts training')
-    check(c.num_warmup_steps <= min(n, c.num_train_steps - n),
-           f'config.num_warmup_steps={c.num_warmup_steps} exceeds a two_stage stage ({n} and '
-           f'{c.num_train_steps - n} steps); each stage warms up anew, lower the warmup')
-  else:
-    check(c.two_stage_generator_steps == 0,
-           f'config.two_stage_generator_steps={c.two_stage_generator_steps} is only used by '
-           f"objective 'two_stage' (objective is {c.objective!r}); leave it 0")
+  for key in ('generator_hidden_size', 'generator_layers'):
+    check(c.tie != 'all' or c[key] == 1.0,
+          f"config.tie='all' shares every encoder weight, so config.{key}={c[key]} must be "
+          '1.0; set it or pick another tie')
+  layout = objectives.get(c.objective).layout_for(c)
+  check(c.tie != 'gdes' or (layout.generator and not layout.mlm_head),
+         f"config.tie='gdes' shares the generator's token table with an RTD discriminator; "
+         f'objective {c.objective!r} (uniform_generator={c.uniform_generator}) has no such '
+         "pair; use objective 'electra' or 'electra_15' with a generator")
+  objectives.get(c.objective).validate(c)
 
 
 def warmup_note(config) -> str | None:
@@ -158,7 +146,8 @@ def split_keys(text: str) -> list[str]:
 
 
 def generator_sizes(c) -> dict:
-  """The generator's width: hidden, FFN and heads scaled by `generator_hidden_size`.
+  """The generator's sizes: hidden, FFN and heads scaled by `generator_hidden_size`, layers by
+  `generator_layers` (round(num_layers * fraction), at least 1; the official formula).
 
   Any fraction in (0, 1] works: the head count is the scaled one, lowered to the nearest
   count that divides the generator's width (e.g. 0.7 of H=256 is 179 wide with 1 head).
@@ -168,8 +157,9 @@ def generator_sizes(c) -> dict:
   heads = max(1, int(round(c.num_heads * frac)))
   while hidden % heads:
     heads -= 1
+  layers = max(1, int(round(c.num_layers * c.get('generator_layers', 1.0))))
   return dict(hidden_size=hidden, intermediate_size=max(1, int(round(c.intermediate_size * frac))),
-              num_heads=heads)
+              num_heads=heads, num_layers=layers)
 
 
 def to_json(c: ml_collections.ConfigDict) -> str:

@@ -25,15 +25,18 @@ def plan(exp) -> dict:
   """The dry-run report of an experiment_lib.Experiment, as a flat dict."""
   c, mesh = exp.config, exp.mesh
   state = exp.abstract_state()
-  num_devices, num_processes = mesh.devices.size, jax.process_count()
+  device = mesh.devices.flat[0]
+  # Processes of the mesh's devices: this run's, or the hosts of a TPU slice planned for.
+  num_devices = mesh.devices.size
+  num_processes = len({d.process_index for d in mesh.devices.flat})
   global_batch = c.train_batch_size
   step_flops = flops.model_flops_per_step(c)
   return dict(
       dry_run=True,
       mesh_shape=dict(mesh.shape),
       mesh_axes=list(mesh.axis_names),
-      device_kind=jax.devices()[0].device_kind,
-      platform=jax.devices()[0].platform,
+      device_kind=device.device_kind,
+      platform=device.platform,
       num_devices=num_devices,
       num_processes=num_processes,
       global_batch=global_batch,

@@ -2,7 +2,7 @@
 import jax
 import numpy as np
 
-from electra_jax import objective as objective_lib
+from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import parallel
 from electra_jax.data import pipeline
 
@@ -22,9 +22,9 @@ def evaluate_params(params, eval_step, c, tokenizer, mesh, num_batches=None, fil
     num_batches_done += 1
   if sums is None:
     return {}
-  metrics = objective_lib.summarize(jax.device_get(sums), c.gen_weight, c.disc_weight)
+  metrics = objective_metrics.summarize(jax.device_get(sums), c.gen_weight, c.disc_weight)
   metrics['num_batches'] = num_batches_done
-  metrics['num_tokens'] = objective_lib.num_tokens(jax.device_get(sums))
+  metrics['num_tokens'] = objective_metrics.num_tokens(jax.device_get(sums))
   return metrics
 
 

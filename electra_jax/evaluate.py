@@ -14,6 +14,7 @@ import jax
 from absl import flags
 from ml_collections import config_flags
 
+from electra_jax import checkpoint
 from electra_jax import cli
 from electra_jax import cpu_devices
 from electra_jax import distributed
@@ -39,7 +40,7 @@ def main(argv):
   cpu_devices.configure_for(config, single_process=mode == 'single')
   run = experiment_lib.Experiment.create(config)
   experiment_lib.check_saved_config_matches(FLAGS.workdir, run.config)
-  ckpt, latest = experiment_lib.open_checkpoints(FLAGS.workdir)
+  ckpt, latest = checkpoint.open_for_reading(FLAGS.workdir)
   step = latest if FLAGS.step is None else FLAGS.step
   if step not in ckpt.all_steps():
     raise cli.UserError(f'--step={step} is not a checkpoint in {ckpt.directory}; '

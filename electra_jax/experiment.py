@@ -1,19 +1,20 @@
 """Everything built from a config before any step runs: tokenizer, mesh, model, objective,
 optimizer; plus the workdir checks shared by train and evaluate."""
 import dataclasses
-import os
 
 import jax
 import ml_collections
 import optax
-from etils import epath
 
 from electra_jax import checkpoint
 from electra_jax import config as config_lib
 from electra_jax import model as model_lib
-from electra_jax import objective as objective_lib
+from electra_jax import nonfinite
+from electra_jax import objectives
+from electra_jax.objectives import base as objective_base
 from electra_jax import optim
 from electra_jax import parallel
+from electra_jax import paths
 from electra_jax import saved_config
 from electra_jax import train_state as ts
 from electra_jax.data import tokenizer as tokenizer_lib
@@ -21,7 +22,7 @@ from electra_jax.errors import UserError
 
 # Keys that fix parameter shapes: a checkpoint cannot be resumed or evaluated if they change.
 SHAPE_KEYS = ('model_size', 'embedding_size', 'hidden_size', 'num_layers', 'num_heads',
-              'intermediate_size', 'generator_hidden_size', 'vocab_size',
+              'intermediate_size', 'generator_hidden_size', 'generator_layers', 'vocab_size',
               'max_position_embeddings', 'type_vocab_size', 'relative_attention_span', 'objective',
               'tie')
 
@@ -32,21 +33,24 @@ class Experiment:
   tokenizer: object
   mesh: jax.sharding.Mesh
   model: model_lib.Electra
-  objective: objective_lib.ElectraObjective
+  objective: objective_base.Objective
   tx: optax.GradientTransformation
   schedule: optax.Schedule
 
   @classmethod
-  def create(cls, config, devices=None) -> 'Experiment':
+  def create(cls, config, devices=None, read_vocab: bool = True) -> 'Experiment':
+    """`devices`: the mesh's devices (default all; a TPU topology's to compile ahead of time).
+    read_vocab=False builds the same program without the vocabulary file (tokenizer None,
+    special ids of the sentencepiece layout): any vocab_size, for synthetic data and plans."""
     c = config_lib.resolve(config)
-    tokenizer = tokenizer_lib.for_config(c)
+    tokenizer = tokenizer_lib.for_config(c) if read_vocab else None
+    special = tokenizer or tokenizer_lib.SentencePieceTokenizer
     mesh = parallel.make_mesh(devices, c.fsdp_axis_size)
     parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size',
                                  c.grad_accum_steps)
     parallel.check_batch_divides(c.eval_batch_size, mesh, 'eval_batch_size')
     model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
-    objective = objective_lib.ElectraObjective.from_config(model, c, tokenizer.special_ids,
-                                                           tokenizer.mask_id)
+    objective = objectives.build(model, c, special.special_ids, special.mask_id)
     tx, schedule = optim.make_optimizer(c)
     return cls(c, tokenizer, mesh, model, objective, tx, schedule)
 
@@ -59,6 +63,15 @@ class Experiment:
     c = self.config
     return ts.abstract_state(self.mesh, self.model, self.tx, c.max_seq_length,
                              c.max_predictions_per_seq)
+
+  def jit_train_step(self):
+    """The train step of a run: jitted over the mesh, state sharded as abstract_state() and
+    donated, grad_accum_steps micro-batches, config.debug_nonfinite_steps poisoned."""
+    c = self.config
+    state_sharding = jax.tree.map(lambda x: x.sharding, self.abstract_state())
+    step = ts.make_train_step(self.objective, self.tx, c.grad_accum_steps, self.mesh,
+                              poison_steps=nonfinite.parse_steps(c.debug_nonfinite_steps))
+    return ts.jit_train_step(step, self.mesh, state_sharding)
 
 
 def check_saved_config_matches(workdir: str, c) -> list[str]:
@@ -84,16 +97,10 @@ HARMLESS_KEYS = ('log_every_steps', 'eval_every_steps', 'eval_batch_size', 'num_
                  'init_generator_from', 'extend_vocab_file')
 
 
-def has_checkpoints(workdir: str) -> bool:
-  """True if the workdir holds a checkpoint step (so a run there resumes)."""
-  ckpt_dir = epath.Path(workdir) / 'checkpoints'
-  return ckpt_dir.is_dir() and any(p.name.isdigit() for p in ckpt_dir.iterdir())
-
-
 def check_resume_config(workdir: str, c) -> list[str]:
   """Refuses to resume with a config other than the saved one, except for harmless keys and
   those listed in config.allow_config_change; returns the changed keys."""
-  if not has_checkpoints(workdir):
+  if not checkpoint.has_steps(workdir):
     return []  # Nothing to resume: the new config simply replaces the saved one.
   changed = check_saved_config_matches(workdir, c)
   allowed = set(HARMLESS_KEYS) | set(config_lib.split_keys(c.allow_config_change))
@@ -109,18 +116,5 @@ def check_resume_config(workdir: str, c) -> list[str]:
 
 
 def prepare_workdir(workdir: str) -> str:
-  workdir = os.path.abspath(os.path.expanduser(workdir))
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise UserError(f"--workdir '{workdir}' is a file; pass a directory path")
-  try:
-    os.makedirs(workdir, exist_ok=True)
-  except OSError as e:
-    raise UserError(f"cannot create --workdir '{workdir}': {e.strerror}; "
-                    'pick a writable location') from e
-  if not os.access(workdir, os.W_OK):
-    raise UserError(f"--workdir '{workdir}' is not writable; pick a writable location")
-  return workdir
-
-
-def open_checkpoints(workdir: str):
-  return checkpoint.open_for_reading(workdir)
+  """The workdir's canonical path (absolute, or a URL), created and proven writable."""
+  return paths.check_writable_dir(workdir, '--workdir')

@@ -17,66 +17,74 @@ from absl import flags
 
 from electra_jax import checkpoint
 from electra_jax import cli
+from electra_jax import paths
+from electra_jax import objectives
 from electra_jax import saved_config
 from electra_jax.errors import UserError
 from electra_jax.hf import files as hf_files
 from electra_jax.hf import tokenizer_files
 
-# Objectives whose 'discriminator' is an ELECTRA replaced-token detector (model.LAYOUTS).
-EXPORTABLE_OBJECTIVES = ('electra', 'electra_15', 'two_stage')
-
 
 def _check_output(output: str, overwrite: bool) -> str:
-  output = os.path.abspath(os.path.expanduser(output))
-  if os.path.exists(output):
-    if not os.path.isdir(output):
-      raise UserError(f"--output '{output}' is a file; pass a directory path")
-    if os.listdir(output) and not overwrite:
-      raise UserError(f"--output '{output}' exists and is not empty; pass --overwrite to "
-                      'replace it or choose another directory')
-  parent = os.path.dirname(output)
-  try:
-    os.makedirs(parent, exist_ok=True)
-  except OSError as e:
-    raise UserError(f"cannot create '{parent}': {e.strerror}; pick a writable --output") from e
+  output = paths.absolute(output)
+  if paths.is_file(output):
+    raise UserError(f"--output '{output}' is a file; pass a directory path")
+  if paths.listdir(output) and not overwrite:
+    raise UserError(f"--output '{output}' exists and is not empty; pass --overwrite to "
+                    'replace it or choose another directory')
+  paths.check_writable_dir(paths.parent(output), '--output (its parent)')
   return output
 
 
-def _publish(tmp: str, output: str):
-  """Moves a finished temp directory to `output`, replacing what was there only at the end."""
-  old = None
-  if os.path.exists(output):
-    old = tempfile.mkdtemp(prefix=os.path.basename(output) + '.old-',
-                           dir=os.path.dirname(output))
-    os.rmdir(old)
-    os.rename(output, old)
-  os.rename(tmp, output)
-  if old is not None:
-    shutil.rmtree(old)
-
-
 def _in_temp_dir(output: str, write) -> None:
-  tmp = tempfile.mkdtemp(prefix=os.path.basename(output) + '.tmp-', dir=os.path.dirname(output))
+  """Runs write(local_dir), then moves the result to `output`, replacing what was there only
+  at the end. transformers writes local files: for a remote `output` they are uploaded to a
+  staging directory beside it first (on object stores the final move copies file by file)."""
+  remote = paths.is_remote(output)
+  tag = f'{os.getpid()}-{int(time.time())}'
+  staging = f'{output}.tmp-{tag}'
+  local = tempfile.mkdtemp(prefix='electra_export_') if remote else staging
+  old = None
   try:
-    write(tmp)
-    _publish(tmp, output)
+    write(local)
+    if remote:
+      paths.copy_tree(local, staging)
+    if paths.exists(output):
+      old = f'{output}.old-{tag}'
+      paths.rename(output, old)
+    paths.rename(staging, output)
   except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
+    paths.remove_tree(staging)
+    if old is not None and not paths.exists(output):
+      paths.rename(old, output)
+      old = None
     raise
+  finally:
+    if remote:
+      shutil.rmtree(local, ignore_errors=True)
+  if old is not None:
+    paths.remove_tree(old)
 
 
 def check_exportable(config, networks):
   """HF ELECTRA has one layout: an RTD discriminator and a generator sharing embeddings."""
-  if config.objective not in EXPORTABLE_OBJECTIVES:
+  if not objectives.get(config.objective).exportable:
+    supported = tuple(n for n, o in objectives.OBJECTIVES.items() if o.exportable)
     raise UserError(f'objective {config.objective!r} has no ELECTRA discriminator to export '
-                    f'(export supports {EXPORTABLE_OBJECTIVES}); fine-tune the workdir directly '
+                    f'(export supports {supported}); fine-tune the workdir directly '
                     'with --config.init_checkpoint=WORKDIR')
   if config.relative_attention_span:
     raise UserError(f'config.relative_attention_span={config.relative_attention_span}: '
                     "transformers' ELECTRA has no relative attention bias, so this model "
                     'cannot be exported; fine-tune the workdir directly with '
                     '--config.init_checkpoint=WORKDIR')
-  if 'generator' in networks and config.tie != 'embeddings':
+  if 'generator' in networks and not objectives.get(config.objective).layout_for(config).generator:
+    raise UserError('config.uniform_generator=True: the run has no generator network to export; '
+                    'export only --what=discriminator')
+  if 'generator' in networks and objectives.get(config.objective).layout.cloze_generator:
+    raise UserError(f'objective {config.objective!r}: its two-tower cloze generator has no '
+                    'transformers class; export only --what=discriminator')
+  if 'generator' in networks and config.tie not in ('embeddings', 'gdes'):
     raise UserError(f"config.tie={config.tie!r}: the generator does not use the shared "
                     "embeddings HF expects; export only --what=discriminator")
 
@@ -90,7 +98,7 @@ def export_workdir(workdir: str, output: str, what: str = 'discriminator',
   """
   if what not in ('discriminator', 'generator', 'both'):
     raise UserError(f"--what={what!r} must be 'discriminator', 'generator' or 'both'")
-  if not os.path.isdir(workdir):
+  if not paths.is_dir(workdir):
     raise UserError(f"--workdir '{workdir}' does not exist; pass a training workdir")
   output = _check_output(output, overwrite)
   config = saved_config.load(workdir)
@@ -102,14 +110,14 @@ def export_workdir(workdir: str, output: str, what: str = 'discriminator',
   def write(tmp):
     for network, sub in layout.items():
       directory = os.path.join(tmp, sub)
-      print(f'Writing the {network} to {os.path.join(output, sub)}', flush=True)
+      print(f'Writing the {network} to {paths.join(output, sub)}', flush=True)
       hf_files.write_model(params, config, network, directory)
       tokenizer_files.write_tokenizer(config.vocab_file, directory,
                                       config.max_position_embeddings, config.do_lower_case)
 
   _in_temp_dir(output, write)
-  return dict(output=output, what=what, step=int(step), workdir=os.path.abspath(workdir),
-              directories={n: os.path.join(output, s) if s else output
+  return dict(output=output, what=what, step=int(step), workdir=paths.absolute(workdir),
+              directories={n: paths.join(output, s) if s else output
                            for n, s in layout.items()})
 
 

@@ -8,19 +8,15 @@ sampling and losses are not counted. The generator is counted at its own width; 
 tied vocabulary projection only at the `max_predictions_per_seq` masked slots of each sequence
 (the gather-first model computes nothing else), the discriminator's head at every position.
 
-Per objective (config.objective) the parts are those its model runs: 'mlm' has no generator
-and a full-size MLM head (dense H->E, then E->vocab) at the masked slots; 'replace_mlm' the
-generator plus that head; 'all_tokens_mlm' the generator, the MLM head at every position and
-the per-token (copy) head; 'electra_15' is counted as 'electra'. Weight sharing (config.tie)
-changes no FLOPs: tied weights are still applied once per network.
-
-'two_stage' differs by stage. Stage 1 (the first two_stage_generator_steps steps) trains the
-generator alone: 3 × its forward. Stage 2 runs the frozen generator forward only (its samples
-feed D) and trains D: 1 × generator + 3 × discriminator. `model_flops_per_step` returns the
-average over the run's num_train_steps. (The implementation also runs D's forward in stage 1
-and G's backward in stage 2, with zero weight, for uniform metrics; that is not counted.)
+The parts are those the objective's layout (objectives/) has: a generator or not, the
+full-size network's per-token head and/or MLM head (dense H->E, then E->vocab) at the masked
+slots or, for all_tokens_mlm, every position; Electric's two-tower cloze generator runs two
+encoders and its head at every position. Weight sharing (config.tie) changes no FLOPs:
+tied weights are still applied once per network. An objective whose steps differ (two_stage)
+averages them in its `flops_per_step` hook.
 """
 from electra_jax import config as config_lib
+from electra_jax import objectives
 
 
 def encoder_matmul_params(embedding_size: int, hidden: int, intermediate: int,
@@ -44,26 +40,32 @@ def forward_flops(config) -> dict:
   gen = config_lib.generator_sizes(c)
   hg = gen['hidden_size']
   tokens, masked = b * s, b * p
+  objective = objectives.get(c.objective)
+  layout = objective.layout_for(c)
   parts = {}
-  if c.objective != 'mlm':
+  if layout.generator:
     parts.update({
         'generator_encoder': 2 * tokens * encoder_matmul_params(
-            e, hg, gen['intermediate_size'], c.num_layers),
-        'generator_attention': attention_flops(b, s, hg, c.num_layers),
+            e, hg, gen['intermediate_size'], gen['num_layers']),
+        'generator_attention': attention_flops(b, s, hg, gen['num_layers']),
         # dense(H_G -> E), then the tied projection E -> vocab, at the masked slots only.
         'generator_head': 2 * masked * (hg * e + e * v),
     })
+  if layout.cloze_generator:  # Electric: two towers, dense(2 H_G -> E) + vocab everywhere.
+    parts['generator_encoder'] *= 2
+    parts['generator_attention'] *= 2
+    parts['generator_head'] = 2 * tokens * (2 * hg * e + e * v)
   parts.update({
       'discriminator_encoder': 2 * tokens * encoder_matmul_params(
           e, h, c.intermediate_size, c.num_layers),
       'discriminator_attention': attention_flops(b, s, h, c.num_layers),
   })
-  if c.objective in ('electra', 'electra_15', 'two_stage', 'all_tokens_mlm'):
+  if layout.rtd_head:
     # dense(H -> H) + dense(H -> 1) at every position.
     parts['discriminator_head'] = 2 * tokens * (h * h + h)
-  if c.objective in ('mlm', 'replace_mlm', 'all_tokens_mlm'):
+  if layout.mlm_head:
     # dense(H -> E) + tied E -> vocab: at the masked slots, or every position (all tokens).
-    slots = tokens if c.objective == 'all_tokens_mlm' else masked
+    slots = tokens if objective.mlm_head_slots == 'all' else masked
     parts['discriminator_mlm_head'] = 2 * slots * (h * e + e * v)
   return parts
 
@@ -71,14 +73,8 @@ def forward_flops(config) -> dict:
 def model_flops_per_step(config) -> float:
   """Model FLOPs of one optimizer step over the global batch (forward + backward = 3×).
 
-  `config`: an experiment ConfigDict (resolved or not; presets are filled in here). For
-  objective='two_stage' the average step of the whole run (module docstring).
+  `config`: an experiment ConfigDict (resolved or not; presets are filled in here); the
+  objective's `flops_per_step` hook turns the forward parts into an average step.
   """
-  parts = forward_flops(config)
   c = config_lib.resolve(config)
-  if c.objective != 'two_stage':
-    return float(3 * sum(parts.values()))
-  gen = sum(v for k, v in parts.items() if k.startswith('generator_'))
-  disc = sum(v for k, v in parts.items() if k.startswith('discriminator_'))
-  n, total = c.two_stage_generator_steps, c.num_train_steps
-  return float((n * 3 * gen + (total - n) * (gen + 3 * disc)) / total)
+  return objectives.get(c.objective).flops_per_step(c, forward_flops(c))

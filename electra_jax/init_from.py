@@ -14,24 +14,22 @@ config supplies the keys it set.
 """
 import copy
 import dataclasses
-import os
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from etils import epath
 
 from electra_jax import atomic
 from electra_jax import checkpoint
 from electra_jax import config as config_lib
-from electra_jax import experiment as experiment_lib
 from electra_jax import model as model_lib
+from electra_jax import objectives
 from electra_jax import saved_config
 from electra_jax import train_state as ts
+from electra_jax import paths
 from electra_jax.data import extend_vocab
-from electra_jax.data import paths
 from electra_jax.errors import UserError
 from electra_jax.hf import configs as hf_configs
 from electra_jax.hf import files as hf_files
@@ -40,7 +38,7 @@ from electra_jax.hf import weights as hf_weights
 
 SIZE_KEYS = ('embedding_size', 'hidden_size', 'num_layers', 'num_heads', 'intermediate_size')
 # The config keys a source can fix: parameter shapes and the vocabulary.
-SOURCE_KEYS = ('model_size', *SIZE_KEYS, 'generator_hidden_size', 'vocab_size',
+SOURCE_KEYS = ('model_size', *SIZE_KEYS, 'generator_hidden_size', 'generator_layers', 'vocab_size',
                'max_position_embeddings', 'type_vocab_size', 'relative_attention_span',
                'objective', 'tie', 'vocab_file', 'do_lower_case')
 
@@ -90,7 +88,7 @@ def _transformers_source(path: str, generator_path: str) -> Source:
   vocab = tokenizer_files.read_vocabulary(path)
 
   def read_params(c):
-    layout = model_lib.LAYOUTS[c.objective]
+    layout = objectives.get(c.objective).layout_for(c)
     _, state = hf_files.read_dir(path)
     params = hf_weights.hf_to_params(state, c, 'discriminator', with_head=layout.rtd_head)
     notes = []
@@ -132,18 +130,18 @@ def _workdir_source(path: str, workdir: str, step: int | None) -> Source:
 
 def open_source(init_from: str, init_generator_from: str = '') -> Source:
   """The source a path names: a transformers directory, a workdir, or a checkpoint step."""
-  path = os.path.abspath(os.path.expanduser(init_from))
+  path = paths.absolute(init_from)
   if hf_files.is_hf_dir(path):
     return _transformers_source(path, init_generator_from)
   if init_generator_from:
     raise UserError(f"config.init_generator_from is for a transformers init_from; "
                     f"'{init_from}' is a workdir, whose generator comes along: drop "
                     'init_generator_from')
-  parent = os.path.dirname(os.path.dirname(path))
-  step_dir = (os.path.basename(path).isdigit()
-              and os.path.basename(os.path.dirname(path)) == 'checkpoints')
+  parent = paths.parent(paths.parent(path))
+  step_dir = (paths.name(path).isdigit()
+              and paths.name(paths.parent(path)) == checkpoint.SUBDIR)
   if step_dir and saved_config.exists(parent):
-    return _workdir_source(path, parent, int(os.path.basename(path)))
+    return _workdir_source(path, parent, int(paths.name(path)))
   if saved_config.exists(path):
     return _workdir_source(path, path, None)
   raise UserError(f"config.init_from='{init_from}' is neither a transformers ELECTRA directory "
@@ -205,11 +203,11 @@ def _vocabulary(config, source: Source, overridden) -> tokenizer_files.Vocabular
 def _write(target: str, content: Callable[[], bytes]):
   """Writes one file of the new run into its workdir (atomically, on process 0)."""
   if jax.process_index() == 0:
-    epath.Path(target).parent.mkdir(parents=True, exist_ok=True)
+    paths.make_dirs(paths.parent(target))
     atomic.write_bytes(target, content())
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
-    multihost_utils.sync_global_devices(f'init_from_{epath.Path(target).name}')
+    multihost_utils.sync_global_devices(f'init_from_{paths.name(target)}')
 
 
 def saved_run_config(config, workdir: str, overridden=()) -> ml_collections.ConfigDict:
@@ -225,12 +223,13 @@ def saved_run_config(config, workdir: str, overridden=()) -> ml_collections.Conf
   return c
 
 
-def prepare(config, workdir: str, overridden=()) -> Start:
+def prepare(config, workdir: str | None, overridden=(), write: bool = True) -> Start:
   """How a run in `workdir` starts. Writes only a new run's vocabulary into the workdir, after
-  the config is known to be valid. `overridden`: keys given as --config.KEY=VALUE."""
+  the config is known to be valid, and nothing with write=False (--dry_run, which may have no
+  workdir). `overridden`: keys given as --config.KEY=VALUE."""
   if not config.init_from:
     return Start(config_lib.resolve(config))
-  if experiment_lib.has_checkpoints(workdir):
+  if workdir and checkpoint.has_steps(workdir):
     return Start(config_lib.resolve(saved_run_config(config, workdir, overridden)),
                  notes=[f'config.init_from is ignored: {workdir} already holds checkpoints, so '
                         'the run resumes'])
@@ -249,19 +248,19 @@ def prepare(config, workdir: str, overridden=()) -> Start:
       extension = extend_vocab.extend_wordpiece(vocab.token_list(), vocab.do_lower_case, new,
                                                 config.extend_vocab_file)
     else:
-      extension = extend_vocab.extend_sentencepiece(paths.resolve_path(vocab.file), new,
+      extension = extend_vocab.extend_sentencepiece(paths.resolve(vocab.file), new,
                                                     config.extend_vocab_file)
     keys['vocab_size'], content = extension.new_size, extension.content
   elif vocab.file is None:
     content = lambda: ''.join(t + '\n' for t in vocab.tokens).encode('utf-8')
   elif source.from_transformers and 'vocab_file' not in overridden:
-    content = epath.Path(vocab.file).read_bytes
-  keys['vocab_file'] = vocab.file if content is None else str(
-      epath.Path(workdir).expanduser().absolute() / name)
+    content = lambda: paths.read_bytes(vocab.file)
+  keys['vocab_file'] = vocab.file if content is None else paths.join(
+      paths.absolute(workdir or '.'), name)
   c = _merge(config, keys, overridden, source.name)
   _check_layout(c)
   resolved = config_lib.resolve(c)
-  if content is not None:
+  if content is not None and write:
     _write(keys['vocab_file'], content)
   notes = [f'{source.name}: ' + ', '.join(f'{k} {keys[k]}' for k in SIZE_KEYS)
            + f", vocabulary {keys['vocab_file']} ({keys['vocab_size']} tokens"
@@ -277,7 +276,7 @@ def _check_layout(c):
     raise UserError(f'config.max_seq_length={c.max_seq_length} exceeds the '
                     f'{c.max_position_embeddings} positions of init_from; lower '
                     '--config.max_seq_length')
-  layout = model_lib.LAYOUTS[c.objective]
+  layout = objectives.get(c.objective).layout_for(c)
   if c.init_generator_from and not layout.generator:
     raise UserError(f'objective {c.objective!r} has no generator to take '
                     f"init_generator_from='{c.init_generator_from}'; drop it")

@@ -1,9 +1,11 @@
 """Dynamic masking inside the jitted step, as the official ELECTRA code does it.
 
 Each sequence gets exactly clip(round(n_real * mask_prob), 1, max_predictions) positions chosen
-uniformly among its real, non-special tokens. Randomness is drawn per example, from a key
-derived from the example's index in the global batch (`example_keys`), so the result depends
-neither on how the batch is split over devices nor on gradient-accumulation micro-batches.
+uniformly among its real, non-special tokens: a distinct subset, or (with_replacement, as the
+official release draws them) independent draws that may repeat a position. Randomness is drawn
+per example, from a key derived from the example's index in the global batch (`example_keys`),
+so the result depends neither on how the batch is split over devices nor on
+gradient-accumulation micro-batches.
 """
 import functools
 from typing import NamedTuple, Sequence
@@ -17,6 +19,9 @@ class MaskedBatch(NamedTuple):
   masked_positions: jax.Array  # [B, P] int32 positions of the chosen tokens
   masked_lm_ids: jax.Array     # [B, P] original ids at those positions
   masked_weights: jax.Array    # [B, P] float32, 1 for real predictions, 0 for padding slots
+  # [B, P] float32: masked_weights without the repeats of a position drawn more than once (its
+  # first slot): the slots whose value is written into the sequence.
+  write_weights: jax.Array
 
 
 def example_keys(rng, batch_size: int, example_ids=None):
@@ -28,7 +33,8 @@ def example_keys(rng, batch_size: int, example_ids=None):
 
 def mask_batch(rng, input_ids, input_mask, *, special_ids: Sequence[int], mask_id: int,
                vocab_size: int, mask_prob: float, max_predictions: int,
-               mask_token_prob: float = 0.85, random_token_prob: float = 0.0) -> MaskedBatch:
+               mask_token_prob: float = 0.85, random_token_prob: float = 0.0,
+               with_replacement: bool = False) -> MaskedBatch:
   """Chooses positions to predict and corrupts them ([MASK] / random token / keep).
 
   `rng` is one key (row b then uses fold_in(rng, b)) or a [B] array of per-example keys.
@@ -37,53 +43,91 @@ def mask_batch(rng, input_ids, input_mask, *, special_ids: Sequence[int], mask_i
   one = functools.partial(
       _mask_example, special_ids=tuple(special_ids), mask_id=mask_id, vocab_size=vocab_size,
       mask_prob=mask_prob, max_predictions=max_predictions, mask_token_prob=mask_token_prob,
-      random_token_prob=random_token_prob)
+      random_token_prob=random_token_prob, with_replacement=with_replacement)
   return jax.vmap(one)(keys, input_ids, input_mask)
+
+
+def candidate_mask(input_ids, input_mask, special_ids):
+  """[..., S] bool: the real, non-special tokens (those masking may choose)."""
+  chosen = input_mask.astype(bool)
+  for special in special_ids:
+    chosen &= input_ids != special
+  return chosen
 
 
 def _prediction_slots(input_ids, input_mask, special_ids, mask_prob, max_predictions):
   """(candidates [..., S], number of positions to predict [...]) of a sequence or batch."""
   input_mask = input_mask.astype(bool)
-  candidates = input_mask
-  for special in special_ids:
-    candidates &= input_ids != special
   n_real = input_mask.sum(axis=-1).astype(jnp.float32)
   num_to_predict = jnp.clip(jnp.round(n_real * mask_prob).astype(jnp.int32), 1,
                             max_predictions)
-  return candidates, num_to_predict
+  return candidate_mask(input_ids, input_mask, special_ids), num_to_predict
 
 
 def num_predictions(input_ids, input_mask, *, special_ids: Sequence[int], mask_prob: float,
-                    max_predictions: int):
+                    max_predictions: int, with_replacement: bool = False):
   """How many positions mask_batch predicts in the whole batch (no randomness needed)."""
   candidates, num_to_predict = _prediction_slots(input_ids, input_mask, special_ids, mask_prob,
                                                  max_predictions)
-  return jnp.sum(jnp.minimum(num_to_predict, candidates.sum(axis=-1))).astype(jnp.float32)
+  available = candidates.sum(axis=-1)
+  if with_replacement:  # Draws may repeat, so any candidate at all allows every slot.
+    available = jnp.where(available > 0, max_predictions, 0)
+  return jnp.sum(jnp.minimum(num_to_predict, available)).astype(jnp.float32)
 
 
 def _mask_example(rng, input_ids, input_mask, *, special_ids, mask_id, vocab_size, mask_prob,
-                  max_predictions, mask_token_prob, random_token_prob) -> MaskedBatch:
+                  max_predictions, mask_token_prob, random_token_prob,
+                  with_replacement) -> MaskedBatch:
   """mask_batch for one sequence [S]."""
   select_rng, replace_rng, random_rng = jax.random.split(rng, 3)
   candidates, num_to_predict = _prediction_slots(input_ids, input_mask, special_ids, mask_prob,
                                                  max_predictions)
-  # A random score per candidate; the top `max_predictions` are a uniformly random subset in
-  # random order, and the first `num_to_predict` of them are the ones we use.
-  scores = jnp.where(candidates, jax.random.uniform(select_rng, input_ids.shape), -1.0)
-  top_scores, positions = jax.lax.top_k(scores, max_predictions)
-  weights = (jnp.arange(max_predictions) < num_to_predict) & (top_scores >= 0.0)
+  used = jnp.arange(max_predictions) < num_to_predict
+  if with_replacement:
+    # The official release's draw: every slot an independent uniform candidate.
+    logits = jnp.where(candidates, 0.0, -jnp.inf)
+    positions = jax.random.categorical(select_rng, logits, shape=(max_predictions,))
+    weights = used & candidates.any()
+  else:
+    # A random score per candidate; the top `max_predictions` are a uniformly random subset in
+    # random order, and the first `num_to_predict` of them are the ones we use.
+    scores = jnp.where(candidates, jax.random.uniform(select_rng, input_ids.shape), -1.0)
+    top_scores, positions = jax.lax.top_k(scores, max_predictions)
+    weights = used & (top_scores >= 0.0)
   positions = jnp.where(weights, positions, 0).astype(jnp.int32)
   original = input_ids[positions]
+  write = weights & ~repeats_earlier_slot(positions, weights)
 
   u = jax.random.uniform(replace_rng, positions.shape)
   random_ids = random_token_ids(random_rng, positions.shape, vocab_size, special_ids)
-  replacement = jnp.where(u < mask_token_prob, mask_id,
+  chose_mask = u < mask_token_prob
+  replacement = jnp.where(chose_mask, mask_id,
                           jnp.where(u < mask_token_prob + random_token_prob, random_ids,
                                     original))
+  if with_replacement:
+    # A position drawn more than once is [MASK] if any of its draws chose [MASK], as the
+    # official scatter (a sum divided by the count) makes it; else its first draw's value.
+    any_mask = jnp.zeros(input_ids.shape, bool).at[
+        jnp.where(weights, positions, input_ids.shape[0])].max(chose_mask, mode='drop')
+    replacement = jnp.where(any_mask[positions], mask_id, replacement)
   masked_ids = scatter_positions(input_ids[None], positions[None], replacement[None],
-                                 weights[None])[0]
+                                 write[None])[0]
   return MaskedBatch(masked_ids, positions, original.astype(jnp.int32),
-                     weights.astype(jnp.float32))
+                     weights.astype(jnp.float32), write.astype(jnp.float32))
+
+
+def repeats_earlier_slot(positions, weights):
+  """[..., P] bool: the slot's position is also an earlier used slot's (draws with replacement).
+
+  The official release writes the average of such slots' ids into the sequence (its
+  scatter_update sums the updates and floor-divides by the count: for two generator samples an
+  unrelated token id, a bug); writing only the first slot's value avoids that.
+  """
+  weights = weights.astype(bool)
+  slots = jnp.arange(positions.shape[-1])
+  same = positions[..., :, None] == positions[..., None, :]  # [..., P (this), P (other)]
+  earlier = (slots[None, :] < slots[:, None]) & weights[..., None, :]
+  return jnp.any(same & earlier, axis=-1)
 
 
 def random_token_ids(rng, shape, vocab_size: int, special_ids: Sequence[int]):

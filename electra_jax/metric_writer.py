@@ -1,13 +1,20 @@
-"""Metrics to WORKDIR/<name>.jsonl (one JSON object per line) and TensorBoard scalars."""
+"""Metrics to WORKDIR/<name>.jsonl (one JSON object per line) and TensorBoard scalars.
+
+On an object store (gs://) the JSONL files are uploaded whole (atomic.AppendFile): at most
+every FLUSH_SECONDS, at every checkpoint (flush(), before the save starts) and at the end. Rows
+after the last checkpoint are the ones a resumed run removes anyway, so "resume truncates to
+the checkpoint step" stays exact. TensorBoard event files go straight to the bucket
+(tensorboardX's own gs:// writer, which uploads the event file whole every 30 s).
+"""
 import json
 import math
-import os
 
 from electra_jax import atomic
 from electra_jax import cli
-
+from electra_jax import paths
 
 NAMES = ('metrics', 'eval_metrics')
+FLUSH_SECONDS = 60.0
 
 
 def truncate_after(path: str, step: int):
@@ -16,10 +23,9 @@ def truncate_after(path: str, step: int):
   A run killed after its last checkpoint has logged steps that the resumed run logs again;
   without this they would appear twice. Rewritten atomically, and only if something changes.
   """
-  if not os.path.exists(path):
+  if not paths.is_file(path):
     return
-  with open(path, encoding='utf-8', errors='replace') as f:
-    lines = f.readlines()
+  lines = paths.read_bytes(path).decode('utf-8', errors='replace').splitlines(keepends=True)
   kept = []
   for line in lines:
     try:
@@ -42,32 +48,36 @@ class MetricWriter:
 
   def __init__(self, workdir: str, enabled: bool = True, resume_step: int | None = None):
     self.enabled = enabled
+    self.workdir = paths.absolute(workdir)
     if enabled and resume_step is not None:
       for name in NAMES:
-        truncate_after(os.path.join(workdir, f'{name}.jsonl'), resume_step)
+        truncate_after(paths.join(self.workdir, f'{name}.jsonl'), resume_step)
     self._files = {}
     self._tb = None
     if enabled:
       from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
-      self._tb = SummaryWriter(os.path.join(workdir, 'tensorboard'), flush_secs=30)
-    self.workdir = workdir
+      with paths.storage_errors(self.workdir):
+        self._tb = SummaryWriter(paths.join(self.workdir, 'tensorboard'), flush_secs=30)
 
   def write(self, name: str, step: int, record: dict):
     """name 'metrics' -> metrics.jsonl and TensorBoard tag prefix 'train/'."""
     if not self.enabled:
       return
     if name not in self._files:
-      self._files[name] = open(os.path.join(self.workdir, f'{name}.jsonl'), 'a',
-                               encoding='utf-8')
-    f = self._files[name]
-    f.write(cli.json_line(dict(step=step, **record)) + '\n')
-    f.flush()
+      self._files[name] = atomic.AppendFile(paths.join(self.workdir, f'{name}.jsonl'),
+                                            FLUSH_SECONDS)
+    self._files[name].write(cli.json_line(dict(step=step, **record)) + '\n')
     prefix = 'train' if name == 'metrics' else name.replace('_metrics', '')
     for key, value in record.items():
       # Undefined ratios (e.g. precision with no positive prediction) are null in the JSONL
       # and left out of TensorBoard, which would otherwise warn on every one.
       if isinstance(value, (int, float)) and math.isfinite(value):
         self._tb.add_scalar(f'{prefix}/{key}', value, step)
+
+  def flush(self):
+    """Everything logged so far reaches the workdir (called before each checkpoint)."""
+    for f in self._files.values():
+      f.flush()
 
   def close(self):
     for f in self._files.values():

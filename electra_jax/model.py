@@ -5,13 +5,16 @@ and token-type embeddings (with their LayerNorm) are a single set of arrays used
 networks; each network projects E -> its own width when they differ. Layer and parameter names
 follow BERT/HF ELECTRA so checkpoints convert one-to-one.
 
-The paper's ablations (config.objective, config.tie) change only which parts exist:
-'discriminator' always names the full-size network, the one fine-tuning keeps (its 'encoder'
-plus 'embeddings'), whatever it is trained to predict. Its heads are 'head' (one logit per
-token: replaced-token detection, or the copy probability of all_tokens_mlm) and/or 'mlm_head'
-(a masked LM over the tied embeddings, with its own 'output_bias'). 'generator' is absent for 'mlm';
+The paper's ablations change only which parts exist: the objective's Layout (objectives/)
+and config.tie. 'discriminator' always names the full-size network, the one fine-tuning keeps
+(its 'encoder' plus 'embeddings'), whatever it is trained to predict. Its heads are 'head'
+(one logit per token: replaced-token detection, or the copy probability of all_tokens_mlm)
+and/or 'mlm_head' (a masked LM over the tied embeddings, with its own 'output_bias').
+'generator' is absent for 'mlm' (and with config.uniform_generator);
 with tie='none' the generator has its own 'generator_embeddings'; with tie='all' it has no
-encoder and runs the discriminator's.
+encoder and runs the discriminator's; with tie='gdes' (DeBERTa-v3's gradient-disentangled
+embedding sharing) the discriminator's token table is stop_gradient(the shared table) plus its
+own zero-initialised 'embeddings_delta', so its loss never moves the generator's table.
 """
 import dataclasses
 from typing import Any
@@ -21,26 +24,10 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from electra_jax import config as config_lib
+from electra_jax import objectives
+from electra_jax.objectives.base import Layout
 
 LAYER_NORM_EPS = 1e-12
-
-
-@dataclasses.dataclass(frozen=True)
-class Layout:
-  """Which networks and heads an objective's params tree holds (see the module docstring)."""
-  generator: bool  # a small generator, MLM at the masked positions, sampling replacements
-  rtd_head: bool   # the full-size network's one logit per token ('head')
-  mlm_head: bool   # the full-size network's masked-LM head ('mlm_head')
-
-
-LAYOUTS = {
-    'electra': Layout(generator=True, rtd_head=True, mlm_head=False),
-    'electra_15': Layout(generator=True, rtd_head=True, mlm_head=False),
-    'two_stage': Layout(generator=True, rtd_head=True, mlm_head=False),
-    'mlm': Layout(generator=False, rtd_head=False, mlm_head=True),
-    'replace_mlm': Layout(generator=True, rtd_head=False, mlm_head=True),
-    'all_tokens_mlm': Layout(generator=True, rtd_head=True, mlm_head=True),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +41,7 @@ class ModelConfig:
   generator_hidden_size: int
   generator_num_heads: int
   generator_intermediate_size: int
+  generator_num_layers: int
   max_position_embeddings: int = 512
   type_vocab_size: int = 2
   dropout_rate: float = 0.1
@@ -66,13 +54,9 @@ class ModelConfig:
   relative_attention_span: int = 0
   dtype: Any = jnp.float32
   remat: str = 'none'
-  # config.objective and config.tie: which parts exist and which are shared.
-  objective: str = 'electra'
+  # Which parts exist (the objective's layout) and which are shared (config.tie).
+  layout: Layout = objectives.get('electra').layout
   tie: str = 'embeddings'
-
-  @property
-  def layout(self) -> Layout:
-    return LAYOUTS[self.objective]
 
   @classmethod
   def from_config(cls, c) -> 'ModelConfig':
@@ -83,13 +67,14 @@ class ModelConfig:
                generator_hidden_size=gen['hidden_size'],
                generator_num_heads=gen['num_heads'],
                generator_intermediate_size=gen['intermediate_size'],
+               generator_num_layers=gen['num_layers'],
                max_position_embeddings=c.max_position_embeddings,
                type_vocab_size=c.type_vocab_size, dropout_rate=c.dropout_rate,
                attention_dropout_rate=c.attention_dropout_rate,
                disc_output_bias_init=c.disc_output_bias_init,
                initializer_range=c.initializer_range, glorot_projections=c.glorot_projections,
                relative_attention_span=c.relative_attention_span, dtype=jnp.dtype(c.dtype),
-               remat=c.remat, objective=c.objective, tie=c.tie)
+               remat=c.remat, layout=objectives.get(c.objective).layout_for(c), tie=c.tie)
 
 
 def _dense(features, dtype, name, kernel_init, bias_init=nn.initializers.zeros):
@@ -154,9 +139,13 @@ class Embeddings(nn.Module):
         'token_type_embeddings', init, (cfg.type_vocab_size, cfg.embedding_size), jnp.float32)
     self.layer_norm = _layer_norm('LayerNorm')
 
-  def __call__(self, input_ids, segment_ids):
+  def __call__(self, input_ids, segment_ids, word_delta=None):
+    """word_delta (tie='gdes'): look tokens up in stop_gradient(table) + word_delta."""
     seq_len = input_ids.shape[-1]
-    x = (jnp.take(self.word_embeddings, input_ids, axis=0)
+    table = self.word_embeddings
+    if word_delta is not None:
+      table = jax.lax.stop_gradient(table) + word_delta
+    x = (jnp.take(table, input_ids, axis=0)
          + self.position_embeddings[None, :seq_len]
          + jnp.take(self.token_type_embeddings, segment_ids, axis=0))
     return self.layer_norm(x)
@@ -207,7 +196,9 @@ class SelfAttention(nn.Module):
     k = split(_dense(self.hidden_size, self.dtype, 'key', init)(x))
     v = split(_dense(self.hidden_size, self.dtype, 'value', init)(x))
     # attention_mask: [B, S] bool, True = real token (may be attended to).
-    mask = attention_mask[:, None, None, :]
+    # [B, S] (keys only) or [B, S, S] (query x key, e.g. causal) -> broadcast over heads.
+    mask = (attention_mask[:, None, None, :] if attention_mask.ndim == 2
+            else attention_mask[:, None])
     bias = None
     if self.relative_span:
       table = self.param('relative_position_bias', local_attention_init,
@@ -277,15 +268,22 @@ class Encoder(nn.Module):
   hidden_size: int
   num_heads: int
   intermediate_size: int
+  num_layers: int
+  # '' (bidirectional), 'ltr' (position i attends to <= i) or 'rtl' (to >= i).
+  causal: str = ''
 
   @nn.compact
   def __call__(self, embedded, attention_mask, deterministic):
     cfg = self.cfg
+    if self.causal:
+      band = jnp.tril if self.causal == 'ltr' else jnp.triu
+      seq_len = attention_mask.shape[-1]
+      attention_mask = attention_mask[:, None, :] & band(jnp.ones((seq_len, seq_len), bool))
     x = Dropout(cfg.dropout_rate)(embedded, deterministic=deterministic).astype(cfg.dtype)
     if cfg.embedding_size != self.hidden_size:
       x = _dense(self.hidden_size, cfg.dtype, 'embeddings_project', _projection_init(cfg))(x)
     layer = remat_layer(cfg.remat)
-    for i in range(cfg.num_layers):
+    for i in range(self.num_layers):
       x = layer(self.hidden_size, self.num_heads, self.intermediate_size, cfg.dropout_rate,
                 cfg.attention_dropout_rate, cfg.dtype, cfg.initializer_range,
                 cfg.relative_attention_span, name=f'layer_{i}')(
@@ -342,7 +340,7 @@ class Generator(nn.Module):
     cfg = self.cfg
     if self.own_encoder:
       self.encoder = Encoder(cfg, cfg.generator_hidden_size, cfg.generator_num_heads,
-                             cfg.generator_intermediate_size)
+                             cfg.generator_intermediate_size, cfg.generator_num_layers)
     self.head = GeneratorHead(cfg)
     self.output_bias = self.param('output_bias', nn.initializers.zeros, (cfg.vocab_size,),
                                   jnp.float32)
@@ -357,13 +355,37 @@ class Generator(nn.Module):
     return embeddings.attend(self.head(hidden)) + self.output_bias
 
 
+class ClozeGenerator(nn.Module):
+  """Electric's two-tower cloze model: a left-to-right and a right-to-left encoder over the
+  unmasked input; position i reads the first's state at i - 1 and the second's at i + 1 (the
+  official roll, wrapping at the ends), so it never sees token i. Logits at every position."""
+  cfg: ModelConfig
+
+  def setup(self):
+    cfg = self.cfg
+    sizes = (cfg.generator_hidden_size, cfg.generator_num_heads, cfg.generator_intermediate_size,
+             cfg.generator_num_layers)
+    self.ltr = Encoder(cfg, *sizes, causal='ltr')
+    self.rtl = Encoder(cfg, *sizes, causal='rtl')
+    self.head = GeneratorHead(cfg)
+    self.output_bias = self.param('output_bias', nn.initializers.zeros, (cfg.vocab_size,),
+                                  jnp.float32)
+
+  def __call__(self, embedded, attention_mask, embeddings, deterministic):
+    left = jnp.roll(self.ltr(embedded, attention_mask, deterministic), 1, axis=1)
+    right = jnp.roll(self.rtl(embedded, attention_mask, deterministic), -1, axis=1)
+    hidden = jnp.concatenate([left, right], axis=-1)
+    return embeddings.attend(self.head(hidden)) + self.output_bias
+
+
 class Discriminator(nn.Module):
   """The full-size network: encoder plus the heads its objective uses (Layout)."""
   cfg: ModelConfig
 
   def setup(self):
     cfg = self.cfg
-    self.encoder = Encoder(cfg, cfg.hidden_size, cfg.num_heads, cfg.intermediate_size)
+    self.encoder = Encoder(cfg, cfg.hidden_size, cfg.num_heads, cfg.intermediate_size,
+                           cfg.num_layers)
     if cfg.layout.rtd_head:
       self.head = DiscriminatorHead(cfg)
     if cfg.layout.mlm_head:
@@ -395,11 +417,20 @@ class Electra(nn.Module):
   def setup(self):
     cfg = self.cfg
     self.embeddings = Embeddings(cfg)
-    if cfg.layout.generator:
+    if cfg.layout.cloze_generator:
+      self.generator = ClozeGenerator(cfg)
+    elif cfg.layout.generator:
       self.generator = Generator(cfg, own_encoder=cfg.tie != 'all')
       if cfg.tie == 'none':
         self.generator_embeddings = Embeddings(cfg)
+    if cfg.tie == 'gdes':
+      self.embeddings_delta = self.param('embeddings_delta', nn.initializers.zeros,
+                                         (cfg.vocab_size, cfg.embedding_size), jnp.float32)
     self.discriminator = Discriminator(cfg)
+
+  def _discriminator_embedded(self, input_ids, segment_ids):
+    delta = self.embeddings_delta if self.cfg.tie == 'gdes' else None
+    return self.embeddings(input_ids, segment_ids, delta)
 
   def __call__(self, input_ids, segment_ids, input_mask, masked_positions, deterministic=True):
     """Runs every part on the same ids; used to initialise every parameter.
@@ -408,7 +439,9 @@ class Electra(nn.Module):
     discriminator's replaced-token logits [B, S], or with an MLM head Discriminator.outputs).
     """
     gen = None
-    if self.cfg.layout.generator:
+    if self.cfg.layout.cloze_generator:
+      gen = self.cloze_logits(input_ids, segment_ids, input_mask, deterministic)
+    elif self.cfg.layout.generator:
       gen = self.generator_logits(input_ids, segment_ids, input_mask, masked_positions,
                                   deterministic)
     if not self.cfg.layout.mlm_head:
@@ -428,22 +461,38 @@ class Electra(nn.Module):
     return self.generator(embedded, input_mask.astype(bool), masked_positions, embeddings,
                           deterministic)
 
+  def cloze_logits(self, input_ids, segment_ids, input_mask, deterministic=True):
+    """Electric's cloze logits [B, S, vocab] (float32) of every position of the input."""
+    return self.generator(self.embeddings(input_ids, segment_ids), input_mask.astype(bool),
+                          self.embeddings, deterministic)
+
   def discriminator_logits(self, input_ids, segment_ids, input_mask, deterministic=True):
     """Replaced-token logits [B, S] (float32)."""
-    embedded = self.embeddings(input_ids, segment_ids)
+    embedded = self._discriminator_embedded(input_ids, segment_ids)
     return self.discriminator(embedded, input_mask.astype(bool), deterministic)
 
   def discriminator_outputs(self, input_ids, segment_ids, input_mask, mlm_positions,
                             deterministic=True):
     """The full-size network's heads in one pass (Discriminator.outputs)."""
-    embedded = self.embeddings(input_ids, segment_ids)
+    embedded = self._discriminator_embedded(input_ids, segment_ids)
     return self.discriminator.outputs(embedded, input_mask.astype(bool), mlm_positions,
                                       self.embeddings, deterministic)
 
   def discriminator_hidden(self, input_ids, segment_ids, input_mask, deterministic=True):
     """Final discriminator hidden states [B, S, H]: what fine-tuning heads read."""
-    embedded = self.embeddings(input_ids, segment_ids)
+    embedded = self._discriminator_embedded(input_ids, segment_ids)
     return self.discriminator.hidden_states(embedded, input_mask.astype(bool), deterministic)
+
+
+def discriminator_view(params):
+  """The params with the discriminator's own token table as 'embeddings' (what export and
+  fine-tuning read): under tie='gdes' the shared table plus 'embeddings_delta', merged."""
+  if 'embeddings_delta' not in params:
+    return params
+  merged = {k: v for k, v in params.items() if k != 'embeddings_delta'}
+  merged['embeddings'] = dict(params['embeddings'], word_embeddings=(
+      params['embeddings']['word_embeddings'] + params['embeddings_delta']))
+  return merged
 
 
 def init_params(model: Electra, rng, max_seq_length: int, max_predictions: int):

@@ -7,6 +7,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from electra_jax import objectives
+from electra_jax.objectives import base as objective_base
+
 # apply_if_finite's own limit, after which it would apply a non-finite update anyway: never
 # reached, the loop stops first at config.max_consecutive_nonfinite.
 NEVER = 2**31 - 1
@@ -15,8 +18,17 @@ NEVER = 2**31 - 1
 NO_DECAY_NAMES = ('bias', 'scale', 'output_bias')
 
 
-def learning_rate_schedule(peak: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
-  """The official release's schedule: linear warmup, then peak * (1 - step / total_steps)."""
+def learning_rate_schedule(peak: float, warmup_steps: int, total_steps: int,
+                           decay_power: float = 1.0,
+                           warmup_times_decay: bool = False) -> optax.Schedule:
+  """Linear warmup over warmup_steps, and the decay peak * (1 - step / total_steps) ** power.
+
+  warmup_times_decay: the official release's product peak * decay(step) * min(1, step / warmup)
+  (the decay runs during warmup); else warm up to the full peak, then decay.
+  """
+  if decay_power != 1.0 or warmup_times_decay:
+    return _power_schedule(peak, warmup_steps, total_steps, decay_power, warmup_times_decay)
+  # The linear default as optax schedules (its numbers unchanged since the first release).
   if warmup_steps == 0:
     return optax.linear_schedule(peak, 0.0, total_steps)
   after_warmup = peak * (1.0 - warmup_steps / total_steps)
@@ -24,6 +36,17 @@ def learning_rate_schedule(peak: float, warmup_steps: int, total_steps: int) -> 
       [optax.linear_schedule(0.0, peak, warmup_steps),
        optax.linear_schedule(after_warmup, 0.0, max(total_steps - warmup_steps, 1))],
       [warmup_steps])
+
+
+def _power_schedule(peak, warmup_steps, total_steps, power, warmup_times_decay):
+  def schedule(step):
+    t = jnp.asarray(step, jnp.float32)
+    decay = peak * (1.0 - jnp.minimum(t, total_steps) / total_steps) ** power
+    if warmup_steps == 0:
+      return decay
+    warm = jnp.minimum(1.0, t / warmup_steps)
+    return decay * warm if warmup_times_decay else jnp.where(t < warmup_steps, peak * warm, decay)
+  return schedule
 
 
 def weight_decay_mask(params):
@@ -36,20 +59,24 @@ def weight_decay_mask(params):
 def make_optimizer(c) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """The pretraining optimizer and its learning-rate schedule (a function of the step).
 
-  Its update takes the optimizer step as the extra argument `step` (train_state passes it);
-  only objective='two_stage' reads it (`two_stage_adamw`).
+  The objective's `optimizer` hook builds the AdamW part from `adamw` (two_stage runs two, each
+  over its stage); its update takes the optimizer step as the extra argument `step`
+  (train_state passes it).
   """
-  if c.objective == 'two_stage':
-    adamw, schedule = two_stage_adamw(c)
-  else:
-    schedule = learning_rate_schedule(c.learning_rate, c.num_warmup_steps, c.num_train_steps)
-    adamw = _adamw(c, schedule)
-  tx = adamw
+  adamw_tx, schedule = objectives.get(c.objective).optimizer(c, adamw)
+  tx = adamw_tx
   if c.generator_lr_multiplier != 1.0:
-    tx = optax.chain(adamw, scale_generator_updates(c.generator_lr_multiplier))
+    tx = optax.chain(adamw_tx, scale_generator_updates(c.generator_lr_multiplier))
   if c.max_grad_norm > 0:
     tx = optax.chain(optax.clip_by_global_norm(c.max_grad_norm), tx)
   return optax.apply_if_finite(tx, max_consecutive_errors=NEVER), schedule
+
+
+def adamw(c, num_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  """One AdamW per config whose schedule (warmup, then decay to 0) spans `num_steps` steps."""
+  schedule = learning_rate_schedule(c.learning_rate, c.num_warmup_steps, num_steps,
+                                    c.lr_decay_power, c.warmup_times_decay)
+  return _adamw(c, schedule), schedule
 
 
 def _adamw(c, schedule):
@@ -87,75 +114,36 @@ def scale_by_adam(b1: float, b2: float, eps: float,
   return optax.GradientTransformation(init, update)
 
 
-def active_during(inner: optax.GradientTransformation, start: int,
-                  end: int | None) -> optax.GradientTransformationExtraArgs:
-  """`inner` at optimizer steps start <= step < end (extra argument `step`); at other steps
-  its updates are 0 and its state (moments, count) does not move: the parameters are frozen."""
-  inner = optax.with_extra_args_support(inner)
-
-  def update(updates, state, params=None, *, step, **extra_args):
-    active = step >= start if end is None else (step >= start) & (step < end)
-    new_updates, new_state = inner.update(updates, state, params, **extra_args)
-    new_updates = jax.tree.map(lambda u: jnp.where(active, u, jnp.zeros_like(u)), new_updates)
-    new_state = jax.tree.map(lambda n, o: jnp.where(active, n, o), new_state, state)
-    return new_updates, new_state
-
-  return optax.GradientTransformationExtraArgs(inner.init, update)
-
-
-def is_generator(top_level_key: str) -> bool:
-  """The generator's own parameters ('generator', and 'generator_embeddings' with tie='none');
-  shared embeddings belong to the discriminator."""
-  return top_level_key.startswith('generator')
-
-
-def two_stage_group(params) -> dict:
-  """'generator' for the generator's parameters (and its own embeddings), else 'discriminator'."""
-  return {k: jax.tree.map(lambda _, k=k: 'generator' if is_generator(k)
-                          else 'discriminator', v) for k, v in params.items()}
-
-
 def scale_generator_updates(factor: float) -> optax.GradientTransformation:
   """Multiplies the generator's updates by `factor`: its learning rate is lr * factor
   (config.generator_lr_multiplier; weight decay included, as AdamW scales it by lr too)."""
   return optax.stateless(lambda updates, params=None: {
-      k: jax.tree.map(lambda u: u * factor, v) if is_generator(k) else v
+      k: jax.tree.map(lambda u: u * factor, v) if objective_base.is_generator(k) else v
       for k, v in updates.items()})
-
-
-def two_stage_adamw(c):
-  """Two AdamWs, each with its own schedule (warmup + linear decay over its stage) and count:
-  the generator's for steps [0, n), the discriminator's for [n, num_train_steps); each group
-  is frozen outside its stage. Returns (transform, schedule of the global step)."""
-  n, total = c.two_stage_generator_steps, c.num_train_steps
-  gen_schedule = learning_rate_schedule(c.learning_rate, c.num_warmup_steps, n)
-  disc_schedule = learning_rate_schedule(c.learning_rate, c.num_warmup_steps, total - n)
-  tx = optax.multi_transform(
-      {'generator': active_during(_adamw(c, gen_schedule), 0, n),
-       'discriminator': active_during(_adamw(c, disc_schedule), n, None)},
-      two_stage_group)
-  schedule = lambda step: jnp.where(step < n, gen_schedule(step), disc_schedule(step - n))
-  return tx, schedule
 
 
 def _path_keys(path) -> list:
   return [getattr(p, 'key', None) for p in path]
 
 
-def layerwise_lr_multipliers(params, decay: float, num_layers: int):
+def layerwise_lr_multipliers(params, decay: float, num_layers: int, official: bool = False):
   """Fine-tuning learning-rate factor per parameter (layer-wise LR decay, ELECTRA §fine-tuning).
 
   The task head gets 1, encoder layer i (0 = bottom) decay^(num_layers - i), so the top layer
-  gets decay^1, and the embeddings (with their E->H projection) decay^(num_layers + 1). (The
-  official release gives the top layer decay^2; that is a known bug, not copied here.)
+  gets decay^1, and the embeddings (with their E->H projection) decay^(num_layers + 1).
+  `official`: the official release's _get_layer_lrs, decay^(num_layers + 2 - depth) with depth
+  0 for the embeddings and i + 1 for layer i: every exponent one higher (top layer decay^2, a
+  known bug there, but the paper's GLUE numbers used it).
   """
+  shift = 1 if official else 0
+
   def multiplier(path, _):
     keys = [k for k in _path_keys(path) if isinstance(k, str)]
     for key in keys:
       if key.startswith('layer_') and key[len('layer_'):].isdigit():
-        return decay ** (num_layers - int(key[len('layer_'):]))
+        return decay ** (num_layers - int(key[len('layer_'):]) + shift)
     if 'embeddings' in keys or 'embeddings_project' in keys:
-      return decay ** (num_layers + 1)
+      return decay ** (num_layers + 1 + shift)
     return 1.0
   return jax.tree_util.tree_map_with_path(multiplier, params)
 
@@ -174,13 +162,13 @@ def make_finetune_optimizer(c, params, num_layers: int, total_steps: int,
   Scaling AdamW's whole update (step and decoupled weight decay) by a parameter's factor is
   the same as giving that parameter the learning rate lr * factor.
   """
-  schedule = learning_rate_schedule(c.learning_rate, warmup_steps, total_steps)
+  schedule = learning_rate_schedule(c.learning_rate, warmup_steps, total_steps,
+                                    c.lr_decay_power, c.warmup_times_decay)
   parts = []
   if c.max_grad_norm > 0:
     parts.append(optax.clip_by_global_norm(c.max_grad_norm))
-  parts.append(optax.adamw(schedule, b1=c.adam_b1, b2=c.adam_b2, eps=c.adam_epsilon,
-                           weight_decay=c.weight_decay_rate, mask=weight_decay_mask))
+  parts.append(_adamw(c, schedule))
   if c.layerwise_lr_decay != 1.0:
-    parts.append(scale_by_multipliers(
-        layerwise_lr_multipliers(params, c.layerwise_lr_decay, num_layers)))
+    parts.append(scale_by_multipliers(layerwise_lr_multipliers(
+        params, c.layerwise_lr_decay, num_layers, c.official_layerwise_decay)))
   return optax.chain(*parts), schedule

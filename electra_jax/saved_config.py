@@ -7,22 +7,22 @@ configs/base_config.py (the behaviour the key was added with), a key since remov
 import json
 
 import ml_collections
-from etils import epath
 
 from configs import base_config
 from electra_jax import atomic
 from electra_jax import config as config_lib
+from electra_jax import paths
 from electra_jax.errors import UserError
 
 FILE_NAME = 'config.json'
 
 
-def path(workdir) -> epath.Path:
-  return epath.Path(workdir) / FILE_NAME
+def path(workdir) -> str:
+  return paths.join(paths.absolute(workdir), FILE_NAME)
 
 
 def exists(workdir) -> bool:
-  return path(workdir).exists()
+  return paths.exists(path(workdir))
 
 
 def write(workdir, c: ml_collections.ConfigDict):
@@ -33,11 +33,11 @@ def write(workdir, c: ml_collections.ConfigDict):
 def load(workdir) -> ml_collections.ConfigDict:
   """The resolved pretraining config saved in `workdir`, or a UserError naming the file."""
   target = path(workdir)
-  if not target.exists():
+  if not paths.exists(target):
     raise UserError(f"'{target}' not found; '{workdir}' is not a training workdir (python -m "
                     'electra_jax.train writes config.json there)')
   try:
-    saved = json.loads(target.read_text())
+    saved = json.loads(paths.read_text(target))
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
     raise UserError(f"'{target}' is not a JSON config ({e}); restore it from the run's "
                     'command line') from None

@@ -29,8 +29,9 @@ from electra_jax import experiment as experiment_lib
 from electra_jax import init_from
 from electra_jax import metric_writer
 from electra_jax import nonfinite
-from electra_jax import objective as objective_lib
+from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import saved_config
+from electra_jax import tpu_plan
 from electra_jax import train_state as ts
 from electra_jax.data import pipeline
 from electra_jax.data import prefetch
@@ -61,12 +62,22 @@ def _add(a, b):
   return jax.tree.map(lambda x, y: x + y, a, b)
 
 
-def _window_to_json(window) -> dict:
-  """The metric sums not yet logged, exactly (values with dtypes), for the checkpoint."""
-  if window is None:
-    return dict(window=None)
-  return dict(window={k: [np.asarray(v).item(), str(np.asarray(v).dtype)]
-                      for k, v in jax.device_get(window).items()})
+def _loop_state(window, data_position: int) -> dict:
+  """What a checkpoint keeps of the loop: the metric sums not yet logged, exactly (values with
+  dtypes), and the data position (examples of the global stream consumed; pipeline.py), which
+  any process or device count resumes from."""
+  if window is not None:
+    window = {k: [np.asarray(v).item(), str(np.asarray(v).dtype)]
+              for k, v in jax.device_get(window).items()}
+  return dict(window=window, data_position=int(data_position))
+
+
+def _data_position(loop_state, step: int, c) -> int:
+  """Examples consumed at a restored step (checkpoints older than data_position held only
+  per-process iterator states: one batch of train_batch_size per step)."""
+  if loop_state and loop_state.get('data_position') is not None:
+    return int(loop_state['data_position'])
+  return step * c.train_batch_size
 
 
 def _window_from_json(loop_state):
@@ -108,18 +119,14 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
     if note:
       say(f'note: {note}', flush=True)
 
-  train_iter = prefetch.to_mesh(pipeline.make_train_iterator(
-      c, exp.tokenizer, jax.process_index(), jax.process_count()), mesh)
-  # Stop the prefetch thread before exiting: one still placing arrays on devices while the
-  # interpreter shuts down can abort the process.
-  on_error.append(train_iter.close)
+  examples = pipeline.open_train_examples(c, exp.tokenizer)
   if c.eval_every_steps:
     sources.list_files(c.eval_files)  # A bad eval glob fails now, not after hours of training.
   abstract_state = exp.abstract_state()
-  checkpoint.check_disk(f'{workdir}/checkpoints', abstract_state)
-  ckpt = checkpoint.Checkpointer(f'{workdir}/checkpoints', keep=c.keep_checkpoint_max)
+  checkpoint.check_disk(checkpoint.directory_of(workdir), abstract_state)
+  ckpt = checkpoint.Checkpointer(checkpoint.directory_of(workdir), keep=c.keep_checkpoint_max)
   on_error.append(ckpt.close_after_error)
-  latest, state, loop_state = ckpt.restore_latest_valid(abstract_state, train_iter)
+  latest, state, loop_state = ckpt.restore_latest_valid(abstract_state)
   if latest is not None:
     say(f'Resuming from step {latest} in {ckpt.directory}'
         + (f' (config keys changed since: {", ".join(changed)})' if changed else ''))
@@ -133,6 +140,14 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
       say(f'note: {note}', flush=True)
   else:
     state = exp.init_state()
+  step = int(jax.device_get(state.step))
+  first_position = _data_position(loop_state, step, c)
+  train_iter = prefetch.to_mesh(pipeline.make_train_iterator(
+      c, exp.tokenizer, jax.process_index(), jax.process_count(), first_position, examples),
+      mesh)
+  # Stop the prefetch thread before exiting: one still placing arrays on devices while the
+  # interpreter shuts down can abort the process.
+  on_error.append(train_iter.close)
   if is_chief:
     saved_config.write(workdir, c)
   num_params = sum(x.size for x in jax.tree.leaves(state.params))
@@ -140,19 +155,15 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
       f'{mesh.devices.size} device(s) {jax.devices()[0].platform} | '
       f'batch {c.train_batch_size} x {c.max_seq_length} tokens', flush=True)
 
-  state_sharding = jax.tree.map(lambda x: x.sharding, abstract_state)
-  train_step = ts.jit_train_step(
-      ts.make_train_step(exp.objective, exp.tx, c.grad_accum_steps, mesh,
-                         poison_steps=nonfinite.parse_steps(c.debug_nonfinite_steps)),
-      mesh, state_sharding)
-  eval_step = ts.jit_eval_step(ts.make_eval_step(exp.objective), mesh, state_sharding.params)
+  train_step = exp.jit_train_step()
+  params_sharding = jax.tree.map(lambda x: x.sharding, abstract_state.params)
+  eval_step = ts.jit_eval_step(ts.make_eval_step(exp.objective), mesh, params_sharding)
   base_rng = jax.random.key(c.seed)
   writer = metric_writer.MetricWriter(workdir, enabled=is_chief, resume_step=latest or 0)
   too_many_nonfinite = nonfinite.ConsecutiveLimit(c.max_consecutive_nonfinite)
   stop = _StopRequest()
   stop.install()
 
-  step = int(jax.device_get(state.step))
   first_step = step
   tokens_per_step = c.train_batch_size * c.max_seq_length
   train_metrics, eval_metrics, last_eval_step = {}, {}, None
@@ -171,26 +182,31 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
                                             num_batches=c.num_eval_steps)
     if eval_metrics:
       writer.write('eval_metrics', step, eval_metrics)
-      write_line(f'eval  step {step:>7d} | {objective_lib.progress_line(eval_metrics)} | '
+      write_line(f'eval  step {step:>7d} | {objective_metrics.progress_line(eval_metrics)} | '
                  f'{time.time() - t:.1f}s')
     window_start += time.time() - t  # Evaluation time does not count as training time.
+
+  def save():
+    writer.flush()  # Rows up to this step reach the workdir before the checkpoint does.
+    position = first_position + (step - first_step) * c.train_batch_size
+    ckpt.save(step, state, force=True, loop_state=_loop_state(window, position))
 
   def stop_now(reason: str) -> dict:
     ckpt.close()
     train_iter.close()
     bar.close()
     writer.close()
-    say(f'Stopped at step {step} ({reason}); checkpoint saved in {ckpt.directory}/{step}. '
+    say(f'Stopped at step {step} ({reason}); checkpoint saved in {ckpt.step_path(step)}. '
         'Re-run the same command to resume.', flush=True)
     return dict(status='interrupted', step=step, workdir=workdir,
-                checkpoint=f'{ckpt.directory}/{step}')
+                checkpoint=ckpt.step_path(step))
 
   if step >= c.num_train_steps:
     say(f'Already at step {step} of {c.num_train_steps}: nothing to train. To continue, raise '
         '--config.num_train_steps and pass --config.allow_config_change=num_train_steps.')
   elif stop_after_steps == 0:
     if latest is None:  # The starting state, e.g. to export or evaluate init_from's weights.
-      ckpt.save(step, state, train_iter, force=True, loop_state=_window_to_json(window))
+      save()
     return stop_now('--stop_after_steps=0')
   while step < c.num_train_steps:
     batch = next(train_iter)  # Global arrays, built while the previous step ran.
@@ -211,7 +227,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
       window = jax.device_get(window)
       elapsed = time.time() - window_start
       train_seconds += elapsed
-      train_metrics = objective_lib.summarize(window, c.gen_weight, c.disc_weight)
+      train_metrics = objective_metrics.summarize(window, c.gen_weight, c.disc_weight)
       finite_steps = float(window['num_steps'])  # Skipped (non-finite) steps count 0.
       train_metrics.update(
           grad_norm=float(window['grad_norm_sum']) / finite_steps if finite_steps else None,
@@ -223,7 +239,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
         writer.write('metrics', step, train_metrics)
       bar.set_postfix(loss=f'{train_metrics["loss"]:.3f}',
                       tok_s=f'{train_metrics["tokens_per_sec"]:.0f}', refresh=False)
-      write_line(f'train step {step:>7d} | {objective_lib.progress_line(train_metrics)} | '
+      write_line(f'train step {step:>7d} | {objective_metrics.progress_line(train_metrics)} | '
                  f'lr {train_metrics["learning_rate"]:.2e} | '
                  f'{train_metrics["tokens_per_sec"]:.0f} tok/s')
       if log_step:
@@ -233,7 +249,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
       run_eval()
     if step % c.save_checkpoints_steps == 0 or step == c.num_train_steps or preempted:
       too_many_nonfinite.check_now()
-      ckpt.save(step, state, train_iter, force=True, loop_state=_window_to_json(window))
+      save()
     if preempted and step < c.num_train_steps:
       return stop_now(f'signal {stop.signal}' if stop.signal is not None else
                       '--stop_after_steps' if budget_spent else 'preemption notice')
@@ -246,7 +262,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
   writer.close()
   steps_run = step - first_step
   summary = dict(status='completed', step=step, workdir=workdir,
-                 checkpoint=f'{ckpt.directory}/{ckpt.latest_step()}', steps_run=steps_run)
+                 checkpoint=ckpt.step_path(ckpt.latest_step()), steps_run=steps_run)
   summary.update(train_metrics)
   if steps_run:
     summary['tokens_per_sec'] = steps_run * tokens_per_step / max(train_seconds, 1e-9)
@@ -255,18 +271,45 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
   return summary
 
 
+def _sweep_grid():
+  """(remats, fsdps) of --sweep, or (None, None) without it."""
+  if not FLAGS.sweep:
+    return None, None
+  try:
+    fsdps = [int(f) for f in FLAGS.sweep_fsdp]
+  except ValueError:
+    fsdps = [0]
+  if not fsdps or min(fsdps) < 1:
+    raise cli.UserError(f'--sweep_fsdp={",".join(FLAGS.sweep_fsdp)} must be positive numbers, '
+                        'e.g. --sweep_fsdp=1,8')
+  return FLAGS.sweep_remat, fsdps
+
+
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
+  if FLAGS.topology and not FLAGS.dry_run:
+    raise cli.UserError(f'--topology={FLAGS.topology} plans a run without training; add --dry_run')
+  if FLAGS.sweep and not FLAGS.topology:
+    raise cli.UserError('--sweep compiles the step for a TPU slice; add --topology=NAME, '
+                        'e.g. --topology=v4-128')
+  if not FLAGS.dry_run and not FLAGS.workdir:
+    raise cli.UserError('--workdir is required to train; pass --workdir=DIR (only --dry_run '
+                        'runs without one)')
+  overridden = set(config_flags.get_override_values(FLAGS['config']))
+  if FLAGS.dry_run:  # Plans the shapes the run would train: init_from's, or its workdir's.
+    config = init_from.prepare(FLAGS.config, FLAGS.workdir, overridden, write=False).config
+  if FLAGS.topology:
+    cli.print_result(tpu_plan.run(config, FLAGS.topology, *_sweep_grid()))
+    return
   mode = distributed.initialize_from_flags()
   cpu_devices.configure_for(FLAGS.config, single_process=mode == 'single')
   if FLAGS.dry_run:
-    plan = dry_run.plan(experiment_lib.Experiment.create(FLAGS.config))
+    plan = dry_run.plan(experiment_lib.Experiment.create(config, read_vocab=False))
     if jax.process_index() == 0:
       print(dry_run.describe(plan), flush=True)
     cli.print_result(plan)
     return
-  overridden = set(config_flags.get_override_values(FLAGS['config']))
   cli.print_result(train_and_evaluate(FLAGS.config, FLAGS.workdir, FLAGS.stop_after_steps,
                                       overridden))
 
@@ -284,11 +327,22 @@ def _define_flags():
   flags.DEFINE_bool('dry_run', False, 'Print the mesh, per-host/per-device batch, parameter and '
                     'optimizer memory per device and FLOPs per step, then exit without training '
                     'or writing anything.')
+  flags.DEFINE_string('topology', None, 'With --dry_run: compile the real train step for this '
+                      'TPU slice without a TPU (needs libtpu: pip install -e .[tpu]) and report '
+                      'its memory per chip against HBM and a roofline prediction of step time and '
+                      'MFU. Names: v4:4x4x4, v5p:4x8x8, v5e:16x16, v6e:16x16, or v4-128, '
+                      'v5p-512, v5litepod-256, v6e-256 (v4/v5p count TensorCores, 2 per chip).')
+  flags.DEFINE_bool('sweep', False, 'With --topology: compile every --sweep_remat x '
+                    '--sweep_fsdp setting with the fewest grad_accum_steps that fit, print the '
+                    'table and the fastest predicted setting.')
+  flags.DEFINE_list('sweep_remat', 'none,save_dots,full', 'Remat policies --sweep tries.')
+  flags.DEFINE_list('sweep_fsdp', '1,8', 'fsdp_axis_size values --sweep tries (those that divide '
+                    'the chip count).')
 
 
 def run():
   _define_flags()
-  flags.mark_flags_as_required(['config', 'workdir'])
+  flags.mark_flags_as_required(['config'])
   cli.run(main)
 
 

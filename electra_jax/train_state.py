@@ -29,6 +29,10 @@ def make_train_step(objective: Callable, tx: optax.GradientTransformation,
                     grad_accum_steps: int = 1, mesh=None, poison_steps: tuple[int, ...] = ()):
   """(state, batch, base_rng) -> (state, metric sums); step k's randomness is fold_in(rng, k).
 
+  `objective`: (params, batch, rng, ...) -> (loss, metric sums), with `at_step(step)` (itself
+  for optimizer step `step`) and `prepare_params(params, step)` (the params that step starts
+  from): objectives.base.Objective, or fine-tuning's steps.TaskObjective.
+
   With grad_accum_steps = k the batch runs as k micro-batches (a lax.scan) whose gradients sum
   to the whole batch's: micro-batch i holds rows i, i+k, i+2k, ... (so every device keeps its
   rows), each row keeps its global index for its randomness, and losses are normalised by the
@@ -71,11 +75,8 @@ def make_train_step(objective: Callable, tx: optax.GradientTransformation,
 
   def train_step(state: TrainState, batch, base_rng):
     rng = jax.random.fold_in(base_rng, state.step)
-    step_objective = objective
-    start_params = state.params
-    if hasattr(objective, 'at_step'):  # Pretraining objectives may depend on the step.
-      step_objective = objective.at_step(state.step)
-      start_params = objective.prepare_params(state.params, state.step)
+    step_objective = objective.at_step(state.step)
+    start_params = objective.prepare_params(state.params, state.step)
     loss_fn = nonfinite.poisoned(step_objective, poison_steps, state.step + 1)
     params = start_params
     if fsdp:

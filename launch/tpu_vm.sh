@@ -10,6 +10,7 @@ VERSION="${TPU_VERSION:-tpu-ubuntu2204-base}"
 PROJECT="${TPU_PROJECT:-}"
 CONFIG="configs/large.py"
 WORKDIR="${WORKDIR:-gs://YOUR_BUCKET/electra_large}"
+CACHE=""
 SPOT=0
 QUEUED=0
 PRINT=0
@@ -33,6 +34,8 @@ Options:
   --project=PROJECT      GCP project (default: gcloud's configured project)
   --config=FILE          experiment config (default configs/large.py)
   --workdir=DIR          training workdir, a gs:// path shared by all workers (default $WORKDIR)
+  --cache=DIR            persistent XLA compilation cache shared by the workers and by restarts
+                         (default WORKDIR/jax_cache): a restarted job does not compile again
   --spot                 use Spot capacity (preemptible; training resumes from checkpoints)
   --queued               obtain the slice through a queued resource
   --print                print the gcloud commands instead of running them
@@ -65,6 +68,7 @@ while [[ $# -gt 0 ]]; do
     --project=*) PROJECT="${1#*=}" ;;
     --config=*) CONFIG="${1#*=}" ;;
     --workdir=*) WORKDIR="${1#*=}" ;;
+    --cache=*) CACHE="${1#*=}" ;;
     --spot) SPOT=1 ;;
     --queued) QUEUED=1 ;;
     --print) PRINT=1 ;;
@@ -123,7 +127,7 @@ case "${STEP}" in
       FLAGS=""
     fi
     COMMAND="cd electra_jax && python3 -m electra_jax.train --config=${CONFIG} \
---workdir=${WORKDIR}${FLAGS}"
+--workdir=${WORKDIR} --compilation_cache_dir=${CACHE:-${WORKDIR%/}/jax_cache}${FLAGS}"
     if [[ "${PRINT}" == 1 ]]; then
       run "${SSH[@]}" --command="${COMMAND}"
     else

@@ -33,19 +33,22 @@ def tiny():
 def saved_state(workdir, step):
   """The train state a run saved at `step`, on this process's first device."""
   from electra_jax import checkpoint  # pylint: disable=import-outside-toplevel
-  return checkpoint.restore_on_one_device(os.path.join(workdir, 'checkpoints', str(step),
-                                                       'state'))
+  ckpt = checkpoint.Checkpointer(checkpoint.directory_of(workdir), read_only=True)
+  try:
+    return ckpt.read_state(int(step))
+  finally:
+    ckpt.close()
 
 
 def tiny_trainer(**overrides):
   """(config, objective, initial state, jitted train step, mesh) for a tiny model on all devices."""
   # pylint: disable=import-outside-toplevel
   import jax
-  from electra_jax import config as config_lib, model as model_lib, objective as objective_lib
+  from electra_jax import config as config_lib, model as model_lib, objectives
   from electra_jax import optim, parallel, train_state as ts
   c = config_lib.resolve(tiny_config(**overrides))
   model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
-  objective = objective_lib.ElectraObjective.from_config(model, c, (0, 2, 3, 4), 4)
+  objective = objectives.build(model, c, (0, 2, 3, 4), 4)
   tx, _ = optim.make_optimizer(c)
   mesh = parallel.make_mesh()
   state = ts.init_state(mesh, jax.random.key(0), model, tx, c.max_seq_length,

@@ -24,7 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from electra_jax import checkpoint, config as config_lib, model as model_lib
-from electra_jax import objective as objective_lib, optim, parallel, train_state as ts
+from electra_jax import objectives, optim, parallel, train_state as ts
+from electra_jax.objectives import metrics as objective_metrics
 from tests.conftest import tiny_config
 from tests.test_model_objective import toy_batch
 
@@ -32,7 +33,7 @@ c = config_lib.resolve(tiny_config(train_batch_size=16, num_layers=1, dropout_ra
                                    attention_dropout_rate=0.1, grad_accum_steps=spec['accum'],
                                    fsdp_axis_size=spec['fsdp']))
 model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
-objective = objective_lib.ElectraObjective.from_config(model, c, (0, 2, 3, 4), 4)
+objective = objectives.build(model, c, (0, 2, 3, 4), 4)
 tx, _ = optim.make_optimizer(c)
 mesh = parallel.make_mesh(fsdp_axis_size=c.fsdp_axis_size)
 parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size', c.grad_accum_steps)
@@ -60,7 +61,7 @@ def batch_for(step):
 def train(state, first_step, losses, save=None):
   for step in range(first_step, spec['steps']):
     state, sums = step_fn(state, batch_for(step), base_rng)
-    losses[step + 1] = objective_lib.summarize(jax.device_get(sums), 1.0, 50.0)
+    losses[step + 1] = objective_metrics.summarize(jax.device_get(sums), 1.0, 50.0)
     if save and step + 1 == spec['save_step']:
       ckpt = checkpoint.Checkpointer(save)
       ckpt.save(step + 1, state, force=True)

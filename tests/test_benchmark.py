@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from electra_jax import benchmark
+from electra_jax import chips
 from electra_jax import config as config_lib
 from electra_jax import flops
 from tests.conftest import REPO_ROOT, tiny_config, tiny_trainer
@@ -59,13 +60,13 @@ def test_model_flops_equal_the_matmuls_the_train_step_actually_traces():
 
 
 def test_peak_table_matches_device_kinds_and_dtypes():
-  assert benchmark.peak_tflops('NVIDIA H100 80GB HBM3', 'bfloat16', None)[0] == 989
-  assert benchmark.peak_tflops('NVIDIA H100 80GB HBM3', 'float32', None)[0] == 67
-  assert benchmark.peak_tflops('TPU v5 lite', 'bfloat16', None)[0] == 197
-  assert benchmark.peak_tflops('TPU v5p', 'bfloat16', None)[0] == 459
-  assert benchmark.peak_tflops('TPU v4', 'bfloat16', None)[0] == 275
-  assert benchmark.peak_tflops('cpu', 'float32', None)[0] is None
-  assert benchmark.peak_tflops('cpu', 'float32', 0.5) == (0.5, '--peak_tflops')
+  assert chips.peak_tflops('NVIDIA H100 80GB HBM3', 'bfloat16', None)[0] == 989
+  assert chips.peak_tflops('NVIDIA H100 80GB HBM3', 'float32', None)[0] == 67
+  assert chips.peak_tflops('TPU v5 lite', 'bfloat16', None)[0] == 197
+  assert chips.peak_tflops('TPU v5p', 'bfloat16', None)[0] == 459
+  assert chips.peak_tflops('TPU v4', 'bfloat16', None)[0] == 275
+  assert chips.peak_tflops('cpu', 'float32', None)[0] is None
+  assert chips.peak_tflops('cpu', 'float32', 0.5) == (0.5, '--peak_tflops')
 
 
 def test_synthetic_batch_is_full_length_two_segments_without_masking_candidates_lost():

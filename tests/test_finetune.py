@@ -171,7 +171,9 @@ def test_finetune_optimizer_scales_each_layers_step_by_its_multiplier():
             'head': {'w': jnp.ones(3)}}
   c = ml_collections.ConfigDict(dict(learning_rate=1e-2, adam_b1=0.9, adam_b2=0.999,
                                      adam_epsilon=1e-12, weight_decay_rate=0.0,
-                                     max_grad_norm=0.0, layerwise_lr_decay=0.5))
+                                     max_grad_norm=0.0, layerwise_lr_decay=0.5,
+                                     official_layerwise_decay=False, adam_bias_correction=True,
+                                     lr_decay_power=1.0, warmup_times_decay=False))
   tx, _ = optim.make_finetune_optimizer(c, params, 2, total_steps=10, warmup_steps=0)
   grads = jax.tree.map(lambda p: 0.3 * p, params)
   updates, _ = tx.update(grads, tx.init(params), params)
@@ -410,8 +412,9 @@ def test_finetuning_lowers_eval_loss_and_the_best_checkpoint_reproduces_its_scor
   assert run['final']['eval_loss'] < float(np.mean(before['loss'])) - 0.05
   best_dir = os.path.join(finetuned['out'], 'seed_0', 'best')
   assert os.listdir(best_dir) == [str(run['best']['step'])]  # only the best epoch is kept
-  best = checkpoint.restore_on_one_device(
-      os.path.join(best_dir, str(run['best']['step']), 'default'))
+  best_ckpt = checkpoint.Checkpointer(best_dir, read_only=True)
+  best = best_ckpt.read_state(run['best']['step'])
+  best_ckpt.close()
   outputs = loop.predict_all(predict, best, data.evals[0].features, 32, mesh)
   scores = loop.score(task, c, data.evals[0], outputs)
   assert scores['accuracy'] == pytest.approx(run['best']['eval_accuracy'])

@@ -467,3 +467,20 @@ def test_extend_vocab_file_refuses_tokens_wordpiece_can_never_produce(tmp_path, 
   words.write_text('two words\n', encoding='utf-8')
   with pytest.raises(UserError, match='line 1'):
     prepare(tmp_path / 'w', init_from=pair['disc'], extend_vocab_file=str(words))
+
+
+def test_dry_run_plans_the_source_shapes_and_writes_nothing(tmp_path, cache_dir, pair):
+  """demo.py is 2 x 128 wide; the pair is 2 x 32 with 600 tokens: the plan counts the pair's."""
+  workdir = tmp_path / 'never_written'
+  proc = run(cache_dir, ['--config=configs/demo.py', f'--config.init_from={pair["disc"]}',
+                         f'--config.init_generator_from={pair["gen"]}', f'--workdir={workdir}',
+                         '--config.max_seq_length=32', '--dry_run'])
+  plan = last_json(proc.stdout)
+  exp = experiment_lib.Experiment.create(
+      prepare(tmp_path / 'x', init_from=pair['disc'], init_generator_from=pair['gen']).config)
+  expected = sum(x.size for x in jax.tree.leaves(exp.abstract_state().params))
+  assert plan['num_params'] == expected
+  demo_params = sum(x.size for x in jax.tree.leaves(experiment_lib.Experiment.create(
+      demo.get_config(), read_vocab=False).abstract_state().params))
+  assert plan['num_params'] < demo_params / 4
+  assert not workdir.exists()

@@ -60,7 +60,8 @@ def test_tpu_vm_prints_create_install_train_delete():
   train = sh(script, *common, '--config=configs/base.py', '--workdir=gs://b/run', 'train', '--',
              '--config.grad_accum_steps=2').stdout
   assert 'tpu-vm ssh pod' in train and '--worker=all' in train
-  for piece in ('electra_jax.train', 'configs/base.py', 'gs://b/run', 'grad_accum_steps=2'):
+  for piece in ('electra_jax.train', 'configs/base.py', 'gs://b/run', 'grad_accum_steps=2',
+                '--compilation_cache_dir=gs://b/run/jax_cache'):
     assert piece in train
   assert 'tpu-vm delete pod' in sh(script, *common, 'delete').stdout
   assert 'queued-resources delete pod' in sh(script, *common, '--queued', 'delete').stdout

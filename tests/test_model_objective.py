@@ -6,8 +6,10 @@ import pytest
 from configs import base, large, small
 from electra_jax import config as config_lib
 from electra_jax import model as model_lib
-from electra_jax import objective as objective_lib
+from electra_jax import objectives
 from electra_jax import optim
+from electra_jax.objectives import metrics as objective_metrics
+from electra_jax.objectives import sampling
 from tests.conftest import tiny_config
 
 SPECIAL, MASK = (0, 2, 3, 4), 4
@@ -18,7 +20,7 @@ def build(**overrides):
   model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
   params = model_lib.init_params(model, jax.random.key(0), c.max_seq_length,
                                  c.max_predictions_per_seq)
-  obj = objective_lib.ElectraObjective.from_config(model, c, SPECIAL, MASK)
+  obj = objectives.build(model, c, SPECIAL, MASK)
   return c, model, params, obj
 
 
@@ -122,10 +124,10 @@ def test_padding_never_counts_in_the_discriminator_loss():
 
 def test_gumbel_max_samples_follow_the_softmax():
   logits = jnp.log(jnp.array([0.5, 0.3, 0.15, 0.05]))
-  samples = objective_lib.gumbel_sample(jax.random.key(0), jnp.tile(logits, (20000, 1)), 1.0)
+  samples = sampling.gumbel_sample(jax.random.key(0), jnp.tile(logits, (20000, 1)), 1.0)
   freq = np.bincount(np.asarray(samples), minlength=4) / 20000
   np.testing.assert_allclose(freq, [0.5, 0.3, 0.15, 0.05], atol=0.015)
-  cold = objective_lib.gumbel_sample(jax.random.key(1), jnp.tile(logits, (1000, 1)), 0.01)
+  cold = sampling.gumbel_sample(jax.random.key(1), jnp.tile(logits, (1000, 1)), 0.01)
   assert np.all(np.asarray(cold) == 0)
 
 
@@ -142,14 +144,14 @@ def test_two_level_gumbel_max_samples_every_token_with_its_softmax_mass(vocab, b
   probs = np.exp(logits / temperature - np.max(logits / temperature))
   probs /= probs.sum()
   n = 40000
-  samples = np.asarray(objective_lib.gumbel_sample(
+  samples = np.asarray(sampling.gumbel_sample(
       jax.random.key(3), jnp.tile(jnp.asarray(logits, jnp.float32), (n, 1)), temperature, block))
   assert samples.min() >= 0 and samples.max() < vocab
   freq = np.bincount(samples, minlength=vocab) / n
   assert np.all(freq[probs == 0] == 0)
   np.testing.assert_allclose(freq, probs, atol=4 * np.sqrt(probs.max() / n) + 1e-3)
   # Batched leading axes keep their shape and rows draw independently.
-  batched = objective_lib.gumbel_sample(
+  batched = sampling.gumbel_sample(
       jax.random.key(4), jnp.tile(jnp.asarray(logits, jnp.float32), (3, 5, 1)), 1.0, block)
   assert batched.shape == (3, 5) and len(np.unique(np.asarray(batched))) > 1
 
@@ -160,7 +162,7 @@ def test_auc_is_exact_mann_whitney_with_ties_and_ignores_padding():
   # Tiny score differences and many ties: what an untrained discriminator produces.
   logits = np.round(1e-4 * rng.normal(size=3000) + 3e-5 * labels, 5).astype(np.float32)
   weights = (rng.random(3000) < 0.9).astype(np.float32)
-  num, pairs = objective_lib.auc_pair_counts(jnp.asarray(logits), jnp.asarray(labels),
+  num, pairs = objective_metrics.auc_pair_counts(jnp.asarray(logits), jnp.asarray(labels),
                                              jnp.asarray(weights))
   keep = weights > 0
   p, n = logits[keep & (labels == 1)], logits[keep & (labels == 0)]

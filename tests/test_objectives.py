@@ -13,7 +13,10 @@ from electra_jax import config as config_lib
 from electra_jax import flops
 from electra_jax import masking
 from electra_jax import model as model_lib
-from electra_jax import objective as objective_lib
+from electra_jax import objectives
+from electra_jax.objectives import all_tokens_mlm
+from electra_jax.objectives import base as objective_base
+from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import parallel
 from electra_jax.errors import UserError
 from tests.conftest import REPO_ROOT, tiny_config, tiny_trainer
@@ -31,7 +34,7 @@ def build(abstract=False, **overrides):
   init = lambda r: model_lib.init_params(model, r, c.max_seq_length, c.max_predictions_per_seq)
   rng = jax.random.key(0)
   params = jax.eval_shape(init, rng) if abstract else jax.jit(init)(rng)
-  return c, model, params, objective_lib.ElectraObjective.from_config(model, c, (0, 2, 3, 4), 4)
+  return c, model, params, objectives.build(model, c, (0, 2, 3, 4), 4)
 
 
 def one_token_batch(c, mesh):
@@ -45,7 +48,7 @@ def run_steps(state, step, batch, num_steps, c):
   losses = []
   for _ in range(num_steps):
     state, sums = step(state, batch, jax.random.key(1))
-    metrics = objective_lib.summarize(jax.device_get(sums), c.gen_weight, c.disc_weight)
+    metrics = objective_metrics.summarize(jax.device_get(sums), c.gen_weight, c.disc_weight)
     assert np.isfinite(metrics['loss'])
     losses.append(metrics['loss'])
   return state, losses
@@ -72,7 +75,7 @@ def test_mlm_is_one_full_size_masked_lm_without_discriminator_parameters():
   assert params['discriminator']['encoder']['layer_0']['attention']['query']['kernel'].shape == (
       c.hidden_size, c.hidden_size)
   _, sums = jax.eval_shape(obj, params, toy_batch(c), jax.random.key(0))
-  metrics = objective_lib.summarize({k: np.ones(()) for k in sums}, 1.0, 50.0)
+  metrics = objective_metrics.summarize({k: np.ones(()) for k in sums}, 1.0, 50.0)
   assert not [k for k in list(sums) + list(metrics) if k.startswith(('disc_', 'mlm_'))]
   assert {'full_mlm_loss', 'full_mlm_accuracy'} <= set(metrics)
 
@@ -134,7 +137,7 @@ def _disc_logit_gradient(objective_name):
                          special_ids=obj.special_ids, mask_id=obj.mask_id,
                          vocab_size=c.vocab_size, mask_prob=c.mask_prob,
                          max_predictions=c.max_predictions_per_seq)
-  return np.asarray(grad), np.asarray(objective_lib.masked_position_indicator(
+  return np.asarray(grad), np.asarray(objective_base.masked_position_indicator(
       batch['input_ids'], m)), np.asarray(batch['input_mask'])
 
 
@@ -150,7 +153,7 @@ def test_all_tokens_copy_mechanism_is_a_distribution_that_copies_when_told():
   mlm_logits = jnp.asarray(rng.normal(size=(4, 6, 11)) * 3, jnp.float32)
   inputs = jnp.asarray(rng.integers(0, 11, (4, 6)), jnp.int32)
   for replaced_logit in (-4.0, 0.0, 3.0):
-    log_probs = objective_lib.copy_log_probs(mlm_logits, jnp.full((4, 6), replaced_logit),
+    log_probs = all_tokens_mlm.copy_log_probs(mlm_logits, jnp.full((4, 6), replaced_logit),
                                              inputs)
     np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, rtol=1e-5)
     d = 1 / (1 + np.exp(replaced_logit))  # the copy probability
@@ -214,15 +217,15 @@ def test_every_ablation_config_is_small_with_only_its_ablation_changed():
                  if n.endswith('.py') and n != '__init__.py')
   assert {'electra', 'mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm', 'two_stage',
           'tie_none', 'tie_all'} <= set(names) and any(n.startswith('gen_size_') for n in names)
-  objectives = set()
+  found = set()
   for name in names:
     c = importlib.import_module(f'configs.ablations.{name}').get_config()
     changed = {k for k, v in c.to_dict().items() if base[k] != v}
     assert changed <= {'objective', 'tie', 'generator_hidden_size',
                        'two_stage_generator_steps'}, (name, changed)
-    objectives.add(config_lib.resolve(c).objective)
+    found.add(config_lib.resolve(c).objective)
     assert flops.model_flops_per_step(c) > 0
-  assert objectives == set(config_lib.OBJECTIVES) == set(model_lib.LAYOUTS)
+  assert found == set(objectives.OBJECTIVES)
 
 
 def test_flops_match_a_hand_count_for_every_objective():
@@ -241,6 +244,8 @@ def test_flops_match_a_hand_count_for_every_objective():
       'mlm': 3 * (disc + mlm_head(B * P)),
       'replace_mlm': 3 * (gen + disc + mlm_head(B * P)),
       'all_tokens_mlm': 3 * (gen + disc + rtd_head + mlm_head(B * S)),
+      # Two towers, and dense(2 H_G -> E) + vocab at every position.
+      'electric': 3 * (2 * enc(16, 32) + 2 * B * S * (2 * 16 * E + E * V) + disc + rtd_head),
   }
   for objective, want in expected.items():
     assert flops.model_flops_per_step(tiny_config(objective=objective)) == want, objective
@@ -254,7 +259,8 @@ def test_flops_match_a_hand_count_for_every_objective():
 
 @pytest.mark.parametrize('overrides', [
     dict(objective='mlm'), dict(objective='replace_mlm'), dict(objective='all_tokens_mlm'),
-    dict(objective='electra_15'), dict(TWO_STAGE), dict(tie='all', generator_hidden_size=1.0)])
+    dict(objective='electra_15'), dict(TWO_STAGE), dict(tie='all', generator_hidden_size=1.0),
+    dict(objective='electric'), dict(tie='gdes')])
 def test_what_finetuning_keeps_matches_the_finetuning_model_for_every_objective(overrides):
   # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import heads, pretrained
@@ -265,7 +271,7 @@ def test_what_finetuning_keeps_matches_the_finetuning_model_for_every_objective(
   batch = dict(input_ids=ids, segment_ids=ids, input_mask=ids + 1)
   fresh = jax.eval_shape(lambda r: model.init({'params': r}, batch)['params'],
                          jax.random.key(0))['electra']
-  kept = pretrained._keep_discriminator(params)  # pylint: disable=protected-access
+  kept = jax.eval_shape(pretrained._keep_discriminator, params)  # pylint: disable=protected-access
   assert jax.tree.map(lambda x: (x.shape, x.dtype), kept) == jax.tree.map(
       lambda x: (x.shape, x.dtype), fresh)
 
@@ -290,7 +296,7 @@ def test_an_mlm_workdir_trains_evaluates_and_fine_tunes(tmp_path):
   with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
     assert all('full_mlm_accuracy' in json.loads(line) for line in f)
   params, model_config = pretrained.load_pretrained(workdir)
-  assert model_config.objective == 'mlm'
+  assert model_config.layout == objectives.get('mlm').layout
   model = heads.FinetuneModel(model_config, heads.ClassificationHead(2, 0.0))
   ids = np.full((2, 16), 7, np.int32)
   sample = dict(input_ids=ids, segment_ids=np.zeros_like(ids), input_mask=np.ones_like(ids))

@@ -12,7 +12,8 @@ SCRIPT = r'''
 import json, sys
 import jax, numpy as np
 sys.path.insert(0, sys.argv[1])
-from electra_jax import objective as objective_lib, parallel
+from electra_jax import parallel
+from electra_jax.objectives import metrics as objective_metrics
 from tests.conftest import tiny_trainer
 from tests.test_model_objective import toy_batch
 c, _, state, step, mesh = tiny_trainer(dropout_rate=0.1, attention_dropout_rate=0.1)
@@ -21,7 +22,7 @@ for i in range(4):
   batch = parallel.global_batch(jax.device_get(toy_batch(c, seed=i)), mesh)
   assert len(batch['input_ids'].sharding.device_set) == jax.device_count()
   state, sums = step(state, batch, jax.random.key(1))
-  losses.append(objective_lib.summarize(jax.device_get(sums), 1.0, 50.0))
+  losses.append(objective_metrics.summarize(jax.device_get(sums), 1.0, 50.0))
 kernel = np.asarray(state.params['discriminator']['head']['dense']['kernel'])
 print(json.dumps(dict(devices=jax.device_count(), losses=losses, kernel=kernel.ravel()[:64].tolist())))
 '''

@@ -10,7 +10,6 @@ import jax
 import numpy as np
 import pytest
 
-from electra_jax import checkpoint
 from electra_jax import parallel
 from electra_jax.data import pipeline
 from electra_jax.data import prefetch
@@ -112,9 +111,10 @@ def test_two_hosts_read_disjoint_rows_that_make_up_the_single_host_batch(corpus,
 
 
 @pytest.mark.parametrize('source', ['raw', 'prepared'])
-def test_prefetched_run_resumed_from_an_orbax_checkpoint_equals_an_uninterrupted_run(
-    corpus, prepared, tokenizer, tmp_path, source):
-  """The saved position is after the last *consumed* batch, not the ones made ahead."""
+def test_a_global_position_resumes_on_any_process_count_past_prefetched_batches(
+    corpus, prepared, tokenizer, source):
+  """A checkpoint stores examples consumed; the batches the prefetcher made ahead are not a
+  position, and a resumed run with another number of processes reads on from there."""
   config = config_for(corpus, train_data_dir=prepared[0] if source == 'prepared' else '')
   mesh = parallel.make_mesh()
   uninterrupted = take(pipeline.make_train_iterator(config, tokenizer), 8)
@@ -123,28 +123,20 @@ def test_prefetched_run_resumed_from_an_orbax_checkpoint_equals_an_uninterrupted
   time.sleep(0.3)  # Let the thread fill its buffer: the parent is now 3 batches further.
   assert it._queue.full()  # pylint: disable=protected-access
   assert isinstance(first[0]['input_ids'], jax.Array)
-  ckpt = checkpoint.Checkpointer(str(tmp_path / 'ckpt'), async_save=False)
-  state = {'w': jax.numpy.zeros(3)}
-  ckpt.save(5, state, it, force=True)
-  ckpt.close()
   it.close()
-  restored_it = prefetch.to_mesh(pipeline.make_train_iterator(config, tokenizer), mesh)
-  checkpoint.Checkpointer(str(tmp_path / 'ckpt'), async_save=False).restore(
-      5, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-                      state), restored_it)
-  assert_batches_equal(uninterrupted, first + take(restored_it, 3))
+  position = 5 * config.train_batch_size
+  resumed = prefetch.to_mesh(pipeline.make_train_iterator(config, tokenizer, start=position),
+                             mesh)
+  assert_batches_equal(uninterrupted, first + take(resumed, 3))
+  resumed.close()
+  hosts = [take(pipeline.make_train_iterator(config, tokenizer, h, 2, start=position), 3)
+           for h in range(2)]
+  merged = [{k: np.concatenate([a[k], b[k]]) for k in a} for a, b in zip(*hosts)]
+  assert_batches_equal(uninterrupted[5:], merged)
 
 
-def test_prefetcher_set_state_drops_batches_made_ahead_and_passes_errors_on(corpus, tokenizer):
+def test_prefetcher_passes_errors_on(corpus, tokenizer):
   config = config_for(corpus)
-  plain = pipeline.make_train_iterator(config, tokenizer)
-  expected = take(plain, 6)
-  it = prefetch.DevicePrefetcher(pipeline.make_train_iterator(config, tokenizer), lambda b: b)
-  take(it, 4)
-  state_after_2 = pipeline.make_train_iterator(config, tokenizer)
-  take(state_after_2, 2)
-  it.set_state(state_after_2.get_state())
-  assert_batches_equal(expected[2:6], take(it, 4))
   failing = prefetch.DevicePrefetcher(pipeline.make_train_iterator(config, tokenizer),
                                       lambda b: 1 / 0)
   with pytest.raises(ZeroDivisionError):
@@ -223,7 +215,5 @@ def test_train_runs_on_prepared_shards_and_checkpoints_the_consumed_position(cor
                       progress_bar=False)
   summary = train.train_and_evaluate(config, str(tmp_path / 'run'))
   assert summary['status'] == 'completed' and summary['step'] == 3
-  plain = pipeline.make_train_iterator(config, tok.load_tokenizer(DEMO_MODEL, 8000))
-  take(plain, 3)
-  with open(tmp_path / 'run' / 'checkpoints' / '3' / 'data' / 'process_0-of-1.json') as f:
-    assert json.load(f) == plain.get_state()
+  with open(tmp_path / 'run' / 'checkpoints' / '3' / 'loop' / 'metadata') as f:
+    assert json.load(f)['data_position'] == 3 * config.train_batch_size

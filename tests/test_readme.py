@@ -7,9 +7,12 @@ by a rule that says so, never skipped: `pip install` is what CI did before the t
 download` (the network) is replaced by a tiny random transformers pair of the same layout
 (tests/hf_pair.py); GLUE / SQuAD come from TFDS over the network, so those fine-tuning
 commands run up to loading the dataset and must stop there with the one-line error naming it;
-`pytest` collects the suite (CI runs it). A command no rule knows fails the test: add a rule.
+`pytest` collects the suite (CI runs it); the GCS emulator that serves until Ctrl-C is started
+in the background on a free port, and `export` sets the variable for the commands after it
+(naming that port). A command no rule knows fails the test: add a rule.
 """
 import dataclasses
+import importlib.util
 import os
 import re
 import shlex
@@ -19,6 +22,7 @@ import sys
 
 import pytest
 
+from tests import gcs_emulator
 from tests import hf_pair
 from tests.conftest import REPO_ROOT
 
@@ -73,6 +77,14 @@ SIZES = ['--config.num_layers=1', '--config.hidden_size=32', '--config.embedding
 
 
 def _train(argv, ctx) -> Plan:
+  if '--dry_run' in argv and _flag(argv, 'topology'):
+    # Compiles the step for the slice as written, of a tiny model; libtpu is in the test extra
+    # (without it: the one-line error that says how to install it).
+    if importlib.util.find_spec('libtpu') is None:
+      return Plan('train --dry_run --topology (no libtpu here)', expect_error='needs libtpu')
+    return Plan('train --dry_run --topology (tiny model)',
+                [*SIZES, '--config.max_seq_length=32', '--config.dropout_rate=0.0',
+                 '--config.attention_dropout_rate=0.0'])
   if '--dry_run' in argv:  # Writes nothing, allocates nothing: runs as written.
     return Plan('train --dry_run')
   corpus = ctx['corpus']
@@ -130,6 +142,30 @@ def _fake_download(argv, ctx):
   shutil.copytree(os.path.join(pair, kind), local_dir, dirs_exist_ok=True)
 
 
+def _emulator(argv, ctx) -> Plan:
+  del argv, ctx
+  return Plan('GCS emulator (in the background on a free port)', stand_in=_start_emulator)
+
+
+def _start_emulator(argv, ctx):
+  bucket = _flag(argv, 'bucket')
+  emulator = gcs_emulator.Emulator(bucket)
+  ctx['finalizers'].append(emulator.stop)
+  ctx['ports'][_flag(argv, 'port')] = str(emulator.port)
+
+
+def _export(argv, ctx) -> Plan:
+  del argv, ctx
+  return Plan('export (for the commands after it)', stand_in=_set_variable)
+
+
+def _set_variable(argv, ctx):
+  name, value = argv[1].split('=', 1)
+  for readme_port, port in ctx['ports'].items():
+    value = value.replace(f':{readme_port}', f':{port}')
+  ctx['env'][name] = value
+
+
 # A command's prefix -> what the test does with it (first match wins), and whether it is slow
 # (marked `slow`: run with `pytest -m slow`).
 RULES = [
@@ -137,6 +173,8 @@ RULES = [
      lambda argv, ctx: Plan('pip install', skip_reason='CI installed the package and extras'),
      False),
     (lambda argv: argv[:2] == ['hf', 'download'], _hf_download, False),
+    (lambda argv: _module(argv) == 'tests.gcs_emulator', _emulator, False),
+    (lambda argv: argv[:1] == ['export'], _export, False),
     (lambda argv: argv[:1] == ['pytest'],
      lambda argv, ctx: Plan('pytest (collect only: CI runs the suite)', ['--collect-only']),
      False),
@@ -190,7 +228,10 @@ def ctx(tmp_path_factory):
              PYTHONPATH=REPO_ROOT, JAX_COMPILATION_CACHE_DIR=os.path.join(tmp, 'jax_cache'),
              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
              JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='-1')
-  return dict(tmp=tmp, corpus=corpus, env=env)
+  context = dict(tmp=tmp, corpus=corpus, env=env, ports={}, finalizers=[])
+  yield context
+  for finalize in context['finalizers']:
+    finalize()
 
 
 def _relocate(command: str, tmp: str) -> str:
@@ -219,10 +260,11 @@ def test_readme_command_runs_as_written(command, ctx):
     pytest.skip(plan.skip_reason)
   command = _relocate(command, ctx['tmp'])
   env, argv = _argv(command)
-  for name in ('workdir', 'output', 'local-dir'):  # README commands write under /tmp only.
+  for name in ('workdir', 'output', 'local-dir'):  # Under /tmp, or in the emulator's bucket.
     value = _flag(argv, name) or (argv[argv.index(f'--{name}') + 1]
                                   if f'--{name}' in argv else None)
-    assert value is None or value.startswith(ctx['tmp']), (name, value)
+    assert value is None or value.startswith(ctx['tmp']) or (
+        value.startswith('gs://') and 'STORAGE_EMULATOR_HOST' in ctx['env']), (name, value)
   if plan.stand_in is not None:
     plan.stand_in(argv, ctx)
     return

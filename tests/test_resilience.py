@@ -214,6 +214,24 @@ def test_nonfinite_steps_are_skipped_counted_never_saved_and_too_many_stop_the_r
              ['opt_state']['total_notfinite']) == 3
 
 
+def test_a_run_resumes_on_other_device_counts_at_the_same_data_position(
+    tmp_path, cache_dir, small_corpus, reference):
+  """8 devices -> 4 -> 8 (issue 17, elastic resume): the checkpoint holds the global data
+  position, so each resumed part reads on where the last stopped; losses equal the
+  uninterrupted run's to float32 reduction order."""
+  workdir = str(tmp_path / 'w')
+  for devices, stop in ((8, 4), (4, 4), (8, None)):
+    extra = [f'--cpu_devices={devices}'] + ([f'--stop_after_steps={stop}'] if stop else [])
+    proc = train(cache_dir, small_corpus, workdir, *extra)
+    assert f'{devices} device(s)' in proc.stdout
+  rows = read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
+  want = read_jsonl(os.path.join(reference, 'metrics.jsonl'))
+  assert [r['step'] for r in rows] == [r['step'] for r in want] == list(range(2, 13, 2))
+  for row, ref in zip(rows, want):
+    for key in ('loss', 'mlm_loss', 'disc_loss', 'mlm_accuracy', 'disc_accuracy'):
+      assert row[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-7), (row['step'], key)
+
+
 def test_a_skipped_step_leaves_params_and_optimizer_state_unchanged():
   c, objective, state, _, mesh = tiny_trainer(num_layers=1)
   tx, _ = optim.make_optimizer(c)

@@ -23,7 +23,7 @@ from electra_jax import config as config_lib
 from electra_jax import distributed
 from electra_jax import flops
 from electra_jax import model as model_lib
-from electra_jax import objective as objective_lib
+from electra_jax import objectives
 from electra_jax import parallel
 from electra_jax.errors import UserError
 from tests.conftest import REPO_ROOT, tiny_config
@@ -148,7 +148,7 @@ def test_analytic_flops_match_xla_cost_analysis(overrides):
   """XLA's count of the whole gradient step (dots plus elementwise work) is a few % above."""
   c = config_lib.resolve(tiny_config(train_batch_size=4, **overrides))
   model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
-  objective = objective_lib.ElectraObjective.from_config(model, c, (0, 2, 3, 4), 4)
+  objective = objectives.build(model, c, (0, 2, 3, 4), 4)
   params = jax.eval_shape(lambda r: model_lib.init_params(
       model, r, c.max_seq_length, c.max_predictions_per_seq), jax.random.key(0))
   batch = {k: jax.ShapeDtypeStruct((c.train_batch_size, c.max_seq_length), jnp.int32)

@@ -20,8 +20,8 @@ TINY_FLAGS = [
 ]
 
 
-def run_cli(module, *flags, check=True):
-  env = dict(os.environ, PYTHONUNBUFFERED='1', JAX_PLATFORMS='cpu')
+def run_cli(module, *flags, check=True, env=None):
+  env = dict(env or os.environ, PYTHONUNBUFFERED='1', JAX_PLATFORMS='cpu')
   proc = subprocess.run([sys.executable, '-m', module, *flags], cwd=REPO_ROOT, env=env,
                         capture_output=True, text=True, timeout=600)
   if check and proc.returncode != 0:

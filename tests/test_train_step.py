@@ -1,7 +1,7 @@
 import jax
 import numpy as np
 
-from electra_jax import objective as objective_lib
+from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import parallel
 from tests.conftest import tiny_trainer
 from tests.test_model_objective import toy_batch
@@ -20,7 +20,7 @@ def test_tiny_model_overfits_one_batch():
   losses = []
   for _ in range(c.num_train_steps):
     state, sums = step(state, batch, jax.random.key(1))
-    losses.append(objective_lib.summarize(jax.device_get(sums), 1.0, 50.0)['loss'])
+    losses.append(objective_metrics.summarize(jax.device_get(sums), 1.0, 50.0)['loss'])
   first, last = np.mean(losses[:5]), np.mean(losses[-5:])
   assert last < 0.5 * first, (first, last)
   assert int(state.step) == c.num_train_steps

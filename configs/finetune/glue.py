@@ -57,6 +57,9 @@ def get_config():
   # Layer-wise LR decay: top layer lr*d, layer i lr*d^(L-i), embeddings lr*d^(L+1)
   # (None: 0.8 small/base/demo, 0.9 large; 1.0 disables).
   c.layerwise_lr_decay = placeholder(float)
+  # The official release's exponents, one higher: top layer d^2, embeddings d^(L+2) (a known
+  # bug there, but the paper's GLUE numbers were made with it).
+  c.official_layerwise_decay = False
   # Passes over the training set (None: the task's default: 10 RTE/STS-B, 2 SQuAD, 3 others).
   c.num_epochs = placeholder(int)
   # Global training batch size in examples.
@@ -65,6 +68,15 @@ def get_config():
   c.eval_batch_size = 128
   # Fraction of the training steps spent in linear warmup; then linear decay to 0.
   c.warmup_fraction = 0.1
+  # Power of the decay: lr * (1 - step / steps) ** power (official: 1.0, linear).
+  c.lr_decay_power = 1.0
+  # The official schedule shape: the decay runs during warmup (lr * decay * min(1, t / warmup)).
+  c.warmup_times_decay = False
+  # 'mean' of the per-example losses over the batch, or 'sum' as the official release (its
+  # gradients are then batch-size times larger, and clipping at max_grad_norm bites harder).
+  c.loss_reduction = 'mean'
+  # MRPC and STS-B: train on each pair in both sentence orders, as the official release does.
+  c.double_unordered = False
   # Decoupled weight decay (AdamW), not on LayerNorm or biases (paper 0; official code 0.01).
   c.weight_decay_rate = 0.01
   # Adam first-moment decay.
@@ -73,6 +85,8 @@ def get_config():
   c.adam_b2 = 0.999
   # Adam epsilon.
   c.adam_epsilon = 1e-6
+  # Adam's bias correction of its moments (optax); the official release has none.
+  c.adam_bias_correction = True
   # Clip gradients to this global norm (0 disables).
   c.max_grad_norm = 1.0
 

@@ -11,10 +11,10 @@ from theirs.
 import dataclasses
 from typing import Callable
 
-from etils import epath
 from sentencepiece import sentencepiece_model_pb2
 from tokenizers import pre_tokenizers
 
+from electra_jax import paths
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.data import wordpiece
 from electra_jax.errors import UserError
@@ -43,12 +43,11 @@ class Extension:
 
 def read_new_tokens(path: str) -> list[str]:
   """The file's tokens, one per line (blank lines skipped, duplicates kept once)."""
-  file = epath.Path(path)
-  if not file.exists():
+  if not paths.is_file(path):
     raise UserError(f"config.extend_vocab_file='{path}' not found; pass a text file with one "
                     'new token per line')
   try:
-    lines = file.read_text(encoding='utf-8').splitlines()
+    lines = paths.read_text(path).splitlines()
   except UnicodeDecodeError as e:
     raise UserError(f"config.extend_vocab_file='{path}' is not UTF-8 (byte offset "
                     f'{e.start})') from None
@@ -96,7 +95,7 @@ def extend_wordpiece(old_tokens: list[str], lower_case: bool, new: list[str],
 def extend_sentencepiece(model_file: str, new: list[str], path: str) -> Extension:
   """`new` appended to a unigram sentencepiece model as word-initial pieces."""
   proto = sentencepiece_model_pb2.ModelProto()
-  proto.ParseFromString(epath.Path(model_file).read_bytes())
+  proto.ParseFromString(paths.read_bytes(model_file))
   if proto.trainer_spec.model_type != sentencepiece_model_pb2.TrainerSpec.UNIGRAM:
     raise UserError(f"vocab_file '{model_file}' is not a unigram sentencepiece model; "
                     'config.extend_vocab_file extends unigram models and WordPiece vocab.txt')

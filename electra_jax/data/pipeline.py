@@ -14,7 +14,7 @@ from typing import Iterable, Iterator, Sequence
 import grain
 import numpy as np
 
-from electra_jax.data import paths
+from electra_jax import paths
 from electra_jax.data import shards
 from electra_jax.data import sources
 from electra_jax.errors import UserError
@@ -174,21 +174,23 @@ def _local_batch_size(config, key: str, process_index: int, process_count: int) 
 
 
 class HostRowsMapDataset(grain.MapDataset):
-  """One host's contiguous rows of each global batch of the parent stream.
+  """One host's contiguous rows of each global batch of the parent stream, from `start`.
 
-  Element i of host h is parent element s*B + h*Bl + j (s = i // Bl, j = i % Bl), so the hosts'
-  batches concatenated in host order are exactly the single-host global batch.
+  Element i of host h is parent element start + s*B + h*Bl + j (s = i // Bl, j = i % Bl), so
+  the hosts' batches concatenated in host order are exactly the single-host global batch, and
+  a run resumed at global position `start` (examples consumed) reads on from there with any
+  number of hosts.
   """
 
   def __init__(self, parent: grain.MapDataset, global_batch: int, process_index: int,
-               process_count: int):
+               process_count: int, start: int = 0):
     super().__init__(parent)
     self._global_batch = global_batch
     self._local_batch = global_batch // process_count
-    self._offset = process_index * self._local_batch
+    self._offset = start + process_index * self._local_batch
 
   def __len__(self) -> int:
-    return len(self._parent) // self._global_batch * self._local_batch
+    return (len(self._parent) - self._offset) // self._global_batch * self._local_batch
 
   def __getitem__(self, index):
     if isinstance(index, slice):
@@ -234,7 +236,7 @@ def open_train_examples(config, tokenizer):
   (train_files or tfds_name) tokenized and packed now."""
   data_dir = config.get('train_data_dir')
   if data_dir:
-    data_dir = paths.resolve_path(data_dir)
+    data_dir = paths.absolute(paths.resolve(data_dir))
     metadata = shards.read_metadata(data_dir, 'train')
     shards.check_compatible(metadata, data_dir, config, tokenizer)
     return PreparedExampleBatches(shards.PreparedExamples(data_dir, metadata),
@@ -242,19 +244,21 @@ def open_train_examples(config, tokenizer):
   return InMemoryExamples(build_train_examples(config, tokenizer))
 
 
-def make_train_iterator(config, tokenizer, process_index: int = 0,
-                        process_count: int = 1) -> grain.DatasetIterator:
-  """Infinite, checkpointable grain iterator over this host's slice of each global batch.
+def make_train_iterator(config, tokenizer, process_index: int = 0, process_count: int = 1,
+                        start: int = 0, examples=None) -> grain.DatasetIterator:
+  """Infinite iterator over this host's slice of each global batch, from global position
+  `start` (examples of the shuffled stream already consumed: what a checkpoint stores).
 
   Yields {'input_ids', 'input_mask', 'segment_ids'}: int32 [train_batch_size // process_count,
   max_seq_length]; every epoch is reshuffled, deterministically from config.seed. Prepared
-  shards and streamed text of the same corpus give the same batches.
+  shards and streamed text of the same corpus give the same batches. `examples`: what
+  open_train_examples returned, if already opened.
   """
   local_batch = _local_batch_size(config, 'train_batch_size', process_index, process_count)
-  examples = open_train_examples(config, tokenizer)
+  examples = open_train_examples(config, tokenizer) if examples is None else examples
   # Indices into `examples`, in global order; elements are resolved only when a batch is read.
   order = grain.MapDataset.range(len(examples)).shuffle(seed=config.seed).repeat(None)
-  rows = HostRowsMapDataset(order, config.train_batch_size, process_index, process_count)
+  rows = HostRowsMapDataset(order, config.train_batch_size, process_index, process_count, start)
   batches = rows.batch(local_batch).map(examples.gather)
   # A small read-ahead on one thread overlaps reading with the train step.
   read_options = grain.ReadOptions(num_threads=1, prefetch_buffer_size=4)
@@ -262,7 +266,7 @@ def make_train_iterator(config, tokenizer, process_index: int = 0,
   num_workers = config.get('num_data_workers', 0)
   if num_workers:
     # Worker w builds batches w, w + W, ...; they are read back in order, so the batches do
-    # not depend on the worker count (its iterator state does: keep it across restarts).
+    # not depend on the worker count.
     dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
   return iter(dataset)
 

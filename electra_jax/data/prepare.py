@@ -8,7 +8,6 @@ would stream it (vocab_file, max_seq_length, short_seq_prob, seed) and writes
 OUTPUT/train-NNNNN.array_record plus OUTPUT/train_metadata.json. Then train with
 --config.train_data_dir=OUTPUT. The last stdout line is a JSON summary.
 """
-import os
 import sys
 import time
 
@@ -18,6 +17,7 @@ from ml_collections import config_flags
 
 from electra_jax import cli
 from electra_jax import config as config_lib
+from electra_jax import paths
 from electra_jax.data import pipeline
 from electra_jax.data import shards
 from electra_jax.data import sources
@@ -25,19 +25,12 @@ from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
 
 
-
 def _output_dir(output: str) -> str:
-  output = os.path.abspath(os.path.expanduser(output))
-  if os.path.exists(shards.metadata_path(output)):
+  output = paths.absolute(output)
+  if paths.exists(shards.metadata_path(output)):
     raise UserError(f"--output '{output}' already holds prepared data "
                     f'({shards.metadata_path(output)}); pick a new directory or delete it')
-  if os.path.exists(output) and not os.path.isdir(output):
-    raise UserError(f"--output '{output}' is a file; pass a directory path")
-  try:
-    os.makedirs(output, exist_ok=True)
-  except OSError as e:
-    raise UserError(f"cannot create --output '{output}': {e.strerror}") from None
-  return output
+  return paths.check_writable_dir(output, '--output')
 
 
 def prepare(config, output: str, examples_per_shard: int = 100_000,

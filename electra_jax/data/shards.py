@@ -12,12 +12,15 @@ streaming the raw text would.
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 import time
 
 import numpy as np
 from array_record.python import array_record_module
 
 from electra_jax import atomic
+from electra_jax import paths
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
 
@@ -29,12 +32,12 @@ WRITER_OPTIONS = 'group_size:1'
 
 
 def metadata_path(data_dir: str, split: str = 'train') -> str:
-  return os.path.join(data_dir, f'{split}_metadata.json')
+  return paths.join(data_dir, f'{split}_metadata.json')
 
 
 def file_sha256(path: str) -> str:
   digest = hashlib.sha256()
-  with open(path, 'rb') as f:
+  with paths.open_binary(path) as f:
     for block in iter(lambda: f.read(1 << 20), b''):
       digest.update(block)
   return digest.hexdigest()
@@ -55,10 +58,14 @@ def decode_example(record: bytes, dtype: np.dtype) -> tuple[np.ndarray, int]:
 
 class ShardWriter:
   """Writes examples into numbered shards of `examples_per_shard`; nothing is final until
-  `finish` renames the shards and writes the metadata (the mark of a complete directory)."""
+  `finish` writes the metadata (the mark of a complete directory). ArrayRecord writes local
+  files only: for a remote `output_dir` each shard is written to a local temporary directory
+  and uploaded when it is full."""
 
   def __init__(self, output_dir: str, split: str, vocab_size: int, examples_per_shard: int):
     self._dir, self._split = output_dir, split
+    self._local = tempfile.mkdtemp(prefix='electra_shards_') if paths.is_remote(output_dir) \
+        else output_dir
     self._dtype = record_dtype(vocab_size)
     self._per_shard = examples_per_shard
     self._writer, self._shards, self._count = None, [], 0
@@ -69,7 +76,7 @@ class ShardWriter:
       self._close_shard()
       name = SHARD_NAME.format(split=self._split, index=len(self._shards))
       self._writer = array_record_module.ArrayRecordWriter(
-          os.path.join(self._dir, name + '.tmp'), WRITER_OPTIONS)
+          os.path.join(self._local, name + '.tmp'), WRITER_OPTIONS)
       self._shards.append({'file': name, 'num_examples': 0})
     self._writer.write(encode_example(tokens, num_first, self._dtype))
     self._count += 1
@@ -80,14 +87,23 @@ class ShardWriter:
   def _close_shard(self):
     if self._writer is not None:
       self._writer.close()
+      if self._local != self._dir:
+        local = os.path.join(self._local, self._shards[-1]['file'] + '.tmp')
+        with open(local, 'rb') as f, paths.storage_errors(self._dir):
+          with paths.get(paths.join(self._dir, self._shards[-1]['file'])).open('wb') as out:
+            shutil.copyfileobj(f, out, 1 << 24)
+        os.remove(local)
     self._writer, self._count = None, 0
 
   def finish(self, metadata: dict) -> dict:
     """Closes the last shard, moves shards to their final names, then writes the metadata."""
     self._close_shard()
-    for shard in self._shards:
-      path = os.path.join(self._dir, shard['file'])
-      os.replace(path + '.tmp', path)
+    if self._local == self._dir:
+      for shard in self._shards:
+        path = os.path.join(self._dir, shard['file'])
+        os.replace(path + '.tmp', path)
+    else:
+      shutil.rmtree(self._local, ignore_errors=True)
     metadata = dict(format=FORMAT, format_version=FORMAT_VERSION, split=self._split,
                     record_dtype=self._dtype.str, num_examples=self.num_examples,
                     num_tokens=self.num_tokens, shards=self._shards,
@@ -98,16 +114,15 @@ class ShardWriter:
 
 def read_metadata(data_dir: str, split: str = 'train') -> dict:
   path = metadata_path(data_dir, split)
-  if not os.path.isfile(path):
+  if not paths.is_file(path):
     raise UserError(f"'{data_dir}' holds no prepared {split} data ({path} is missing); write it "
                     'with python -m electra_jax.data.prepare --config=... --output=DIR')
-  with open(path, encoding='utf-8') as f:
-    metadata = json.load(f)
+  metadata = json.loads(paths.read_text(path))
   if metadata.get('format') != FORMAT or metadata.get('format_version') != FORMAT_VERSION:
     raise UserError(f"'{path}' is not version {FORMAT_VERSION} prepared data; re-run "
                     'python -m electra_jax.data.prepare')
   missing = [s['file'] for s in metadata['shards']
-             if not os.path.isfile(os.path.join(data_dir, s['file']))]
+             if not paths.is_file(paths.join(data_dir, s['file']))]
   if missing:
     raise UserError(f"'{data_dir}' lacks {len(missing)} shard(s) listed in {path}, e.g. "
                     f"{missing[0]}; copy the whole directory or re-run prepare")
@@ -131,12 +146,17 @@ def check_compatible(metadata: dict, data_dir: str, config, tokenizer):
 
 
 class PreparedExamples:
-  """Random access to prepared examples: `gather(indices)` -> int32 feature arrays."""
+  """Random access to prepared examples: `gather(indices)` -> int32 feature arrays.
+
+  ArrayRecord reads local files only: a remote `data_dir`'s shards are copied to the local
+  cache (paths.CACHE_DIR) first, once per machine."""
 
   def __init__(self, data_dir: str, metadata: dict):
     import grain  # pylint: disable=import-outside-toplevel
+    files = [s['file'] for s in metadata['shards']]
+    local_dir = paths.local_copy(data_dir, files)
     self._source = grain.sources.ArrayRecordDataSource(
-        [os.path.join(data_dir, s['file']) for s in metadata['shards']])
+        [os.path.join(local_dir, f) for f in files])
     self._dtype = np.dtype(metadata['record_dtype'])
     self._max_seq_length = metadata['max_seq_length']
 

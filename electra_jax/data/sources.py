@@ -4,12 +4,13 @@ The format of the official ELECTRA/BERT release. Files are streamed line by line
 never has to fit in memory as one string); `.gz` files are read transparently. Bad files fail
 with the file name and byte offset instead of a stack trace deep inside a decoder.
 """
+import contextlib
 import gzip
 from typing import Iterable, Iterator
 
 from absl import logging
 
-from electra_jax.data import paths
+from electra_jax import paths
 from electra_jax.errors import UserError
 
 
@@ -18,15 +19,21 @@ def list_files(pattern: str) -> list[str]:
   files = []
   for part in (pattern or '').split(','):
     if part.strip():
-      files.extend(paths.resolve_glob(part))
+      files.extend(paths.glob(part))
   if not files:
     raise UserError(f"no files match '{pattern}'; fix the glob (relative paths are tried from "
                     'the current directory, then the repository root)')
   return sorted(set(files))
 
 
+@contextlib.contextmanager
 def _open_binary(path: str):
-  return gzip.open(path, 'rb') if path.endswith('.gz') else open(path, 'rb')
+  with paths.open_binary(path) as file:
+    if path.endswith('.gz'):
+      with gzip.open(file, 'rb') as unzipped:
+        yield unzipped
+    else:
+      yield file
 
 
 def read_lines(path: str, skip_bad_lines: bool = False) -> Iterator[str]:

@@ -7,6 +7,7 @@ its text splits into lines on newlines, like a paragraph-per-line text file.
 import dataclasses
 from typing import Iterator
 
+from electra_jax import paths
 from electra_jax.errors import UserError
 
 
@@ -47,6 +48,21 @@ class TfdsTextSource:
         yield lines
 
 
+def local_data_dir(data_dir: str | None, name: str) -> str | None:
+  """The TFDS data directory to open: `data_dir` itself, or for a remote one (gs://) a local
+  copy of the dataset's directory (ArrayRecord reads local files only; copied once into
+  paths.CACHE_DIR). A remote dataset must be prepared already."""
+  if not data_dir or not paths.is_remote(data_dir):
+    return data_dir or None
+  relative = name.split(':')[0].strip('/')
+  source = paths.join(data_dir, relative)
+  if not paths.is_dir(source):
+    raise UserError(f"TFDS dataset '{name}' is not prepared in {data_dir} ({source} does not "
+                    f'exist); {_build_hint(name, data_dir)}')
+  local = paths.local_copy(source)
+  return local[:-len(relative)].rstrip('/')
+
+
 def open_text_source(name: str, split: str, text_key: str,
                      data_dir: str | None = None) -> TfdsTextSource:
   """Opens a prepared TFDS split, or a UserError saying what is missing and how to fix it."""
@@ -56,7 +72,7 @@ def open_text_source(name: str, split: str, text_key: str,
     raise UserError("config.tfds_name is set but tensorflow_datasets is not installed; "
                     "pip install 'tensorflow-datasets>=4.9.10' array-record") from None
   try:
-    builder = tfds.builder(name, data_dir=data_dir)
+    builder = tfds.builder(name, data_dir=local_data_dir(data_dir, name))
   except tfds.core.registered.DatasetNotFoundError:
     raise UserError(f"TFDS dataset '{name}' not found (data_dir={data_dir or 'default'}); "
                     f'check --config.tfds_name, or {_build_hint(name, data_dir)}') from None

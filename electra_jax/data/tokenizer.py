@@ -5,10 +5,12 @@ Fixed ids let the model, the masking code and exported checkpoints agree on [PAD
 so no raw text (not even the literal string "[MASK]") can ever encode to them.
 """
 import os
+import tempfile
 
 import sentencepiece as spm
 
-from electra_jax.data import paths
+from electra_jax import atomic
+from electra_jax import paths
 from electra_jax.data import wordpiece
 from electra_jax.errors import UserError
 
@@ -21,34 +23,43 @@ MAX_TRAINING_LINE_BYTES = 1 << 16
 def train_sentencepiece(input_files: list[str], vocab_size: int, output_prefix: str,
                         model_type: str = 'unigram', max_sentences: int = 2_000_000,
                         num_threads: int | None = None) -> str:
-  """Trains PREFIX.model/.vocab on UTF-8 text files; returns the model path.
+  """Trains PREFIX.model/.vocab on UTF-8 text files (local or remote); returns the model path.
 
   Casing is kept (ELECTRA's cased setting); NFKC normalisation only folds compatibility
   characters (ligatures, full-width forms). At most `max_sentences` randomly chosen lines are
-  used, so a large corpus still trains in minutes.
+  used, so a large corpus still trains in minutes. Lines are streamed to the trainer, and the
+  two files are written where PREFIX says once training is done.
   """
+  from electra_jax.data import sources  # pylint: disable=import-outside-toplevel
   if vocab_size <= len(SPECIAL_TOKENS):
     raise UserError(f'vocab_size={vocab_size} leaves no room for text pieces; use at least '
                     f'{len(SPECIAL_TOKENS) + 100}')
-  os.makedirs(os.path.dirname(os.path.abspath(output_prefix)), exist_ok=True)
-  try:
-    spm.SentencePieceTrainer.train(
-        input=list(input_files), model_prefix=output_prefix, vocab_size=vocab_size,
-        model_type=model_type, character_coverage=0.9999,
-        normalization_rule_name='nmt_nfkc', split_digits=True, byte_fallback=False,
-        pad_id=PAD_ID, pad_piece=SPECIAL_TOKENS[PAD_ID],
-        unk_id=UNK_ID, unk_piece=SPECIAL_TOKENS[UNK_ID],
-        bos_id=-1, eos_id=-1, control_symbols=list(SPECIAL_TOKENS[CLS_ID:]),
-        input_sentence_size=max_sentences, shuffle_input_sentence=True,
-        max_sentence_length=MAX_TRAINING_LINE_BYTES,
-        num_threads=num_threads or os.cpu_count() or 1, minloglevel=2)
-  except RuntimeError as e:
-    # Typically "Vocabulary size too high (N). Please set it to a value <= M."
-    raise UserError(f'sentencepiece could not build a {vocab_size}-token vocabulary: '
-                    f'{str(e).strip()}') from None
-  model_file = output_prefix + '.model'
-  _check_special_ids(spm.SentencePieceProcessor(model_file=model_file), model_file)
-  return model_file
+  output_prefix = paths.absolute(output_prefix)
+  paths.make_dirs(paths.parent(output_prefix))
+  lines = (line.rstrip('\r\n') for path in input_files for line in sources.read_lines(path))
+  with tempfile.TemporaryDirectory(prefix='electra_vocab_') as tmp:
+    local_prefix = os.path.join(tmp, 'spm')
+    try:
+      spm.SentencePieceTrainer.train(
+          sentence_iterator=lines, model_prefix=local_prefix, vocab_size=vocab_size,
+          model_type=model_type, character_coverage=0.9999,
+          normalization_rule_name='nmt_nfkc', split_digits=True, byte_fallback=False,
+          pad_id=PAD_ID, pad_piece=SPECIAL_TOKENS[PAD_ID],
+          unk_id=UNK_ID, unk_piece=SPECIAL_TOKENS[UNK_ID],
+          bos_id=-1, eos_id=-1, control_symbols=list(SPECIAL_TOKENS[CLS_ID:]),
+          input_sentence_size=max_sentences, shuffle_input_sentence=True,
+          max_sentence_length=MAX_TRAINING_LINE_BYTES,
+          num_threads=num_threads or os.cpu_count() or 1, minloglevel=2)
+    except RuntimeError as e:
+      # Typically "Vocabulary size too high (N). Please set it to a value <= M."
+      raise UserError(f'sentencepiece could not build a {vocab_size}-token vocabulary: '
+                      f'{str(e).strip()}') from None
+    _check_special_ids(spm.SentencePieceProcessor(model_file=local_prefix + '.model'),
+                       output_prefix + '.model')
+    for suffix in ('.vocab', '.model'):  # The model last: its presence means done.
+      with open(local_prefix + suffix, 'rb') as f:
+        atomic.write_bytes(output_prefix + suffix, f.read())
+  return output_prefix + '.model'
 
 
 def _check_special_ids(processor, vocab_file: str):
@@ -68,7 +79,7 @@ class SentencePieceTokenizer:
 
   def __init__(self, model_file: str):
     self.model_file = self.vocab_file = model_file
-    self.processor = spm.SentencePieceProcessor(model_file=model_file)
+    self.processor = spm.SentencePieceProcessor(model_proto=paths.read_bytes(model_file))
 
   @property
   def vocab_size(self) -> int:
@@ -93,7 +104,7 @@ class SentencePieceTokenizer:
 
 def is_wordpiece_vocab(path: str) -> bool:
   """A BERT-style vocab.txt (by extension); anything else is a sentencepiece model."""
-  return os.path.splitext(str(path))[1].lower() == '.txt'
+  return str(path).lower().endswith('.txt')
 
 
 def for_config(c):
@@ -108,8 +119,8 @@ def load_tokenizer(vocab_file: str, vocab_size: int | None = None, do_lower_case
   one); anything else a sentencepiece model. Both tokenizers share one interface (encode,
   encode_batch, decode, special ids).
   """
-  path = paths.resolve_path(vocab_file)
-  if not os.path.isfile(path):
+  path = paths.resolve(vocab_file)
+  if not paths.is_file(path):
     raise UserError(f"vocab_file '{vocab_file}' not found; build one with python -m "
                     'electra_jax.data.build_vocab --input=GLOB --vocab_size=N --output=PREFIX '
                     'and pass --config.vocab_file=PREFIX.model, or pass a BERT vocab.txt')
@@ -118,7 +129,7 @@ def load_tokenizer(vocab_file: str, vocab_size: int | None = None, do_lower_case
   else:
     try:
       tokenizer = SentencePieceTokenizer(path)
-    except (RuntimeError, OSError) as e:
+    except (RuntimeError, OSError, TypeError) as e:
       raise UserError(f"vocab_file '{vocab_file}' is not a sentencepiece model ({e}); pass the "
                       '*.model file written by python -m electra_jax.data.build_vocab (or a '
                       'WordPiece vocab.txt)') from None

@@ -9,8 +9,11 @@ wherever vocab.txt puts them (the released BERT vocab: [PAD] 0, [UNK] 100, [CLS]
 [MASK] 103), and the literal text "[MASK]" still tokenizes as "[", "mask", "]".
 """
 
+import io
+
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
+from electra_jax import paths
 from electra_jax.errors import UserError
 
 SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
@@ -20,8 +23,9 @@ MAX_CHARS_PER_WORD = 100  # BERT: longer words are [UNK].
 def read_tokens(vocab_file: str) -> list[str]:
   """The tokens of a vocab.txt by id (its 0-based line number), as BERT's load_vocab reads it."""
   try:
-    with open(vocab_file, encoding='utf-8') as f:
-      tokens = [line.strip() for line in f]
+    # Line breaks as BERT's load_vocab reads them (text mode: \n, \r\n and \r).
+    text = io.TextIOWrapper(io.BytesIO(paths.read_bytes(vocab_file)), encoding='utf-8')
+    tokens = [line.strip() for line in text]
   except UnicodeDecodeError as e:
     raise UserError(f"vocab_file '{vocab_file}' is not UTF-8 (byte offset {e.start}); pass a "
                     'BERT-style vocab.txt with one token per line') from None

@@ -19,6 +19,7 @@ from absl import flags
 
 from electra_jax import atomic
 from electra_jax import cli
+from electra_jax import paths
 from electra_jax.errors import UserError
 from electra_jax.experiments import budget
 from electra_jax.experiments import report
@@ -93,11 +94,11 @@ def comparison_spec(plans, task_args) -> dict:
 def prepare_output(output: str, spec: dict) -> str:
   """Creates the output folder with its spec, or checks that an existing one holds the same
   comparison (UserError naming what differs)."""
-  output = os.path.abspath(os.path.expanduser(output))
-  spec_path = os.path.join(output, 'compare.json')
-  if os.path.exists(output) and not os.path.isdir(output):
+  output = paths.absolute(output)
+  spec_path = paths.join(output, 'compare.json')
+  if paths.is_file(output):
     raise UserError(f"--output '{output}' is a file; pass a folder")
-  if os.path.isfile(spec_path):
+  if paths.is_file(spec_path):
     saved = runs.read_json(spec_path)
     differ = [k for k in spec if saved.get(k) != spec[k]]
     if 'configs' in differ:  # Name the configs added, dropped or changed.
@@ -110,14 +111,10 @@ def prepare_output(output: str, spec: dict) -> str:
                       f"{', '.join(differ)}; re-run with its arguments "
                       f'({spec_path}) or pass a new --output')
     return output
-  if os.path.isdir(output) and os.listdir(output):
+  if paths.listdir(output):
     raise UserError(f"--output '{output}' is not empty and holds no comparison (no "
                     'compare.json); pass a new or empty folder')
-  try:
-    os.makedirs(output, exist_ok=True)
-  except OSError as e:
-    raise UserError(f"cannot create --output '{output}': {e.strerror}; pick a writable "
-                    'location') from None
+  paths.check_writable_dir(output, '--output')
   atomic.write_json(spec_path, spec)
   return output
 
@@ -130,7 +127,8 @@ def compare() -> dict:
   task_args = finetune_args(FLAGS.finetune_task, FLAGS.finetune_override)
   output = prepare_output(FLAGS.output, comparison_spec(plans, task_args))
   # Each budget point restarts the train command: reuse its compiled steps across runs.
-  os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(output, 'jax_cache'))
+  cache_dir = (FLAGS.compilation_cache_dir or os.environ.get('JAX_COMPILATION_CACHE_DIR')
+               or paths.join(output, 'jax_cache'))
   print(f'Writing to {output} | {len(plans)} config(s) x {FLAGS.budget_points} budget point(s) '
         f'x {FLAGS.num_seeds} seed(s) | {FLAGS.flops_budget:.4g} pretraining FLOPs each | '
         f'fine-tuning {FLAGS.finetune_task}', flush=True)
@@ -142,10 +140,11 @@ def compare() -> dict:
   counter = dict(pretrain_run=0, pretrain_skipped=0, finetune_run=0, finetune_skipped=0)
   configs, main_metric = [], None
   for p in plans:
-    point_records = runs.pretrain(p, FLAGS.override, output, counter)
+    point_records = runs.pretrain(p, FLAGS.override, output, counter, cache_dir)
     points = []
     for record in point_records:
-      ft = runs.finetune(p, record['step'], task_args, FLAGS.num_seeds, output, counter)
+      ft = runs.finetune(p, record['step'], task_args, FLAGS.num_seeds, output, counter,
+                         cache_dir)
       score = runs.finetune_score(ft)
       main_metric = score['main_metric']
       points.append(dict(step=record['step'], flops=record['flops'],
@@ -160,11 +159,11 @@ def compare() -> dict:
                  main_metric=main_metric, num_seeds=FLAGS.num_seeds,
                  budget_points=FLAGS.budget_points, overrides=list(FLAGS.override),
                  finetune_overrides=list(FLAGS.finetune_override), configs=configs)
-  paths = report.write_all(results, output)
+  written = report.write_all(results, output)
   print(report.markdown(results), flush=True)
-  print(f"Wrote {paths['results_md']}, {paths['results_json']} and the plots "
-        f"{paths['downstream_plot']}, {paths['curves_plot']}", flush=True)
-  return dict(status='completed', output=output, **paths, main_metric=main_metric,
+  print(f"Wrote {written['results_md']}, {written['results_json']} and the plots "
+        f"{written['downstream_plot']}, {written['curves_plot']}", flush=True)
+  return dict(status='completed', output=output, **written, main_metric=main_metric,
               **counter, median={c['name']: c['points'][-1]['finetune']['median']
                                  for c in configs})
 

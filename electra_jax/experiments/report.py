@@ -2,9 +2,10 @@
 
 The markdown table is written from results.json's numbers, so the two always agree.
 """
-import os
+import io
 
 from electra_jax import atomic
+from electra_jax import paths
 from electra_jax.experiments import runs
 
 CURVE_METRICS = (('loss', 'training loss'),
@@ -57,6 +58,13 @@ def _pyplot():
   return plt
 
 
+def _save(fig, path: str):
+  """A figure as PNG at `path` (any filesystem), written whole."""
+  png = io.BytesIO()
+  fig.savefig(png, format='png', dpi=120)
+  atomic.write_bytes(path, png.getvalue())
+
+
 def plot_downstream(results: dict, path: str):
   """Median downstream score vs pretraining FLOPs, one line per config, seed min–max bars."""
   plt = _pyplot()
@@ -76,7 +84,7 @@ def plot_downstream(results: dict, path: str):
   ax.grid(alpha=0.3)
   ax.legend()
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  _save(fig, path)
   plt.close(fig)
 
 
@@ -86,7 +94,7 @@ def plot_curves(results: dict, output: str, path: str):
   plt = _pyplot()
   curves = {}
   for run in results['configs']:
-    rows = runs.read_jsonl(os.path.join(output, 'pretrain', run['name'], 'metrics.jsonl'))
+    rows = runs.read_jsonl(paths.join(output, 'pretrain', run['name'], 'metrics.jsonl'))
     curves[run['name']] = (run, rows)
   metrics = [(key, title) for key, title in CURVE_METRICS
              if any(r.get(key) is not None for _, rows in curves.values() for r in rows)]
@@ -103,18 +111,18 @@ def plot_curves(results: dict, output: str, path: str):
     ax.grid(alpha=0.3)
     ax.legend()
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  _save(fig, path)
   plt.close(fig)
 
 
 def write_all(results: dict, output: str) -> dict:
   """Writes every output file; returns their paths."""
-  paths = dict(results_json=os.path.join(output, 'results.json'),
-               results_md=os.path.join(output, 'results.md'),
-               downstream_plot=os.path.join(output, 'downstream_vs_flops.png'),
-               curves_plot=os.path.join(output, 'pretraining_curves.png'))
-  atomic.write_json(paths['results_json'], results)
-  atomic.write_text(paths['results_md'], markdown(results))
-  plot_downstream(results, paths['downstream_plot'])
-  plot_curves(results, output, paths['curves_plot'])
-  return paths
+  written = dict(results_json=paths.join(output, 'results.json'),
+                 results_md=paths.join(output, 'results.md'),
+                 downstream_plot=paths.join(output, 'downstream_vs_flops.png'),
+                 curves_plot=paths.join(output, 'pretraining_curves.png'))
+  atomic.write_json(written['results_json'], results)
+  atomic.write_text(written['results_md'], markdown(results))
+  plot_downstream(results, written['downstream_plot'])
+  plot_curves(results, output, written['curves_plot'])
+  return written

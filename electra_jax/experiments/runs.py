@@ -3,21 +3,23 @@ output says it already finished.
 
 Layout under the output folder:
   pretrain/<name>/            the train command's workdir (resumed, never restarted)
-  points/<name>/<step>/       one budget point: config.json + checkpoints/<step>/ (hard links to
-                              the train workdir's files, so later saves may rotate the original
+  points/<name>/<step>/       one budget point: config.json + checkpoints/<step>/ (a copy, hard
+                              links on a local disk, so later saves may rotate the original
                               away) + point.json (written last: the point is complete)
   finetune/<name>/<step>/     the finetune command's workdir (results.json: finished)
   logs/                       every command's stdout and stderr
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 
 from electra_jax import atomic
+from electra_jax import checkpoint
+from electra_jax import paths
+from electra_jax import saved_config
 from electra_jax.errors import UserError
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,27 +30,24 @@ def _say(message: str):
 
 
 def read_json(path: str):
-  with open(path, encoding='utf-8') as f:
-    return json.load(f)
+  return json.loads(paths.read_text(path))
 
 
 def read_jsonl(path: str) -> list[dict]:
-  if not os.path.isfile(path):
+  if not paths.is_file(path):
     return []
   rows = []
-  with open(path, encoding='utf-8') as f:
-    for line in f:
-      try:
-        rows.append(json.loads(line))
-      except json.JSONDecodeError:
-        pass  # A line cut short by a killed run; the train command rewrites it on resume.
+  for line in paths.read_text(path).splitlines():
+    try:
+      rows.append(json.loads(line))
+    except json.JSONDecodeError:
+      pass  # A line cut short by a killed run; the train command rewrites it on resume.
   return rows
 
 
 def run_command(module: str, args: list[str], log_path: str, label: str) -> dict:
   """Runs `python -m module args`, echoing its output to stderr (prefixed with `label`) and
   into log_path; returns its last-stdout-line JSON, or raises UserError with its error line."""
-  os.makedirs(os.path.dirname(log_path), exist_ok=True)
   env = dict(os.environ, PYTHONUNBUFFERED='1')
   # Config files import `configs` and name data relative to this directory: the commands run
   # here and import this copy of the package, installed or not.
@@ -56,9 +55,9 @@ def run_command(module: str, args: list[str], log_path: str, label: str) -> dict
                                                   env.get('PYTHONPATH')) if p)
   command = [sys.executable, '-m', module, *args]
   last_stdout, error_lines = '', []
-  with open(log_path, 'a', encoding='utf-8') as log:
+  log = atomic.AppendFile(log_path)
+  try:
     log.write('$ ' + ' '.join(command) + '\n')
-    log.flush()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                             text=True, bufsize=1)
     lock = threading.Lock()
@@ -66,7 +65,6 @@ def run_command(module: str, args: list[str], log_path: str, label: str) -> dict
     def echo(line: str):
       with lock:
         log.write(line)
-        log.flush()
         sys.stderr.write(f'  [{label}] {line}')
         sys.stderr.flush()
 
@@ -97,6 +95,8 @@ def run_command(module: str, args: list[str], log_path: str, label: str) -> dict
       proc.wait()
       reader.join()
       signal.signal(signal.SIGTERM, previous)
+  finally:
+    log.close()
   if stopped:
     raise UserError(f'{label} was stopped (signal {stopped[0]}); re-run the same command to '
                     'resume the comparison')
@@ -112,25 +112,6 @@ def run_command(module: str, args: list[str], log_path: str, label: str) -> dict
 
 # --- Pretraining ------------------------------------------------------------------------------
 
-def _latest_checkpoint(workdir: str) -> int:
-  """Newest complete checkpoint step of a train workdir (0: none). Orbax names a step's
-  directory <step> only once the save is complete."""
-  directory = os.path.join(workdir, 'checkpoints')
-  if not os.path.isdir(directory):
-    return 0
-  return max((int(n) for n in os.listdir(directory) if n.isdigit()), default=0)
-
-
-def _link_tree(source: str, target: str):
-  """Copies a checkpoint directory as hard links (no extra disk); a plain copy where the file
-  system has none."""
-  try:
-    shutil.copytree(source, target, copy_function=os.link)
-  except OSError:
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(source, target)
-
-
 def _row_at(rows: list[dict], step: int):
   """The last logged row at or before `step` (None if none was logged yet)."""
   before = [r for r in rows if r.get('step', 0) <= step]
@@ -140,57 +121,57 @@ def _row_at(rows: list[dict], step: int):
 def _make_point(workdir: str, point_dir: str, step: int, flops: float) -> dict:
   """The budget point's directory: what finetune needs to start from exactly this step."""
   tmp = point_dir + '.tmp'
-  shutil.rmtree(tmp, ignore_errors=True)
-  os.makedirs(os.path.join(tmp, 'checkpoints'))
-  shutil.copy2(os.path.join(workdir, 'config.json'), os.path.join(tmp, 'config.json'))
-  _link_tree(os.path.join(workdir, 'checkpoints', str(step)),
-             os.path.join(tmp, 'checkpoints', str(step)))
+  paths.remove_tree(tmp)
+  saved_config.write(tmp, saved_config.load(workdir))
+  checkpoint.copy_step(workdir, step, tmp)
   record = dict(step=step, flops=flops,
-                train=_row_at(read_jsonl(os.path.join(workdir, 'metrics.jsonl')), step),
-                eval=_row_at(read_jsonl(os.path.join(workdir, 'eval_metrics.jsonl')), step))
-  shutil.rmtree(point_dir, ignore_errors=True)
-  os.rename(tmp, point_dir)
-  atomic.write_json(os.path.join(point_dir, 'point.json'), record)
+                train=_row_at(read_jsonl(paths.join(workdir, 'metrics.jsonl')), step),
+                eval=_row_at(read_jsonl(paths.join(workdir, 'eval_metrics.jsonl')), step))
+  paths.remove_tree(point_dir)
+  paths.rename(tmp, point_dir)
+  atomic.write_json(paths.join(point_dir, 'point.json'), record)
   return record
 
 
-def pretrain(plan, user_overrides: list[str], output: str, counter: dict) -> list[dict]:
+def pretrain(plan, user_overrides: list[str], output: str, counter: dict,
+             cache_dir: str) -> list[dict]:
   """Trains `plan` to each budget point in turn (stopping there with --stop_after_steps, so the
   point's checkpoint is exact and the run continues as if never stopped); returns the points'
-  records. Points already complete are read back, not retrained."""
-  workdir = os.path.join(output, 'pretrain', plan.name)
+  records. Points already complete are read back, not retrained. `cache_dir`: the commands'
+  shared compilation cache."""
+  workdir = paths.join(output, 'pretrain', plan.name)
   records = []
   for k, step in enumerate(plan.points, 1):
-    point_dir = os.path.join(output, 'points', plan.name, str(step))
-    done = os.path.join(point_dir, 'point.json')
+    point_dir = paths.join(output, 'points', plan.name, str(step))
+    done = paths.join(point_dir, 'point.json')
     label = f'pretrain {plan.name} -> step {step}'
     where = f'point {k}/{len(plan.points)}, {step * plan.flops_per_step:.3g} FLOPs'
-    if os.path.isfile(done):
+    if paths.is_file(done):
       _say(f'{label} ({where}): already done, skipped')
       counter['pretrain_skipped'] += 1
       records.append(read_json(done))
       continue
-    latest = _latest_checkpoint(workdir)
+    latest = checkpoint.latest_step(workdir) or 0
     if latest < step:
       _say(f'{label} ({where}): training from step {latest} in {workdir}')
       counter['pretrain_run'] += 1
     while latest < step:
       args = [f'--config={plan.spec}', f'--workdir={workdir}',
-              *plan.train_overrides(user_overrides)]
+              f'--compilation_cache_dir={cache_dir}', *plan.train_overrides(user_overrides)]
       if step < plan.num_train_steps:
         args.append(f'--stop_after_steps={step - latest}')
       result = run_command('electra_jax.train', args,
-                           os.path.join(output, 'logs', f'pretrain_{plan.name}.log'),
+                           paths.join(output, 'logs', f'pretrain_{plan.name}.log'),
                            f'pretrain {plan.name}')
       reached = int(result.get('step', 0))
       if reached <= latest:
         raise UserError(f'{label}: the train command stopped at step {reached} without '
                         f'progress (status {result.get("status")}); see {output}/logs')
       latest = reached
-    if not os.path.isdir(os.path.join(workdir, 'checkpoints', str(step))):
+    if step not in checkpoint.steps(workdir):
       raise UserError(f'{label}: the checkpoint of step {step} is gone from {workdir} (the '
                       f'run went on to step {latest}); delete {workdir} and '
-                      f'{os.path.dirname(point_dir)} to redo this config')
+                      f'{paths.parent(point_dir)} to redo this config')
     records.append(_make_point(workdir, point_dir, step, step * plan.flops_per_step))
   return records
 
@@ -198,26 +179,27 @@ def pretrain(plan, user_overrides: list[str], output: str, counter: dict) -> lis
 # --- Fine-tuning ------------------------------------------------------------------------------
 
 def finetune(plan, step: int, task_args: list[str], num_seeds: int, output: str,
-             counter: dict) -> dict:
+             counter: dict, cache_dir: str) -> dict:
   """Fine-tunes the budget point `step` of `plan` with num_seeds seeds; returns finetune's
   results.json. A finished run is read back; an unfinished one is discarded and redone."""
-  point_dir = os.path.join(output, 'points', plan.name, str(step))
-  workdir = os.path.join(output, 'finetune', plan.name, str(step))
-  results_path = os.path.join(workdir, 'results.json')
+  point_dir = paths.join(output, 'points', plan.name, str(step))
+  workdir = paths.join(output, 'finetune', plan.name, str(step))
+  results_path = paths.join(workdir, 'results.json')
   label = f'finetune {plan.name} @ step {step}'
-  if os.path.isfile(results_path):
+  if paths.is_file(results_path):
     _say(f'{label}: already done, skipped')
     counter['finetune_skipped'] += 1
     return read_json(results_path)
-  if os.path.exists(workdir):
+  if paths.exists(workdir):
     _say(f'{label}: discarding the unfinished run in {workdir}')
-    shutil.rmtree(workdir)
+    paths.remove_tree(workdir)
   _say(f'{label}: {num_seeds} seed(s) -> {workdir}')
   counter['finetune_run'] += 1
   run_command('electra_jax.finetune',
               [*task_args, f'--config.init_checkpoint={point_dir}',
-               f'--config.num_seeds={num_seeds}', f'--workdir={workdir}'],
-              os.path.join(output, 'logs', f'finetune_{plan.name}_{step}.log'), label)
+               f'--config.num_seeds={num_seeds}', f'--workdir={workdir}',
+               f'--compilation_cache_dir={cache_dir}'],
+              paths.join(output, 'logs', f'finetune_{plan.name}_{step}.log'), label)
   return read_json(results_path)
 
 

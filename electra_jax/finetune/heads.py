@@ -4,6 +4,7 @@ One params tree {'electra': {'embeddings', 'discriminator'}, 'head': ...}: the e
 from `model.Electra.discriminator_hidden`, so pretrained weights drop in by name (the
 generator and the replaced-token head are never created).
 """
+import dataclasses
 from typing import Any
 
 import jax
@@ -98,7 +99,9 @@ class FinetuneModel(nn.Module):
   head: nn.Module
 
   def setup(self):
-    self.electra = model_lib.Electra(self.cfg)
+    # One token table: tie='gdes' pretraining's shared table + delta arrives merged
+    # (model.discriminator_view).
+    self.electra = model_lib.Electra(dataclasses.replace(self.cfg, tie='embeddings'))
 
   def hidden(self, batch, deterministic: bool):
     return self.electra.discriminator_hidden(batch['input_ids'], batch['segment_ids'],

@@ -2,22 +2,22 @@
 epoch's params) -> median over seeds. Writes FT_DIR/{config.json, results.json,
 seed_<k>/metrics.jsonl, seed_<k>/best/<step>/}."""
 import dataclasses
-import os
 import sys
 import time
 
 import jax
 import ml_collections
 import numpy as np
-import orbax.checkpoint as ocp
 import tqdm
 
 from electra_jax import atomic
+from electra_jax import checkpoint
 from electra_jax import cli
 from electra_jax import experiment as experiment_lib
 from electra_jax import model as model_lib
 from electra_jax import optim
 from electra_jax import parallel
+from electra_jax import paths
 from electra_jax import saved_config
 from electra_jax import train_state as ts
 from electra_jax.data import tokenizer as tokenizer_lib
@@ -78,6 +78,8 @@ def load_data(c, task, tokenizer) -> Data:
     else:
       read = lambda src, n: tasks_lib.glue_examples(task, src, n)
     train = read(source(task.train_split), c.max_train_examples)
+    if c.double_unordered and task.unordered_pair:
+      train += [dict(e, text_a=e['text_b'], text_b=e['text_a']) for e in train]
     evals = [(prefix, read(source(split), c.max_eval_examples))
              for split, prefix in task.eval_splits]
   if not train:
@@ -178,11 +180,6 @@ def init_params(model, sample: dict, rng, pretrained_params=None):
 
 # --- One seed -----------------------------------------------------------------------------------
 
-def _append_jsonl(path: str, record: dict):
-  with open(path, 'a', encoding='utf-8') as f:
-    f.write(cli.json_line(record) + '\n')
-
-
 @dataclasses.dataclass
 class Trainer:
   """What every seed shares: the model, optimizer and the compiled steps."""
@@ -202,7 +199,7 @@ def make_trainer(c, task, model, model_config, sample_params, num_steps: int, me
   init_state = jax.jit(lambda p: ts.TrainState(step=jax.numpy.zeros((), jax.numpy.int32),
                                                params=p, opt_state=tx.init(p)),
                        out_shardings=rep)
-  objective = steps.make_objective(model, task, c.answerable_weight)
+  objective = steps.TaskObjective(model, task, c.answerable_weight, c.loss_reduction)
   return Trainer(model, tx, schedule, ts.jit_train_step(ts.make_train_step(objective, tx), mesh),
                  ts.jit_eval_step(steps.make_predict(model, task, c), mesh), init_state)
 
@@ -216,15 +213,12 @@ def run_seed(c, data: Data, trainer: Trainer, pretrained_params, seed: int, mesh
   train_step, predict_step, schedule = trainer.train_step, trainer.predict_step, trainer.schedule
   base_rng = jax.random.fold_in(jax.random.key(seed), 1)
 
-  manager = None
+  best_ckpt = None
   if c.save_best_checkpoint:
-    options = ocp.CheckpointManagerOptions(
-        preservation_policy=ocp.checkpoint_managers.BestN(
-            get_metric_fn=lambda m: m[task.main_metric], n=1),
-        enable_async_checkpointing=False, create=True, cleanup_tmp_directories=True)
-    manager = ocp.CheckpointManager(os.path.join(seed_dir, 'best'), options=options)
+    best_ckpt = checkpoint.Checkpointer(paths.join(seed_dir, 'best'), keep=1, async_save=False,
+                                        best_metric=task.main_metric)
   history, best = [], None
-  metrics_path = os.path.join(seed_dir, 'metrics.jsonl')
+  metrics_path = paths.join(seed_dir, 'metrics.jsonl')
   for epoch in range(1, c.num_epochs + 1):
     loss_sum, count = 0.0, 0
     for batch in train_batches(data.train, c.train_batch_size, seed, epoch):
@@ -243,30 +237,27 @@ def run_seed(c, data: Data, trainer: Trainer, pretrained_params, seed: int, mesh
                             mesh)
       record.update({f'eval_{k}': v for k, v in score(task, c, eval_set, outputs).items()})
     history.append(record)
-    if jax.process_index() == 0:
-      _append_jsonl(metrics_path, record)
+    if jax.process_index() == 0:  # Rewritten whole: object stores cannot append.
+      atomic.write_text(metrics_path, ''.join(cli.json_line(r) + '\n' for r in history))
     main = record[f'eval_{task.main_metric}']
     bar.write(f'seed {seed} epoch {epoch}/{c.num_epochs} | train loss {record["train_loss"]:.4f}'
               f' | eval loss {record["eval_loss"]:.4f} | {task.main_metric} {main:.4f}',
               file=sys.stdout)
     if best is None or main > best[f'eval_{task.main_metric}']:
       best = record
-      if manager is not None:
-        manager.save(step, args=ocp.args.StandardSave(state.params),
-                     metrics={task.main_metric: main}, force=True)
-  if manager is not None:
-    manager.wait_until_finished()
-    manager.close()
+      if best_ckpt is not None:
+        best_ckpt.save(step, state.params, force=True, metrics={task.main_metric: main})
+  if best_ckpt is not None:
+    best_ckpt.close()
   return dict(seed=seed, best=best, final=history[-1], history=history,
-              checkpoint=os.path.join(seed_dir, 'best', str(best['step'])) if manager else None)
+              checkpoint=best_ckpt.step_path(best['step']) if best_ckpt else None)
 
 
 # --- All seeds ----------------------------------------------------------------------------------
 
 def _prepare_output(workdir: str) -> str:
   workdir = experiment_lib.prepare_workdir(workdir)
-  if os.path.exists(os.path.join(workdir, 'results.json')) or any(
-      name.startswith('seed_') for name in os.listdir(workdir)):
+  if any(n == 'results.json' or n.startswith('seed_') for n in paths.listdir(workdir)):
     raise UserError(f"--workdir '{workdir}' already holds fine-tuning results; pass a new "
                     '--workdir (results are never overwritten)')
   return workdir
@@ -334,8 +325,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                          c.num_epochs * steps_per_epoch(data.train, c.train_batch_size), mesh)
   runs = []
   for seed in range(c.seed, c.seed + c.num_seeds):
-    seed_dir = os.path.join(workdir, f'seed_{seed}')
-    os.makedirs(seed_dir, exist_ok=True)
+    seed_dir = paths.join(workdir, f'seed_{seed}')
+    paths.make_dirs(seed_dir)
     runs.append(run_seed(c, data, trainer, params, seed, mesh, seed_dir, bar))
   bar.close()
   summary = summarize(task, runs)
@@ -345,7 +336,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                  wall_time_sec=round(time.time() - start_time, 2))
   if is_chief:
     results = dict(summary, runs=runs, config=c.to_dict())
-    atomic.write_json(os.path.join(workdir, 'results.json'), results)
+    atomic.write_json(paths.join(workdir, 'results.json'), results)
   return summary
 
 

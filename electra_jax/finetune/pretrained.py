@@ -1,7 +1,6 @@
 """Where fine-tuning starts: a pretraining workdir, a transformers ELECTRA directory, or the same
 architecture from random weights. Only embeddings + discriminator encoder are kept."""
 import dataclasses
-import os
 
 import jax
 import ml_collections
@@ -10,6 +9,7 @@ from configs import base_config
 from electra_jax import checkpoint
 from electra_jax import config as config_lib
 from electra_jax import model as model_lib
+from electra_jax import paths
 from electra_jax import saved_config
 from electra_jax.errors import UserError
 from electra_jax.hf import configs as hf_configs
@@ -19,8 +19,8 @@ from electra_jax.hf import weights as hf_weights
 
 
 def _directory(init_checkpoint: str) -> str:
-  path = os.path.abspath(os.path.expanduser(init_checkpoint))
-  if not os.path.isdir(path):
+  path = paths.absolute(init_checkpoint)
+  if not paths.is_dir(path):
     raise UserError(f"config.init_checkpoint='{init_checkpoint}' is not a directory; pass a "
                     'pretraining workdir or a transformers ELECTRA directory')
   return path
@@ -49,6 +49,7 @@ def model_config_for_size(model_size: str, vocab_size: int) -> model_lib.ModelCo
 
 def _keep_discriminator(params) -> dict:
   """Embeddings + discriminator encoder; the generator and the pretraining heads are dropped."""
+  params = model_lib.discriminator_view(params)
   return {'embeddings': params['embeddings'],
           'discriminator': {'encoder': params['discriminator']['encoder']}}
 

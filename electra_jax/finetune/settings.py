@@ -43,6 +43,10 @@ def validate(c):
   config_lib.check(0 < c.layerwise_lr_decay <= 1,
                    f'config.layerwise_lr_decay={c.layerwise_lr_decay} must be in (0, 1] '
                    '(1 disables it)')
+  config_lib.check(c.loss_reduction in ('mean', 'sum'),
+                   f"config.loss_reduction={c.loss_reduction!r} must be 'mean' or 'sum'")
+  config_lib.check(c.lr_decay_power > 0,
+                   f'config.lr_decay_power={c.lr_decay_power} must be > 0 (1.0: linear decay)')
   config_lib.check(0 <= c.warmup_fraction < 1,
                    f'config.warmup_fraction={c.warmup_fraction} must be in [0, 1)')
   for key in ('dropout_rate', 'attention_dropout_rate'):

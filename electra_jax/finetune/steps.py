@@ -5,6 +5,9 @@ mean. Classification: softmax cross-entropy; regression: squared error on the sc
 SQuAD: (start CE + end CE) / 2 on windows that hold the answer, plus answerable_weight times
 the answerability sigmoid cross-entropy (SQuAD 2.0).
 """
+import dataclasses
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -27,17 +30,31 @@ def per_example_loss(task, outputs, batch, answerable_weight: float):
   return loss
 
 
-def make_objective(model, task, answerable_weight: float):
-  """(params, batch, rng) -> (mean loss, sums); the dropout rng is the step's rng."""
+@dataclasses.dataclass(frozen=True)
+class TaskObjective:
+  """(params, batch, rng) -> (loss, sums); the dropout rng is the step's rng. The loss is the
+  batch's mean per-example loss, or its sum (`reduction`, config.loss_reduction). The same at
+  every step (train_state's `at_step` / `prepare_params` leave it and the params as they are)."""
+  model: Any
+  task: Any
+  answerable_weight: float
+  reduction: str = 'mean'
 
-  def objective(params, batch, rng, deterministic=False):
-    outputs = model.apply({'params': params}, batch, deterministic=deterministic,
-                          rngs={'dropout': rng})
-    losses = per_example_loss(task, outputs, batch, answerable_weight)
+  def __call__(self, params, batch, rng, deterministic=False):
+    outputs = self.model.apply({'params': params}, batch, deterministic=deterministic,
+                               rngs={'dropout': rng})
+    losses = per_example_loss(self.task, outputs, batch, self.answerable_weight)
     n = jnp.float32(losses.shape[0])
-    return jnp.mean(losses), dict(loss_sum=jnp.sum(losses), num_examples=n)
+    loss = jnp.sum(losses) if self.reduction == 'sum' else jnp.mean(losses)
+    return loss, dict(loss_sum=jnp.sum(losses), num_examples=n)
 
-  return objective
+  def at_step(self, step) -> 'TaskObjective':
+    del step
+    return self
+
+  def prepare_params(self, params, step):
+    del step
+    return params
 
 
 def make_predict(model, task, c):

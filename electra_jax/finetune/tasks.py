@@ -8,11 +8,11 @@ classification/regression: {'text_a', 'text_b' (or None), 'label'}; span (SQuAD)
 """
 import csv
 import dataclasses
+import io
 import json
-import os
 import re
 
-from electra_jax.data import paths
+from electra_jax import paths
 from electra_jax.errors import UserError
 
 CLASSIFICATION, REGRESSION, SPAN = 'classification', 'regression', 'span'
@@ -32,6 +32,8 @@ class Task:
   # Eval splits and the prefix their metrics get ('' for the main one).
   eval_splits: tuple = (('validation', ''),)
   label_scale: float = 1.0               # regression targets are divided by it (STS-B: 5)
+  # The pair's order carries no meaning (config.double_unordered trains on both orders).
+  unordered_pair: bool = False
 
   @property
   def num_outputs(self) -> int:
@@ -53,10 +55,11 @@ TASKS = {t.name: t for t in [
           metrics=('mcc', 'accuracy')),
     _glue('sst2', ('sentence',), ('negative', 'positive')),
     _glue('mrpc', ('sentence1', 'sentence2'), ('not_equivalent', 'equivalent'),
-          metrics=('accuracy', 'f1')),
+          metrics=('accuracy', 'f1'), unordered_pair=True),
     _glue('qqp', ('question1', 'question2'), ('not_duplicate', 'duplicate'),
           metrics=('accuracy', 'f1')),
-    _glue('stsb', ('sentence1', 'sentence2'), (), main='spearman', epochs=10, label_scale=5.0),
+    _glue('stsb', ('sentence1', 'sentence2'), (), main='spearman', epochs=10, label_scale=5.0,
+          unordered_pair=True),
     _glue('mnli', ('premise', 'hypothesis'), ('entailment', 'neutral', 'contradiction'),
           eval_splits=(('validation_matched', ''), ('validation_mismatched', 'mismatched_'))),
     _glue('qnli', ('question', 'sentence'), ('entailment', 'not_entailment')),
@@ -98,8 +101,11 @@ def tfds_source(name: str, split: str, data_dir: str | None, download: bool):
     raise UserError(f"task dataset '{name}' needs tensorflow-datasets; pip install -e "
                     "'.[finetune]' (or use config.task=files with your own files)") from None
   _import_builders()
+  from electra_jax.data import tfds_source as tfds_data  # pylint: disable=import-outside-toplevel
+  local_dir = tfds_data.local_data_dir(data_dir, name)
   try:
-    return tfds.data_source(name, split=split, data_dir=data_dir or None, download=download)
+    return tfds.data_source(name, split=split, data_dir=local_dir,
+                            download=download and local_dir == (data_dir or None))
   except (AssertionError, FileNotFoundError, ValueError, NotImplementedError) as e:
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     raise UserError(f"TFDS dataset '{name}' split '{split}' is not available ({first[:200]}); "
@@ -154,13 +160,13 @@ _FLOAT_LITERAL = re.compile(r'^[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+)$')
 
 def read_rows(path: str) -> list[dict]:
   """Rows of a CSV/TSV (header row required) or JSONL file as dicts of strings."""
-  resolved = paths.resolve_path(path)
-  if not os.path.isfile(resolved):
+  resolved = paths.resolve(path)
+  if not paths.is_file(resolved):
     raise UserError(f"file '{path}' not found; pass an existing CSV/TSV/JSONL file")
-  fmt = _FORMATS.get(os.path.splitext(resolved)[1].lower())
+  fmt = next((f for ext, f in _FORMATS.items() if resolved.lower().endswith(ext)), None)
   if fmt is None:
     raise UserError(f"file '{path}' is not .csv, .tsv or .jsonl; rename it or convert it")
-  with open(resolved, encoding='utf-8', newline='') as f:
+  with io.TextIOWrapper(paths.open_binary(resolved), encoding='utf-8', newline='') as f:
     if fmt == 'jsonl':
       rows = []
       for n, line in enumerate(f, 1):

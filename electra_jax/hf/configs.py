@@ -21,7 +21,7 @@ def hf_config_dict(config, network: str = 'discriminator') -> dict:
       architectures=[ARCHITECTURES[network]], model_type='electra',
       vocab_size=cfg.vocab_size, embedding_size=cfg.embedding_size,
       hidden_size=cfg.generator_hidden_size if gen else cfg.hidden_size,
-      num_hidden_layers=cfg.num_layers,
+      num_hidden_layers=cfg.generator_num_layers if gen else cfg.num_layers,
       num_attention_heads=cfg.generator_num_heads if gen else cfg.num_heads,
       intermediate_size=cfg.generator_intermediate_size if gen else cfg.intermediate_size,
       hidden_act='gelu', hidden_dropout_prob=cfg.dropout_rate,
@@ -74,10 +74,11 @@ def shape_keys(hf: dict, hf_generator: dict | None = None) -> dict:
       raise UserError(f'the generator has {key}={hf_generator.get(key)} but the '
                       f'discriminator {hf.get(key)}; our generator shares these with it')
   keys['generator_hidden_size'] = hf_generator['hidden_size'] / hf['hidden_size']
-  got = config_lib.generator_sizes(ml_collections.ConfigDict(keys))
   want = dict(hidden_size=hf_generator['hidden_size'],
               intermediate_size=hf_generator['intermediate_size'],
               num_heads=hf_generator['num_attention_heads'])
+  got = {k: v for k, v in config_lib.generator_sizes(ml_collections.ConfigDict(keys)).items()
+         if k in want}
   if got != want:
     raise UserError(f'the generator sizes {want} are not the discriminator sizes scaled by '
                     f'one fraction (that gives {got}); our generator cannot hold them')

@@ -6,8 +6,9 @@ torch.load(weights_only=True), so a downloaded checkpoint cannot run code.
 import json
 
 import numpy as np
-from etils import epath
 
+from electra_jax import atomic
+from electra_jax import paths
 from electra_jax.errors import UserError
 from electra_jax.hf import configs
 from electra_jax.hf import weights
@@ -18,12 +19,12 @@ EXTRA_HINT = "install the transformers extra: pip install -e '.[hf]'"
 
 
 def read_json(path) -> dict:
-  return json.loads(epath.Path(path).read_text())
+  return json.loads(paths.read_text(path))
 
 
 def is_hf_dir(path) -> bool:
   """A transformers ELECTRA directory: config.json with model_type 'electra' plus weights."""
-  directory = epath.Path(path)
+  directory = paths.get(path)
   try:
     model_type = read_json(directory / 'config.json').get('model_type')
   except (OSError, json.JSONDecodeError, AttributeError):
@@ -34,7 +35,7 @@ def is_hf_dir(path) -> bool:
 
 def read_config(directory) -> dict:
   """An HF directory's config.json as a dict, or a UserError saying what the directory lacks."""
-  path = epath.Path(directory) / 'config.json'
+  path = paths.get(directory) / 'config.json'
   if not path.exists():
     raise UserError(f"'{directory}' has no config.json; pass a transformers checkpoint "
                     f'directory (config.json + {SAFETENSORS_FILE} or {TORCH_FILE})')
@@ -44,8 +45,8 @@ def read_config(directory) -> dict:
 def read_dir(directory) -> tuple[dict, dict[str, np.ndarray]]:
   """(config.json as a dict, float32 numpy state dict) of a transformers checkpoint directory."""
   hf_config = read_config(directory)
-  safetensors_file = epath.Path(directory) / SAFETENSORS_FILE
-  torch_file = epath.Path(directory) / TORCH_FILE
+  safetensors_file = paths.get(directory) / SAFETENSORS_FILE
+  torch_file = paths.get(directory) / TORCH_FILE
   if safetensors_file.exists():
     try:
       from safetensors.numpy import load  # pylint: disable=import-outside-toplevel
@@ -75,14 +76,14 @@ def _save_safetensors(state: dict, path):
     from safetensors.numpy import save  # pylint: disable=import-outside-toplevel
   except ImportError as e:
     raise UserError(f'writing safetensors needs safetensors; {EXTRA_HINT}') from e
-  epath.Path(path).write_bytes(save(state, metadata={'format': 'pt'}))
+  paths.get(path).write_bytes(save(state, metadata={'format': 'pt'}))
 
 
 def write_model(params, config, network: str, directory):
   """config.json + model.safetensors for one network into `directory` (created)."""
-  directory = epath.Path(directory)
+  directory = paths.get(directory)
   directory.mkdir(parents=True, exist_ok=True)
-  (directory / 'config.json').write_text(
-      json.dumps(configs.hf_config_dict(config, network), indent=2, sort_keys=True))
+  atomic.write_json(directory / 'config.json', configs.hf_config_dict(config, network),
+                    sort_keys=True)
   _save_safetensors(weights.params_to_hf(params, config, network),
                     directory / SAFETENSORS_FILE)

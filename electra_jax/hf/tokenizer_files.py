@@ -7,13 +7,11 @@ vocab.txt is copied with an ElectraTokenizerFast config. Reading takes a directo
 or vocab.txt, or the WordPiece vocabulary inside its tokenizer.json, and its lower-casing.
 """
 import dataclasses
-import json
+import io
 import os
-import shutil
 
-from etils import epath
-
-from electra_jax.data import paths
+from electra_jax import atomic
+from electra_jax import paths
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.data import wordpiece
 from electra_jax.errors import UserError
@@ -39,8 +37,7 @@ def _spm_fast_tokenizer(model_file: str):
   from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
   from tokenizers import processors
   proto = sentencepiece_model_pb2.ModelProto()
-  with open(model_file, 'rb') as f:
-    proto.ParseFromString(f.read())
+  proto.ParseFromString(paths.read_bytes(model_file))
   pieces = [(p.piece, p.score) for p in proto.pieces]
   model_type = proto.trainer_spec.model_type
   if model_type == sentencepiece_model_pb2.TrainerSpec.UNIGRAM:
@@ -77,29 +74,34 @@ def _spm_fast_tokenizer(model_file: str):
 def write_tokenizer(vocab_file: str, directory: str, model_max_length: int,
                     do_lower_case: bool = True):
   """Tokenizer files AutoTokenizer loads offline: a fast tokenizer from a sentencepiece model
-  (plus the model itself as spm.model), or vocab.txt with an ElectraTokenizerFast config."""
+  (plus the model itself as spm.model), or vocab.txt with an ElectraTokenizerFast config.
+  `directory` is local (transformers writes local files); `vocab_file` may be anywhere."""
   try:
     import transformers  # pylint: disable=import-outside-toplevel
   except ImportError as e:
     raise UserError(f'writing tokenizer files needs transformers; {files.EXTRA_HINT}') from e
-  path = paths.resolve_path(vocab_file)
-  if not os.path.isfile(path):
+  path = paths.resolve(vocab_file)
+  if not paths.is_file(path):
     raise UserError(f"vocab_file '{vocab_file}' (from the workdir's config.json) not found; "
                     'restore it or run from the directory training ran in')
   names = dict(unk_token='[UNK]', pad_token='[PAD]', cls_token='[CLS]', sep_token='[SEP]',
                mask_token='[MASK]')
   wordpiece = tokenizer_lib.is_wordpiece_vocab(path)
+  content = paths.read_bytes(path)
   if wordpiece:
-    shutil.copyfile(path, os.path.join(directory, WORDPIECE_FILE))
-    with open(path, encoding='utf-8') as f:
-      vocab = {line.rstrip('\n'): i for i, line in enumerate(f)}
+    with open(os.path.join(directory, WORDPIECE_FILE), 'wb') as f:
+      f.write(content)
+    lines = io.TextIOWrapper(io.BytesIO(content), encoding='utf-8')
+    vocab = {line.rstrip('\n'): i for i, line in enumerate(lines)}
     tokenizer = transformers.ElectraTokenizerFast(vocab=vocab, do_lower_case=do_lower_case,
                                                   model_max_length=model_max_length, **names)
   else:
+    local_model = os.path.join(directory, SPM_FILE)
+    with open(local_model, 'wb') as f:
+      f.write(content)
     tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=_spm_fast_tokenizer(path), model_max_length=model_max_length,
+        tokenizer_object=_spm_fast_tokenizer(local_model), model_max_length=model_max_length,
         model_input_names=['input_ids', 'token_type_ids', 'attention_mask'], **names)
-    shutil.copyfile(path, os.path.join(directory, SPM_FILE))
   tokenizer.save_pretrained(directory)
   # transformers 5 records its internal backend class; name the public one 4.x also loads.
   config_file = os.path.join(directory, TOKENIZER_CONFIG_FILE)
@@ -108,8 +110,7 @@ def write_tokenizer(vocab_file: str, directory: str, model_max_length: int,
       'PreTrainedTokenizerFast')
   if wordpiece:
     tokenizer_config['do_lower_case'] = bool(do_lower_case)
-  with open(config_file, 'w', encoding='utf-8') as f:
-    json.dump(tokenizer_config, f, indent=2, sort_keys=True)
+  atomic.write_json(config_file, tokenizer_config, sort_keys=True)
 
 
 @dataclasses.dataclass
@@ -127,14 +128,14 @@ class Vocabulary:
     """The tokens (WordPiece) or pieces (sentencepiece) by id."""
     if self.tokens is not None:
       return self.tokens
-    path = paths.resolve_path(self.file)
+    path = paths.resolve(self.file)
     if self.wordpiece:
       return wordpiece.read_tokens(path)
     tokenizer = tokenizer_lib.SentencePieceTokenizer(path)
     return [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
 
 
-def _do_lower_case(directory: epath.Path, fast: dict | None) -> bool:
+def _do_lower_case(directory, fast: dict | None) -> bool:
   """tokenizer_config.json's do_lower_case, else tokenizer.json's normaliser, else True (BERT's
   default); accent stripping must follow it, as it does in BERT's tokenizer."""
   config_file = directory / TOKENIZER_CONFIG_FILE
@@ -151,7 +152,7 @@ def _do_lower_case(directory: epath.Path, fast: dict | None) -> bool:
 def read_vocabulary(directory) -> Vocabulary:
   """The vocabulary of a transformers directory: spm.model, vocab.txt or tokenizer.json (file
   and tokens both None when it has none of them)."""
-  directory = epath.Path(directory)
+  directory = paths.get(directory)
   fast_file = directory / FAST_TOKENIZER_FILE
   fast = files.read_json(fast_file) if fast_file.exists() else None
   lower = _do_lower_case(directory, fast)

@@ -48,7 +48,7 @@ def name_table(cfg: model_lib.ModelConfig, network: str, with_head: bool = True)
   encoder = (network, 'encoder')
   if cfg.embedding_size != hidden:
     rows += _dense(encoder + ('embeddings_project',), 'electra.embeddings_project')
-  for i in range(cfg.num_layers):
+  for i in range(cfg.num_layers if network == 'discriminator' else cfg.generator_num_layers):
     ours, hf = encoder + (f'layer_{i}',), f'electra.encoder.layer.{i}'
     for name in ('query', 'key', 'value'):
       rows += _dense(ours + ('attention', name), f'{hf}.attention.self.{name}')
@@ -85,6 +85,8 @@ def params_to_hf(params, config, network: str = 'discriminator') -> dict[str, np
   save_pretrained does; transformers ties it to the word embeddings on load.
   """
   check_network(network)
+  if network == 'discriminator':
+    params = model_lib.discriminator_view(params)
   state = {}
   for path, name, transpose in name_table(model_config(config), network):
     value = np.asarray(jax.device_get(_get(params, path)), dtype=np.float32)

@@ -1,0 +1,17 @@
+"""GLUE fine-tuning with the official release's exact optimisation and data (configure_finetuning
+and model/optimization.py), where this framework's defaults differ:
+
+  python -m electra_jax.finetune --config=configs/finetune/official.py --config.task=mrpc \
+      --config.init_checkpoint=WORKDIR --workdir=FT_DIR
+
+Adam without bias correction, the decay running during warmup, the batch's loss summed, the
+official layer-wise decay exponents, MRPC and STS-B in both sentence orders.
+"""
+from configs.finetune import glue
+
+
+def get_config():
+  c = glue.get_config()
+  c.update(dict(adam_bias_correction=False, warmup_times_decay=True, loss_reduction='sum',
+                official_layerwise_decay=True, double_unordered=True))
+  return c

@@ -1,0 +1,59 @@
+"""What each accelerator chip offers: HBM, peak FLOP/s, HBM bandwidth (the one table of them).
+
+TPU figures per chip from the Cloud TPU system architecture pages (read 2026-11-23):
+  v4   https://cloud.google.com/tpu/docs/v4   275 TFLOP/s bf16, HBM2 32 GiB, 1200 GB/s
+  v5e  https://cloud.google.com/tpu/docs/v5e  197 TFLOP/s bf16, HBM2 16 GB, 819 GB/s
+  v5p  https://cloud.google.com/tpu/docs/v5p  459 TFLOP/s bf16, HBM2e 95 GB, 2765 GB/s
+  v6e  https://cloud.google.com/tpu/docs/v6e  918 TFLOP/s bf16, HBM 32 GB, 1638 GB/s
+`usable_hbm_bytes` is what the TPU compiler itself lets one program use (its out-of-memory
+message, "exceeds available HBM (30.75G)", with libtpu 0.0.42): a step that compiles for a
+topology fits under it. GPU entries carry only dense peaks (vendor figures, no sparsity):
+H100/H200 SXM 989 bf16, 67 float32 without tensor cores (TF32 tensor cores, 494, only at
+jax_default_matmul_precision='tensorfloat32'); A100 312 / 19.5.
+"""
+import dataclasses
+
+GiB = 2**30
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuChip:
+  """One TPU generation. `cores_per_chip`: the N of a `v4-N` / `v5p-N` name counts
+  TensorCores (2 per chip, one JAX device per chip in megacore mode); v5e/v6e names count
+  chips."""
+  name: str                 # the generation as libtpu topology names spell it: v4, v5p, ...
+  device_kind: str          # jax.Device.device_kind
+  slice_prefix: str         # the Cloud accelerator-type prefix: v4-N, v5p-N, v5litepod-N, v6e-N
+  cores_per_chip: int
+  hbm_bytes: int            # physical, as documented
+  usable_hbm_bytes: int     # what one compiled program may use
+  peak_bf16_flops: float    # dense, per chip
+  hbm_bytes_per_sec: float
+
+
+TPU_CHIPS = {c.name: c for c in (
+    TpuChip('v4', 'TPU v4', 'v4', 2, 32 * GiB, int(30.75 * GiB), 275e12, 1200e9),
+    TpuChip('v5e', 'TPU v5 lite', 'v5litepod', 1, 16 * 10**9, int(15.75 * GiB), 197e12, 819e9),
+    TpuChip('v5p', 'TPU v5', 'v5p', 2, 95 * 10**9, int(95.74 * GiB), 459e12, 2765e9),
+    TpuChip('v6e', 'TPU v6 lite', 'v6e', 1, 32 * 10**9, int(31.25 * GiB), 918e12, 1638e9),
+)}
+
+# Dense peak TFLOP/s per device by device-kind substring, per compute dtype (benchmark MFU).
+PEAK_TFLOPS = {
+    'bfloat16': {**{c.device_kind: c.peak_bf16_flops / 1e12 for c in TPU_CHIPS.values()},
+                 **{f'TPU {c.name}': c.peak_bf16_flops / 1e12 for c in TPU_CHIPS.values()},
+                 'H100': 989, 'H200': 989, 'A100': 312},
+    'float32': {'H100': 67, 'H200': 67, 'A100': 19.5},
+}
+
+
+def peak_tflops(device_kind: str, dtype: str, override: float | None) -> tuple[float | None, str]:
+  """(peak TFLOP/s per device, where it came from); the longest matching table name wins."""
+  if override is not None:
+    return override, '--peak_tflops'
+  table = PEAK_TFLOPS.get(dtype, {})
+  matches = [name for name in table if name.lower() in device_kind.lower()]
+  if not matches:
+    return None, f'no {dtype} peak known for {device_kind!r}; pass --peak_tflops'
+  name = max(matches, key=len)
+  return float(table[name]), f'table: {name} {dtype} dense'

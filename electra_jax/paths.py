@@ -1,0 +1,360 @@
+"""Every path a user gives: a local path or a URL of a remote filesystem (gs:// first).
+
+One layer over etils.epath, the one Orbax uses: epath sends gs:// to fsspec/gcsfs (without
+TensorFlow), tensorstore writes the checkpoints' arrays to the same bucket. Local paths keep
+their meaning (`~` expanded, relative to the current directory; data paths fall back to the
+repository root, so the bundled corpus is found from anywhere in a clone).
+
+A storage emulator is reached through the standard variables: STORAGE_EMULATOR_HOST (Python
+clients); TENSORSTORE_GCS_HTTP_URL (tensorstore) defaults to it. Storage faults (unreachable
+endpoint, no credentials, permission denied, no such bucket) become one-line UserErrors naming
+the path and the fix.
+"""
+import contextlib
+import glob as glob_lib
+import os
+import shutil
+import socket
+import tempfile
+import urllib.parse
+
+import fsspec.config
+from etils import epath
+
+from electra_jax.errors import UserError
+
+# The directory that holds the electra_jax package (a clone's root).
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Where remote files that a library can only read locally (ArrayRecord shards, TFDS datasets)
+# are copied before use: $ELECTRA_JAX_CACHE, else ~/.cache/electra_jax.
+CACHE_DIR = os.environ.get('ELECTRA_JAX_CACHE') or os.path.join(
+    os.path.expanduser('~'), '.cache', 'electra_jax')
+_GCS_ENDPOINT = 'https://storage.googleapis.com'
+# Protocols whose storage answered once in this process (get() checks the others first).
+_USABLE_SCHEMES = set()
+
+
+def _configure_clients():
+  """gcsfs lists a bucket afresh every time: several processes (a pod's hosts, a run and the
+  command reading it) change the same bucket, and a cached listing would hide their writes.
+  With STORAGE_EMULATOR_HOST set, tensorstore is pointed at it too, and gcsfs's gRPC
+  bucket-type probe is skipped (an emulator speaks only HTTP: the probe would wait 60 s)."""
+  fsspec.config.conf.setdefault('gs', {}).setdefault('use_listings_cache', False)
+  host = os.environ.get('STORAGE_EMULATOR_HOST')
+  if host:
+    os.environ.setdefault('TENSORSTORE_GCS_HTTP_URL', host if '://' in host else f'http://{host}')
+    os.environ.setdefault('GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT', 'false')
+
+
+_configure_clients()
+
+
+def is_remote(path) -> bool:
+  """A URL (gs://bucket/..., any fsspec protocol) rather than a local path."""
+  return '://' in str(path)
+
+
+def absolute(path) -> str:
+  """The canonical string of a path: a URL without its trailing '/', or an absolute local path."""
+  path = str(path).strip()
+  if is_remote(path):
+    return path.rstrip('/')
+  return os.path.abspath(os.path.expanduser(path))
+
+
+def get(path) -> epath.Path:
+  """`absolute(path)` as an epath.Path; a remote one's storage is checked once (reachable,
+  credentials) so a fault is one clear line before anything is read or written."""
+  path = absolute(path)
+  scheme = urllib.parse.urlparse(path).scheme if is_remote(path) else None
+  if scheme and scheme not in _USABLE_SCHEMES:
+    problem = _storage_problem(scheme)
+    if problem:
+      raise UserError(f"'{path}': {problem}")
+    _USABLE_SCHEMES.add(scheme)
+  return epath.Path(path)
+
+
+def join(path, *parts) -> str:
+  return str(epath.Path(str(path)).joinpath(*parts))
+
+
+def name(path) -> str:
+  return epath.Path(str(path)).name
+
+
+def parent(path) -> str:
+  return str(epath.Path(absolute(path)).parent)
+
+
+def resolve(path: str) -> str:
+  """A data path: itself if it is a URL, absolute or exists; else the repository-root
+  candidate if that exists."""
+  path = os.path.expanduser(str(path).strip())
+  if is_remote(path) or os.path.isabs(path) or os.path.exists(path):
+    return path
+  candidate = os.path.join(REPO_ROOT, path)
+  return candidate if os.path.exists(candidate) else path
+
+
+def exists(path) -> bool:
+  with storage_errors(path):
+    return get(path).exists()
+
+
+def is_file(path) -> bool:
+  with storage_errors(path):
+    return get(path).is_file()
+
+
+def is_dir(path) -> bool:
+  with storage_errors(path):
+    return get(path).is_dir()
+
+
+def listdir(path) -> list[str]:
+  """Names of the entries of a directory, sorted ([] if it does not exist or is empty: on an
+  object store an empty directory does not exist)."""
+  with storage_errors(path):
+    directory = get(path)
+    return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+
+
+def read_bytes(path) -> bytes:
+  with storage_errors(path):
+    return get(path).read_bytes()
+
+
+def read_text(path) -> str:
+  return read_bytes(path).decode('utf-8')
+
+
+def open_binary(path):
+  """A readable binary file object (remote files are streamed, not downloaded whole)."""
+  with storage_errors(path):
+    return get(path).open('rb')
+
+
+def glob(pattern: str) -> list[str]:
+  """Sorted files matching one glob (`**` recurses), from the cwd or else the repository root;
+  a URL is matched on its filesystem."""
+  pattern = os.path.expanduser(pattern.strip())
+  if not is_remote(pattern):
+    matches = glob_lib.glob(pattern, recursive=True)
+    if not matches and not os.path.isabs(pattern):
+      matches = glob_lib.glob(os.path.join(REPO_ROOT, pattern), recursive=True)
+    return sorted(m for m in matches if os.path.isfile(m))
+  with storage_errors(pattern):
+    filesystem, _ = _filesystem(pattern)
+    found = filesystem.glob(pattern, detail=True)
+    return sorted(filesystem.unstrip_protocol(name) for name, info in found.items()
+                  if info.get('type') == 'file')
+
+
+def _filesystem(path):
+  """(fsspec filesystem, path without protocol) of a URL: epath's glob refuses `**` on object
+  stores, and its rename wants the target's parent directory to exist."""
+  import fsspec.core  # pylint: disable=import-outside-toplevel
+  get(path)  # Storage checks first.
+  return fsspec.core.url_to_fs(absolute(path))
+
+
+def files_under(path) -> list[str]:
+  """Every file below the directory `path`, relative to it, sorted."""
+  if not is_remote(path):
+    root = absolute(path)
+    return sorted(os.path.relpath(os.path.join(d, f), root)
+                  for d, _, names in os.walk(root) for f in names)
+  with storage_errors(path):
+    filesystem, root = _filesystem(path)
+    root = root.rstrip('/')
+    return sorted(name[len(root) + 1:] for name in filesystem.find(root))
+
+
+def make_dirs(path):
+  with storage_errors(path):
+    get(path).mkdir(parents=True, exist_ok=True)
+
+
+def remove_tree(path):
+  """Deletes a directory and everything under it (nothing if it does not exist)."""
+  with storage_errors(path):
+    target = get(path)
+    if target.exists():
+      target.rmtree()
+
+
+def rename(source, target):
+  """Moves a file or directory (on object stores: copy, then delete the source; the target's
+  parent need not exist there, as object stores have no directories)."""
+  with storage_errors(source):
+    if not is_remote(source):
+      get(source).rename(get(target))
+      return
+    filesystem, root = _filesystem(source)
+    filesystem.mv(root, _filesystem(target)[1], recursive=True)
+
+
+def copy_tree(source, target, link: bool = False):
+  """Copies a directory (`link`: local hard links where the filesystem allows)."""
+  if not (is_remote(source) or is_remote(target)):
+    source, target = absolute(source), absolute(target)
+    if link:
+      try:
+        shutil.copytree(source, target, copy_function=os.link)
+        return
+      except OSError:
+        shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source, target)
+    return
+  with storage_errors(source):
+    for relative in files_under(source):
+      destination = get(join(target, relative))
+      destination.parent.mkdir(parents=True, exist_ok=True)
+      destination.write_bytes(get(join(source, relative)).read_bytes())
+
+
+def check_writable_dir(path, flag: str) -> str:
+  """Creates the directory `path` if needed and proves it writable with a probe file; returns
+  its canonical string. UserError (naming `flag`) otherwise, before anything is written."""
+  path = absolute(path)
+  with storage_errors(path, flag):
+    directory = get(path)
+    if directory.is_file():
+      raise UserError(f"{flag} '{path}' is a file; pass a directory path")
+    try:
+      directory.mkdir(parents=True, exist_ok=True)
+      probe = directory / f'.write_probe_{socket.gethostname()}_{os.getpid()}'
+      probe.write_bytes(b'0')
+      probe.unlink()
+    except PermissionError as e:
+      if is_remote(path):
+        raise
+      raise UserError(f"{flag} '{path}' is not writable ({e.strerror}); pick a writable "
+                      'location') from None
+    except OSError as e:
+      if is_remote(path) or e.strerror is None:
+        raise
+      raise UserError(f"cannot create {flag} '{path}': {e.strerror}; pick a writable "
+                      'location') from None
+  return path
+
+
+def local_copy(path: str, files=None) -> str:
+  """A local directory with `path`'s files (`files`: only these, relative to it). Local paths
+  are returned as they are; a remote directory is copied once into CACHE_DIR (a file whose
+  size already matches is not copied again), for libraries that read local files only."""
+  if not is_remote(path):
+    return path
+  source = get(path)
+  target = os.path.join(CACHE_DIR, 'remote', urllib.parse.urlparse(str(source)).scheme,
+                        str(source).split('://', 1)[1])
+  with storage_errors(path):
+    for relative in files if files is not None else files_under(path):
+      remote, local = source / relative, os.path.join(target, relative)
+      if os.path.exists(local) and os.path.getsize(local) == remote.stat().length:
+        continue
+      os.makedirs(os.path.dirname(local), exist_ok=True)
+      with remote.open('rb') as f_in, tempfile.NamedTemporaryFile(
+          dir=os.path.dirname(local), delete=False) as f_out:
+        shutil.copyfileobj(f_in, f_out, 1 << 24)
+      os.replace(f_out.name, local)
+  return target
+
+
+# --- Storage faults -----------------------------------------------------------------------------
+
+def _endpoint(scheme: str) -> str | None:
+  if scheme != 'gs':
+    return None
+  host = os.environ.get('STORAGE_EMULATOR_HOST')
+  if host:
+    return host if '://' in host else f'http://{host}'
+  return _GCS_ENDPOINT
+
+
+def _storage_problem(scheme: str) -> str | None:
+  """What makes every path of a protocol unusable, if anything: without an emulator, no Google
+  credentials; an endpoint that does not answer a TCP connection (gcsfs would otherwise fall
+  back to anonymous access and fail later, or retry for half a minute)."""
+  endpoint = _endpoint(scheme)
+  if endpoint is None:
+    return None
+  emulator = os.environ.get('STORAGE_EMULATOR_HOST')
+  if not emulator:  # Emulators take anonymous requests.
+    import google.auth  # pylint: disable=import-outside-toplevel
+    try:
+      google.auth.default()
+    except google.auth.exceptions.DefaultCredentialsError as e:
+      return (f'no Google Cloud credentials for {scheme}:// paths ({_first_line(e)}); run '
+              '`gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS '
+              "to a service-account key file (Cloud TPU VMs use the VM's service account)")
+  url = urllib.parse.urlparse(endpoint)
+  port = url.port or (443 if url.scheme == 'https' else 80)
+  via = 'STORAGE_EMULATOR_HOST' if emulator else 'the Google Cloud Storage endpoint'
+  try:
+    socket.create_connection((url.hostname, port), timeout=10).close()
+  except OSError as e:
+    return (f'cannot reach {endpoint} ({via}) for {scheme}:// paths ({e.strerror or e}); '
+            'check the network, or that the emulator runs and STORAGE_EMULATOR_HOST names it')
+  return None
+
+
+def _first_line(error: BaseException, limit: int = 200) -> str:
+  text = next((line.strip() for line in str(error).splitlines() if line.strip()), '')
+  text = text or type(error).__name__
+  return text if len(text) <= limit else text[:limit] + '...'
+
+
+def _bucket(path: str) -> str | None:
+  url = urllib.parse.urlparse(path)
+  return f'{url.scheme}://{url.netloc}' if is_remote(path) and url.netloc else None
+
+
+def _code(error: BaseException) -> int | None:
+  code = getattr(error, 'code', None)
+  return code if isinstance(code, int) else None
+
+
+def user_error(path, error: BaseException, what: str = '') -> UserError | None:
+  """The one-line UserError for a storage fault on `path` (None if `error` is something else).
+  `what`: how the user named the path, e.g. '--workdir'."""
+  if isinstance(error, UserError):
+    return error
+  where = f"{what} '{path}'" if what else f"'{path}'" if path else 'a storage path'
+  text = _first_line(error)
+  module = type(error).__module__ or ''
+  if (isinstance(error, PermissionError) or _code(error) in (401, 403)
+      or text.startswith('Forbidden') or 'PERMISSION_DENIED' in text):
+    return UserError(f'permission denied for {where} ({text}); give this account access (e.g. '
+                     'roles/storage.objectAdmin on the bucket) or check the credentials '
+                     '(gcloud auth application-default login)')
+  if module.startswith('google.auth'):
+    return UserError(f'no usable Google Cloud credentials for {where} ({text}); run `gcloud auth '
+                     'application-default login` or set GOOGLE_APPLICATION_CREDENTIALS')
+  if module.startswith('aiohttp') or isinstance(error, (ConnectionError, socket.gaierror,
+                                                         TimeoutError)):
+    return UserError(f'cannot reach the storage of {where} ({text}); check the network (or '
+                     'STORAGE_EMULATOR_HOST)')
+  bucket = _bucket(str(path))
+  if isinstance(error, FileNotFoundError) and bucket:
+    try:
+      missing = not epath.Path(bucket).exists()
+    except Exception:  # pylint: disable=broad-except
+      missing = False
+    if missing:
+      return UserError(f"bucket {bucket} of {where} does not exist; create it (gcloud storage "
+                       'buckets create ' + bucket + ') or fix the path')
+  return None
+
+
+@contextlib.contextmanager
+def storage_errors(path, what: str = ''):
+  """Storage faults inside become `user_error(path, ...)`; anything else passes through."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except
+    error = user_error(path, e, what)
+    if error is None or error is e:
+      raise
+    raise error from None
