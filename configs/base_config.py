@@ -51,6 +51,11 @@ def get_config():
   # Glorot-uniform init for embeddings_project and the discriminator's dense_prediction, as the
   # official release has (tf.layers.dense's default there); False: initializer_range for them too.
   c.glorot_projections = False
+  # Not the paper's architecture: a learned per-head bias on attention scores for each
+  # key-query offset, clipped to +-N (T5/Shaw-style relative positions, on top of the absolute
+  # ones), starting as ALiBi's local window. 0 = off (BERT/ELECTRA). transformers' ELECTRA has
+  # no such bias: export refuses it.
+  c.relative_attention_span = 0
   # Compute dtype: 'float32' or 'bfloat16' (parameters and optimizer state stay float32).
   c.dtype = 'float32'
   # Rematerialisation of each transformer layer in the backward pass, trading compute for

@@ -103,6 +103,8 @@ def _validate(c):
          f'config.generator_lr_multiplier={c.generator_lr_multiplier} must be > 0')
   check(c.initializer_range > 0,
          f'config.initializer_range={c.initializer_range} must be > 0 (BERT: 0.02)')
+  check(c.relative_attention_span >= 0,
+         f'config.relative_attention_span={c.relative_attention_span} must be >= 0 (0 = off)')
   unknown = [k for k in split_keys(c.allow_config_change) if k not in c]
   check(not unknown, f'config.allow_config_change={c.allow_config_change!r} names unknown '
          f'keys {unknown}; list config keys separated by commas')

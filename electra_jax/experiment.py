@@ -23,7 +23,8 @@ from electra_jax.errors import UserError
 # Keys that fix parameter shapes: a checkpoint cannot be resumed or evaluated if they change.
 SHAPE_KEYS = ('model_size', 'embedding_size', 'hidden_size', 'num_layers', 'num_heads',
               'intermediate_size', 'generator_hidden_size', 'generator_layers', 'vocab_size',
-              'max_position_embeddings', 'type_vocab_size', 'objective', 'tie')
+              'max_position_embeddings', 'type_vocab_size', 'relative_attention_span', 'objective',
+              'tie')
 
 
 @dataclasses.dataclass

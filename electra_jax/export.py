@@ -73,6 +73,11 @@ def check_exportable(config, networks):
     raise UserError(f'objective {config.objective!r} has no ELECTRA discriminator to export '
                     f'(export supports {supported}); fine-tune the workdir directly '
                     'with --config.init_checkpoint=WORKDIR')
+  if config.relative_attention_span:
+    raise UserError(f'config.relative_attention_span={config.relative_attention_span}: '
+                    "transformers' ELECTRA has no relative attention bias, so this model "
+                    'cannot be exported; fine-tune the workdir directly with '
+                    '--config.init_checkpoint=WORKDIR')
   if 'generator' in networks and not objectives.get(config.objective).layout_for(config).generator:
     raise UserError('config.uniform_generator=True: the run has no generator network to export; '
                     'export only --what=discriminator')

@@ -39,8 +39,8 @@ from electra_jax.hf import weights as hf_weights
 SIZE_KEYS = ('embedding_size', 'hidden_size', 'num_layers', 'num_heads', 'intermediate_size')
 # The config keys a source can fix: parameter shapes and the vocabulary.
 SOURCE_KEYS = ('model_size', *SIZE_KEYS, 'generator_hidden_size', 'generator_layers', 'vocab_size',
-               'max_position_embeddings', 'type_vocab_size', 'objective', 'tie', 'vocab_file',
-               'do_lower_case')
+               'max_position_embeddings', 'type_vocab_size', 'relative_attention_span',
+               'objective', 'tie', 'vocab_file', 'do_lower_case')
 
 
 @dataclasses.dataclass

@@ -50,6 +50,8 @@ class ModelConfig:
   # Initialisation (config.initializer_range, config.glorot_projections).
   initializer_range: float = 0.02
   glorot_projections: bool = False
+  # config.relative_attention_span: learned per-head attention bias by clipped offset (0: none).
+  relative_attention_span: int = 0
   dtype: Any = jnp.float32
   remat: str = 'none'
   # Which parts exist (the objective's layout) and which are shared (config.tie).
@@ -71,8 +73,8 @@ class ModelConfig:
                attention_dropout_rate=c.attention_dropout_rate,
                disc_output_bias_init=c.disc_output_bias_init,
                initializer_range=c.initializer_range, glorot_projections=c.glorot_projections,
-               dtype=jnp.dtype(c.dtype), remat=c.remat,
-               layout=objectives.get(c.objective).layout_for(c), tie=c.tie)
+               relative_attention_span=c.relative_attention_span, dtype=jnp.dtype(c.dtype),
+               remat=c.remat, layout=objectives.get(c.objective).layout_for(c), tie=c.tie)
 
 
 def _dense(features, dtype, name, kernel_init, bias_init=nn.initializers.zeros):
@@ -155,6 +157,27 @@ class Embeddings(nn.Module):
                       preferred_element_type=jnp.float32)
 
 
+def local_attention_init(key, shape, dtype=jnp.float32):
+  """A [2 * span + 1, heads] table of -slope * |offset|, head h's slope 2^-h (ALiBi's
+  shape): each head starts looking at a window around the query, the first at the nearest
+  tokens. A zero start would stay near uniform attention for hundreds of steps, since Adam
+  moves each entry by at most about the learning rate per step."""
+  del key
+  span = (shape[0] - 1) // 2
+  offset = jnp.abs(jnp.arange(-span, span + 1, dtype=dtype))
+  slope = 2.0 ** -jnp.arange(shape[1], dtype=dtype)
+  return -offset[:, None] * slope[None, :]
+
+
+def relative_position_bias(table, seq_len):
+  """[1, heads, S, S] score bias from a [2 * span + 1, heads] table indexed by each key's
+  offset from the query, clipped to +-span."""
+  span = (table.shape[0] - 1) // 2
+  pos = jnp.arange(seq_len)
+  offset = jnp.clip(pos[None, :] - pos[:, None], -span, span) + span
+  return jnp.transpose(table[offset], (2, 0, 1))[None]
+
+
 class SelfAttention(nn.Module):
   hidden_size: int
   num_heads: int
@@ -162,6 +185,7 @@ class SelfAttention(nn.Module):
   attention_dropout_rate: float
   dtype: Any
   init_std: float = 0.02
+  relative_span: int = 0
 
   @nn.compact
   def __call__(self, x, attention_mask, deterministic):
@@ -175,12 +199,20 @@ class SelfAttention(nn.Module):
     # [B, S] (keys only) or [B, S, S] (query x key, e.g. causal) -> broadcast over heads.
     mask = (attention_mask[:, None, None, :] if attention_mask.ndim == 2
             else attention_mask[:, None])
+    bias = None
+    if self.relative_span:
+      table = self.param('relative_position_bias', local_attention_init,
+                         (2 * self.relative_span + 1, self.num_heads), jnp.float32)
+      bias = relative_position_bias(table, x.shape[1])
     if self.attention_dropout_rate == 0.0 or deterministic:
       # Fused path (cuDNN flash attention on GPU where eligible; XLA elsewhere).
-      ctx = jax.nn.dot_product_attention(q, k, v, mask=mask)
+      ctx = jax.nn.dot_product_attention(
+          q, k, v, bias=None if bias is None else bias.astype(q.dtype), mask=mask)
     else:
       scores = jnp.einsum('bqhd,bkhd->bhqk', q, k,
                           preferred_element_type=jnp.float32) / jnp.sqrt(head_dim)
+      if bias is not None:
+        scores = scores + bias
       scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
       probs = jax.nn.softmax(scores, axis=-1)
       probs = Dropout(self.attention_dropout_rate)(probs, deterministic=False)
@@ -199,13 +231,14 @@ class TransformerLayer(nn.Module):
   attention_dropout_rate: float
   dtype: Any
   init_std: float = 0.02
+  relative_span: int = 0
 
   @nn.compact
   def __call__(self, x, attention_mask, deterministic):
     init = _normal(self.init_std)
     attn = SelfAttention(self.hidden_size, self.num_heads, self.dropout_rate,
                          self.attention_dropout_rate, self.dtype, self.init_std,
-                         name='attention')(x, attention_mask, deterministic)
+                         self.relative_span, name='attention')(x, attention_mask, deterministic)
     x = _layer_norm('attention_LayerNorm')(x + attn).astype(self.dtype)
     h = _dense(self.intermediate_size, self.dtype, 'intermediate', init)(x)
     h = nn.gelu(h, approximate=False)
@@ -252,7 +285,8 @@ class Encoder(nn.Module):
     layer = remat_layer(cfg.remat)
     for i in range(self.num_layers):
       x = layer(self.hidden_size, self.num_heads, self.intermediate_size, cfg.dropout_rate,
-                cfg.attention_dropout_rate, cfg.dtype, cfg.initializer_range, name=f'layer_{i}')(
+                cfg.attention_dropout_rate, cfg.dtype, cfg.initializer_range,
+                cfg.relative_attention_span, name=f'layer_{i}')(
                     x, attention_mask, deterministic)
     return x
 

@@ -18,7 +18,9 @@ def tiny_config(**overrides):
                 max_seq_length=32, train_batch_size=8, eval_batch_size=8,
                 num_train_steps=100, num_warmup_steps=10, learning_rate=1e-3,
                 # Dropout multiplies XLA compile time on CPU; tests that need it turn it on.
-                dropout_rate=0.0, attention_dropout_rate=0.0))
+                dropout_rate=0.0, attention_dropout_rate=0.0,
+                # The paper's architecture (transformers-exportable); tests of the option set it.
+                relative_attention_span=0))
   c.update(overrides)
   return c
 

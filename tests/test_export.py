@@ -212,7 +212,8 @@ def exported(tmp_path_factory):
   workdir, output = str(base / 'run'), str(base / 'hf')
   run_cli('electra_jax.train', '--config=configs/demo.py', f'--workdir={workdir}',
           f'--config.train_files={corpus}', f'--config.eval_files={corpus}', *TINY_FLAGS,
-          '--config.num_train_steps=2', '--config.eval_every_steps=0')
+          '--config.relative_attention_span=0', '--config.num_train_steps=2',
+          '--config.eval_every_steps=0')
   proc = run_cli('electra_jax.export', f'--workdir={workdir}', f'--output={output}',
                  '--what=both')
   return dict(workdir=workdir, output=output, result=last_json(proc.stdout), base=base)

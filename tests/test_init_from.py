@@ -254,8 +254,10 @@ def start_params(workdir, start):
 def test_shape_keys_come_from_the_source_and_a_conflicting_override_is_one_line(tmp_path, pair):
   start = prepare(tmp_path / 'a', init_from=pair['disc'], hidden_size=32, vocab_size=600)
   assert (start.config.hidden_size, start.config.num_layers) == (32, 2)  # demo.py had 2 x 128
+  assert start.config.relative_attention_span == 0  # transformers' positions are absolute
   for key, value, theirs in (('hidden_size', 64, 32), ('vocab_size', 8000, 600),
-                             ('max_position_embeddings', 512, 64)):
+                             ('max_position_embeddings', 512, 64),
+                             ('relative_attention_span', 8, 0)):
     with pytest.raises(UserError) as e:
       prepare(tmp_path / key, init_from=pair['disc'], **{key: value})
     message = str(e.value)

@@ -160,3 +160,6 @@ def test_resume_with_other_model_shapes_is_refused(trained):
                  '--config.hidden_size=64', check=False)
   assert proc.returncode == 2
   assert 'hidden_size: 32 -> 64' in proc.stderr
+  proc = run_cli('electra_jax.train', *trained['flags'], f'--workdir={trained["straight"]}',
+                 '--config.relative_attention_span=0', check=False)
+  assert proc.returncode == 2 and 'relative_attention_span: 8 -> 0' in proc.stderr

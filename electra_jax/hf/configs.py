@@ -62,7 +62,9 @@ def shape_keys(hf: dict, hf_generator: dict | None = None) -> dict:
               num_heads=hf['num_attention_heads'], intermediate_size=hf['intermediate_size'],
               vocab_size=hf['vocab_size'],
               max_position_embeddings=hf.get('max_position_embeddings', 512),
-              type_vocab_size=hf.get('type_vocab_size', 2))
+              type_vocab_size=hf.get('type_vocab_size', 2),
+              # transformers' ELECTRA has absolute positions only.
+              relative_attention_span=0)
   if hf_generator is None:
     return keys
   check_hf_config(hf_generator, 'the HF generator config')
