@@ -1,4 +1,4 @@
-"""A tiny ELECTRA on the bundled Jane Austen corpus: about eight minutes on a 2-core CPU.
+"""A tiny ELECTRA on the bundled Jane Austen corpus: about seven minutes on a 2-core CPU.
 
 The paper's objective, shrunk to a 'demo'-size model (2 layers, H 128; see
 electra_jax/config.py) with a 1/4-width generator, a short warmup, no dropout (a few hundred

@@ -105,6 +105,8 @@ def test_train_dry_run_splits_the_demo_batch(tmp_path):
   assert f'train_batch_size={c.train_batch_size} is not divisible by the 5 devices' in bad.stderr
 
 
+# slow: elastic resume runs by default in tests/test_resilience.py and tests/test_gcs.py.
+@pytest.mark.slow
 def test_resuming_on_another_device_count_continues_the_same_run(tmp_path, small_corpus):
   """2 devices for 3 steps, then 1 device to step 6 == 4 devices for 6 steps (up to the order of
   float sums); every checkpoint reads back on this 1-device process, for fine-tuning too."""

@@ -163,8 +163,10 @@ def test_evaluate_export_and_finetune_read_and_write_the_bucket(gcs, bucket_data
   emulator, _ = gcs
   env = bucket_env(cache_dir, emulator.url)
   workdir = f'{BUCKET}/short'
+  # The paper's absolute positions, so that the run exports to transformers.
   run(gcs_train_command(bucket_data, workdir, '--config.num_train_steps=3',
-                        '--config.eval_every_steps=0'), env)
+                        '--config.eval_every_steps=0', '--config.relative_attention_span=0'),
+      env)
   evaluated = last_json(run([sys.executable, '-m', 'electra_jax.evaluate',
                              f'--workdir={workdir}', '--num_batches=1'], env).stdout)
   assert evaluated['step'] == 3 and evaluated['eval_files'] == bucket_data['eval_files']

@@ -36,6 +36,8 @@ def run_on(num_devices):
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+# slow: tests/test_scale.py checks the same equality per layout in the default run.
+@pytest.mark.slow
 def test_one_and_eight_devices_give_the_same_steps():
   one, eight = run_on(1), run_on(8)
   assert (one['devices'], eight['devices']) == (1, 8)

@@ -315,8 +315,8 @@ def _bad_input_cases(tmp, corpus, reference):
        "cannot load config file 'configs/nope.py'"),
       ('config_without_get_config', ['--config=electra_jax/errors.py'],
        "config file 'electra_jax/errors.py' has no get_config()"),
-      ('config_changed_on_resume', [f'--workdir={changed}', '--config.learning_rate=0.001'],
-       'learning_rate: 0.0005 -> 0.001'),
+      ('config_changed_on_resume', [f'--workdir={changed}', '--config.learning_rate=0.002'],
+       'learning_rate: 0.001 -> 0.002'),
   ], base, changed
 
 
