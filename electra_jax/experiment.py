@@ -36,6 +36,10 @@ class Experiment:
   objective: objective_base.Objective
   tx: optax.GradientTransformation
   schedule: optax.Schedule
+  # abstract_state()'s result: tracing the model's init takes about a second at Large size and
+  # the run, the dry-run plan and the compiled step each need it.
+  _abstract_state: ts.TrainState | None = dataclasses.field(default=None, init=False,
+                                                            repr=False)
 
   @classmethod
   def create(cls, config, devices=None, read_vocab: bool = True) -> 'Experiment':
@@ -60,9 +64,11 @@ class Experiment:
                          c.max_seq_length, c.max_predictions_per_seq)
 
   def abstract_state(self) -> ts.TrainState:
-    c = self.config
-    return ts.abstract_state(self.mesh, self.model, self.tx, c.max_seq_length,
-                             c.max_predictions_per_seq)
+    if self._abstract_state is None:
+      c = self.config
+      self._abstract_state = ts.abstract_state(self.mesh, self.model, self.tx, c.max_seq_length,
+                                               c.max_predictions_per_seq)
+    return self._abstract_state
 
   def jit_train_step(self):
     """The train step of a run: jitted over the mesh, state sharded as abstract_state() and
