@@ -113,12 +113,12 @@ class Dropout(nn.Module):
 
   @nn.compact
   def __call__(self, x, deterministic: bool):
-    if deterministic or self.rate == 0.0:
+    threshold = round((1.0 - self.rate) * 65536)
+    if deterministic or threshold >= 65536:  # a rate of 2^-17 or less rounds to keeping all
       return x
     shape = x.shape[:-1] + ((x.shape[-1] + 1) // 2,)
     words = jax.random.bits(self.make_rng('dropout'), shape, jnp.uint32)
     halves = jax.lax.bitcast_convert_type(words, jnp.uint16).reshape(shape[:-1] + (-1,))
-    threshold = round((1.0 - self.rate) * 65536)
     keep = halves[..., :x.shape[-1]] < threshold
     return jnp.where(keep, x / jnp.asarray(threshold / 65536, x.dtype), jnp.zeros((), x.dtype))
 

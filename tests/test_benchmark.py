@@ -170,6 +170,12 @@ def test_half_bits_dropout_keeps_the_rate_and_the_expectation():
   other = layer.apply({}, x, deterministic=False, rngs={'dropout': jax.random.key(1)})
   assert (np.asarray(other != 0) != kept).mean() > 0.1  # the key matters
   assert (layer.apply({}, x, deterministic=True) == x).all()
+  # A rate below the 16 bits' resolution keeps every element (its threshold, 2^16, does not fit
+  # in uint16); the smallest rate they resolve drops about one element in 2^16.
+  for rate, dropped in ((2**-18, 0), (0.0, 0), (2**-16, 1)):
+    out = model_lib.Dropout(rate).apply({}, jax.numpy.ones((256, 1024)), deterministic=False,
+                                        rngs={'dropout': jax.random.key(0)})
+    assert abs(int((np.asarray(out) == 0).sum()) - 4 * dropped) <= 4 * dropped, rate
 
 
 def _profile_top_ops():

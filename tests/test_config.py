@@ -1,6 +1,6 @@
 import pytest
 
-from configs import base, base_config, demo, large, small
+from configs import base, base_config, demo, demo_long, large, small
 from electra_jax import config as config_lib
 from electra_jax.errors import UserError
 
@@ -57,6 +57,18 @@ def test_paper_configs_change_only_paper_keys():
     cfg = module.get_config().to_dict()
     changed = {k for k in cfg if cfg[k] != defaults[k]}
     assert changed <= allowed, (module.__name__, changed - allowed)
+
+
+def test_demo_long_stretches_the_demo_and_its_argument_changes_only_the_objective():
+  short, long, mlm = (c.to_dict() for c in (
+      demo.get_config(), demo_long.get_config(), demo_long.get_config('mlm')))
+  assert {k for k in long if long[k] != short[k]} == {
+      'num_train_steps', 'num_warmup_steps', 'log_every_steps', 'eval_every_steps',
+      'save_checkpoints_steps', 'generator_lr_multiplier'}
+  assert {k for k in mlm if mlm[k] != long[k]} == {'objective'} and mlm['objective'] == 'mlm'
+  bad = demo_long.get_config('bert')
+  with pytest.raises(UserError, match="config.objective='bert' must be one of"):
+    config_lib.resolve(bad)
 
 
 @pytest.mark.parametrize('overrides,needle', [

@@ -204,7 +204,7 @@ def test_bfloat16_compute_keeps_float32_params_and_close_loss():
 
 def test_remat_keeps_parameters_loss_and_gradients_and_recomputes_the_layers():
   # Dropout on: the rematerialised forward must redraw the same masks in the backward pass.
-  overrides = dict(num_layers=3, dropout_rate=0.1, attention_dropout_rate=0.1)
+  overrides = dict(num_layers=2, dropout_rate=0.1, attention_dropout_rate=0.1)
   c, _, params, obj = build(**overrides)
   batch = toy_batch(c)
   loss_grad = lambda o: jax.jit(jax.value_and_grad(

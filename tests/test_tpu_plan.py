@@ -118,10 +118,12 @@ def test_demo_step_compiles_for_v4_2x2x1_with_memory_and_a_roofline(libtpu):
 
 
 def test_small_step_compiles_and_fits_until_hbm_is_one_byte_short(libtpu, v4_2x2x1):
+  """The paper's Small (width, vocabulary, generator, bf16) cut to 2 of its 12 layers: each
+  layer adds the same ops, and compile time grows with them (105 s for all 12 on CI)."""
   from configs import small  # pylint: disable=import-outside-toplevel
   chip, name, devices = v4_2x2x1
   c = small.get_config()
-  c.update(dict(train_batch_size=8, eval_batch_size=8))
+  c.update(dict(num_layers=2, train_batch_size=8, eval_batch_size=8))
   exp = experiment_lib.Experiment.create(c, devices, read_vocab=False)
   compiled, oom = tpu_plan.compile_step(exp)
   assert oom is None
@@ -129,7 +131,7 @@ def test_small_step_compiles_and_fits_until_hbm_is_one_byte_short(libtpu, v4_2x2
   shapes = dry_run.plan(exp)
   state = shapes['param_bytes_per_device'] + shapes['optimizer_bytes_per_device']
   # The arguments are the state (and a tiny batch), small arrays padded to the TPU's tiles.
-  assert shapes['num_params'] > 11e6 and state <= memory['argument_bytes'] < state * 1.05
+  assert shapes['num_params'] > 2.5e6 and state <= memory['argument_bytes'] < state * 1.05
   assert memory['fits'] and memory['temp_bytes'] > 0
   just_enough = dataclasses.replace(chip, usable_hbm_bytes=memory['memory_bytes_per_chip'])
   one_short = dataclasses.replace(chip, usable_hbm_bytes=memory['memory_bytes_per_chip'] - 1)
