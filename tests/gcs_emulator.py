@@ -8,6 +8,7 @@ credentials; nothing of the storage layer is replaced. (gcp-storage-emulator doe
 its downloads lack the x-goog-generation header, so tensorstore cannot update an OCDBT
 manifest, Orbax's checkpoint format, and a checkpoint with more than one array fails.)
 """
+import ctypes
 import http.client
 import http.server
 import json
@@ -51,6 +52,12 @@ def server_binary() -> str:
   return binary
 
 
+def _die_with_parent():
+  """In the server's process before exec (Linux): SIGKILL when the process that started it
+  ends, so a killed pytest leaves no server behind (prctl PR_SET_PDEATHSIG)."""
+  ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+
+
 class Emulator:
   """fake-gcs-server (in memory) with the bucket `bucket`, on `port` (default: a free one) of
   127.0.0.1. Its log goes nowhere: an unread pipe would fill up and stall the server."""
@@ -61,7 +68,8 @@ class Emulator:
     self._proc = subprocess.Popen(  # pylint: disable=consider-using-with
         [server_binary(), '-scheme', 'http', '-backend', 'memory', '-host', '127.0.0.1',
          '-port', str(self.port), '-external-url', self.url, '-log-level', 'error'],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent if sys.platform == 'linux' else None)
     try:
       _wait_for_port(self.port)
       request = urllib.request.Request(f'{self.url}/storage/v1/b?project=test', method='POST',

@@ -13,6 +13,7 @@ errors, a transient outage retried, a save killed halfway never taken for a chec
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -450,3 +451,23 @@ def test_compare_keeps_its_points_results_and_plots_on_the_bucket(gcs):
   assert epath.Path(log).read_text() == 'first\nsecond\n'  # Not yet uploaded ...
   again.close()
   assert epath.Path(log).read_text() == 'first\nsecond\nthird\n'  # ... until closed.
+
+
+def test_a_killed_test_process_leaves_no_emulator_behind():
+  """The server dies with the process that started it, even one killed with SIGKILL."""
+  code = ('import sys, time; from tests import gcs_emulator; '
+          'e = gcs_emulator.Emulator(); print(e.port, flush=True); time.sleep(600)')
+  proc = subprocess.Popen([sys.executable, '-c', code], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                          text=True)
+  port = int(proc.stdout.readline())
+  socket.create_connection(('127.0.0.1', port), timeout=5).close()  # It was serving.
+  proc.kill()
+  proc.wait()
+  deadline = time.time() + 30
+  while time.time() < deadline:
+    try:
+      socket.create_connection(('127.0.0.1', port), timeout=1).close()
+    except OSError:
+      return  # Nothing listens any more.
+    time.sleep(0.2)
+  pytest.fail(f'fake-gcs-server still listens on port {port} 30 s after its parent was killed')
