@@ -11,6 +11,7 @@ on start-up a half-written step is reported and ignored, and an unreadable newes
 aside to WORKDIR/corrupt_checkpoints/ (never deleted) in favour of the newest readable one.
 A state holding NaN/inf is never written.
 """
+import logging
 import shutil
 import sys
 
@@ -30,6 +31,15 @@ SUBDIR = 'checkpoints'
 
 def _warn(message: str):
   print(f'warning: {message}', file=sys.stderr, flush=True)
+
+
+class _ReadOnlyNotices(logging.Filter):
+  """Drops Orbax's notices that a read-only manager is read-only: every reader (evaluate,
+  export, fine-tuning, compare) would print them, and before a one-line error they hide it."""
+  NOTICES = ('read_only=True, setting save_interval_steps', 'Given directory is read only')
+
+  def filter(self, record):
+    return not any(n in record.getMessage() for n in self.NOTICES)
 
 
 def _one_line(error: Exception, limit: int = 160) -> str:
@@ -97,13 +107,18 @@ class Checkpointer:
       policy = ocp.checkpoint_managers.LatestN(n=keep)
     else:
       policy = ocp.checkpoint_managers.BestN(get_metric_fn=lambda m: m[best_metric], n=keep)
-    options = ocp.CheckpointManagerOptions(
-        preservation_policy=policy, enable_async_checkpointing=async_save,
-        cleanup_tmp_directories=not read_only, create=not read_only, read_only=read_only)
     handlers = {'state': ocp.StandardCheckpointHandler(), 'loop': ocp.JsonCheckpointHandler()}
-    with paths.storage_errors(self.directory):
-      self._manager = ocp.CheckpointManager(self.directory, options=options,
-                                            item_handlers=handlers)
+    notices, absl_logger = _ReadOnlyNotices(), logging.getLogger('absl')
+    absl_logger.addFilter(notices)
+    try:
+      options = ocp.CheckpointManagerOptions(
+          preservation_policy=policy, enable_async_checkpointing=async_save,
+          cleanup_tmp_directories=not read_only, create=not read_only, read_only=read_only)
+      with paths.storage_errors(self.directory):
+        self._manager = ocp.CheckpointManager(self.directory, options=options,
+                                              item_handlers=handlers)
+    finally:
+      absl_logger.removeFilter(notices)
     self._closed = False
 
   def _half_written(self) -> list[str]:

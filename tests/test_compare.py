@@ -195,6 +195,52 @@ def test_a_different_budget_on_the_same_output_is_refused(sweep):
   assert 'holds a comparison with different flops_budget' in proc.stderr
 
 
+def test_pretrained_reuses_a_finished_run_read_only_and_refuses_another_config(sweep, tmp_path):
+  """--pretrained=NAME=WORKDIR: no training, the same budget point, so the same fine-tuning
+  scores; the run's folder is left as it was. A run of another config, a name that is not a
+  config, or a run without the budget point's checkpoint is refused before anything is written."""
+  flags = [f for f in sweep['flags'] if not f.startswith(('--configs', '--output'))]
+  quarter = [f for f in sweep['flags'] if f.startswith('--configs')][0].split('=')[1].split(',')[0]
+  run_dir = os.path.join(sweep['out'], 'pretrain', 'gen_quarter')
+  before = {p: os.path.getmtime(os.path.join(root, p)) for root, _, names in os.walk(run_dir)
+            for p in names}
+  out = tmp_path / 'reused'
+  proc = run_compare(f'--configs={quarter}', f'--output={out}', *flags,
+                     f'--pretrained=gen_quarter={run_dir}', env=sweep['env'])
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  summary = last_json(proc.stdout)
+  assert (summary['pretrain_run'], summary['pretrain_reused'], summary['finetune_run']) == (0, 1, 1)
+  assert f'pretrained: {run_dir}' in proc.stdout
+  assert not (out / 'pretrain').exists()
+  assert summary['median']['gen_quarter'] == last_json(sweep['first'].stdout)['median'][
+      'gen_quarter']
+  with open(out / 'results.json', encoding='utf-8') as f:
+    (run,) = json.load(f)['configs']
+  assert run['pretrain_workdir'] == run_dir
+  assert run['points'][0]['pretrain']['train']['step'] == run['num_train_steps']
+  assert before == {p: os.path.getmtime(os.path.join(root, p))
+                    for root, _, names in os.walk(run_dir) for p in names}
+  # The same output without the flag is another comparison.
+  again = run_compare(f'--configs={quarter}', f'--output={out}', *flags, env=sweep['env'])
+  assert again.returncode == 2 and 'holds a comparison with different pretrained' in again.stderr
+  half_dir = os.path.join(sweep['out'], 'pretrain', 'gen_half')
+  bad = tmp_path / 'bad'
+  for extra, message in [
+      ([f'--pretrained=gen_quarter={half_dir}'],
+       'that run was trained with another config than the comparison plans for gen_quarter '
+       '(generator_hidden_size: 0.5 in the run, 0.25 planned'),
+      ([f'--pretrained=gen_third={run_dir}'], "'gen_third' is not one of the configs"),
+      ([f'--pretrained={run_dir}'], 'is not NAME=WORKDIR'),
+      ([f'--pretrained=gen_quarter={run_dir}', '--budget_points=2'],
+       f'no checkpoint of step(s) 2 (the budget points) in {run_dir}')]:
+    proc = run_compare(f'--configs={quarter}', f'--output={bad}',
+                       *[f for f in flags if not f.startswith('--budget_points')], *extra,
+                       env=sweep['env'])
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
+    assert not bad.exists()
+
+
 def test_bad_config_path_and_too_small_budget_are_one_line_errors(tmp_path):
   out = tmp_path / 'out'
   cases = [(['--configs=configs/demo.py,configs/nope.py', '--flops_budget=1e15'],

@@ -3,11 +3,12 @@
   python -m electra_jax.experiments.compare --configs=configs/demo.py,other.py \\
       --flops_budget=1e15 --finetune_task=files --output=DIR \\
       [--override=KEY=VALUE ...] [--finetune_override=KEY=VALUE ...] [--num_seeds=3] \\
-      [--budget_points=1]
+      [--budget_points=1] [--pretrained=NAME=WORKDIR ...]
 
 Each config gets floor(budget / model FLOPs per step) steps (electra_jax/flops.py), warmup
 capped at 10 % of them, and checkpoints at --budget_points evenly spaced FLOPs points; each
-point is fine-tuned with --num_seeds seeds. Re-running the same command resumes: finished
+point is fine-tuned with --num_seeds seeds; --pretrained reuses a run already trained with the
+planned config instead of training it again. Re-running the same command resumes: finished
 pretraining and fine-tuning runs are skipped. Writes DIR/{results.json, results.md,
 downstream_vs_flops.png, pretraining_curves.png} and the runs under DIR/{pretrain, points,
 finetune, logs}; the last stdout line is a JSON summary.
@@ -18,8 +19,12 @@ import os
 from absl import flags
 
 from electra_jax import atomic
+from electra_jax import checkpoint
 from electra_jax import cli
+from electra_jax import config as config_lib
+from electra_jax import experiment
 from electra_jax import paths
+from electra_jax import saved_config
 from electra_jax.errors import UserError
 from electra_jax.experiments import budget
 from electra_jax.experiments import report
@@ -42,6 +47,11 @@ flags.DEFINE_multi_string('finetune_override', [], 'KEY=VALUE for the fine-tunin
                           '--finetune_override=max_seq_length=64.')
 flags.DEFINE_integer('num_seeds', 3, 'Fine-tuning runs (seeds) per budget point; the table '
                      'reports their median and range.')
+flags.DEFINE_multi_string('pretrained', [], 'NAME=WORKDIR: use the train command\'s existing '
+                          'run in WORKDIR as config NAME\'s pretraining instead of training '
+                          'it again (read only; its saved config must be the one the budget '
+                          'plans, and it must hold a checkpoint at every budget point). Repeat '
+                          'for several configs.')
 flags.DEFINE_integer('budget_points', 1, 'Checkpoints per config that are fine-tuned, evenly '
                      'spaced in FLOPs; the last is the end of pretraining.')
 FLAGS = flags.FLAGS
@@ -79,16 +89,57 @@ def finetune_args(task: str, overrides: list[str]) -> list[str]:
           '--config.save_best_checkpoint=false', *[f'--config.{o}' for o in overrides]]
 
 
+def pretrained_workdirs(values: list[str], plans) -> dict:
+  """{config name: workdir} from the --pretrained flags, each run checked against its plan:
+  the same resolved config (up to keys that never change the weights) and a checkpoint at
+  every budget point. UserError naming the mismatch."""
+  by_name = {p.name: p for p in plans}
+  workdirs = {}
+  for value in values:
+    name, sep, workdir = value.partition('=')
+    if not sep or not name or not workdir:
+      raise UserError(f'--pretrained={value!r} is not NAME=WORKDIR; e.g. '
+                      f'--pretrained={plans[0].name}=/path/to/workdir')
+    if name not in by_name:
+      raise UserError(f'--pretrained={value!r}: {name!r} is not one of the configs '
+                      f"({', '.join(by_name)}); runs are named after their config file")
+    if name in workdirs:
+      raise UserError(f'--pretrained names {name!r} twice; pass one workdir per config')
+    plan, workdir = by_name[name], paths.absolute(workdir)
+    saved = saved_config.load(workdir).to_dict()
+    planned = config_lib.resolve(plan.config).to_dict()
+    differ = sorted(k for k in planned if saved.get(k) != planned[k]
+                    and k not in experiment.HARMLESS_KEYS)
+    if differ:
+      diffs = ', '.join(f'{k}: {saved.get(k)!r} in the run, {planned[k]!r} planned'
+                        for k in differ)
+      raise UserError(f'--pretrained={value!r}: that run was trained with another config '
+                      f'than the comparison plans for {name} ({diffs}); drop the flag to '
+                      'train it here, or match the budget and --override to the run')
+    have = checkpoint.steps(workdir)
+    missing = [step for step in plan.points if step not in have]
+    if missing:
+      raise UserError(f'--pretrained={value!r}: no checkpoint of step(s) '
+                      f"{', '.join(map(str, missing))} (the budget points) in {workdir}; it "
+                      f"holds {', '.join(map(str, have)) or 'none'}; drop the flag to train the "
+                      'config here, or pick --budget_points whose steps it holds')
+    workdirs[name] = workdir
+  return workdirs
+
+
 def _normalized(record):
   return json.loads(json.dumps(record))
 
 
-def comparison_spec(plans, task_args) -> dict:
+def comparison_spec(plans, task_args, pretrained: dict) -> dict:
   """What fixes a comparison's results: a re-run must match it to reuse the runs."""
-  return _normalized(dict(
+  spec = dict(
       flops_budget=FLAGS.flops_budget, budget_points=FLAGS.budget_points,
       num_seeds=FLAGS.num_seeds, finetune_task=FLAGS.finetune_task, finetune_args=task_args,
-      configs=[dict(name=p.name, config_file=p.spec, config=p.config.to_dict()) for p in plans]))
+      configs=[dict(name=p.name, config_file=p.spec, config=p.config.to_dict()) for p in plans])
+  if pretrained:  # Only then: outputs written before the flag existed still resume.
+    spec['pretrained'] = pretrained
+  return _normalized(spec)
 
 
 def prepare_output(output: str, spec: dict) -> str:
@@ -100,7 +151,7 @@ def prepare_output(output: str, spec: dict) -> str:
     raise UserError(f"--output '{output}' is a file; pass a folder")
   if paths.is_file(spec_path):
     saved = runs.read_json(spec_path)
-    differ = [k for k in spec if saved.get(k) != spec[k]]
+    differ = [k for k in {**spec, **saved} if saved.get(k) != spec.get(k)]
     if 'configs' in differ:  # Name the configs added, dropped or changed.
       before = {c['name']: c for c in saved.get('configs', [])}
       now = {c['name']: c for c in spec['configs']}
@@ -125,7 +176,8 @@ def compare() -> dict:
   if FLAGS.num_seeds < 1:
     raise UserError(f'--num_seeds={FLAGS.num_seeds} must be at least 1')
   task_args = finetune_args(FLAGS.finetune_task, FLAGS.finetune_override)
-  output = prepare_output(FLAGS.output, comparison_spec(plans, task_args))
+  pretrained = pretrained_workdirs(FLAGS.pretrained, plans)
+  output = prepare_output(FLAGS.output, comparison_spec(plans, task_args, pretrained))
   # Each budget point restarts the train command: reuse its compiled steps across runs.
   cache_dir = (FLAGS.compilation_cache_dir or os.environ.get('JAX_COMPILATION_CACHE_DIR')
                or paths.join(output, 'jax_cache'))
@@ -136,11 +188,15 @@ def compare() -> dict:
     print(f'  {p.name} ({p.objective}): {p.flops_per_step:.4g} FLOPs/step -> '
           f'{p.num_train_steps} steps ({p.total_flops:.4g} FLOPs), warmup '
           f'{p.num_warmup_steps} (config {p.config_warmup_steps}, capped at 10 % of the '
-          f"steps), budget points at steps {', '.join(map(str, p.points))}", flush=True)
-  counter = dict(pretrain_run=0, pretrain_skipped=0, finetune_run=0, finetune_skipped=0)
+          f"steps), budget points at steps {', '.join(map(str, p.points))}"
+          + (f' | pretrained: {pretrained[p.name]}' if p.name in pretrained else ''), flush=True)
+  counter = dict(pretrain_run=0, pretrain_skipped=0, pretrain_reused=0, finetune_run=0,
+                 finetune_skipped=0)
   configs, main_metric = [], None
   for p in plans:
-    point_records = runs.pretrain(p, FLAGS.override, output, counter, cache_dir)
+    workdir = pretrained.get(p.name) or paths.join(output, 'pretrain', p.name)
+    point_records = runs.pretrain(p, FLAGS.override, output, workdir, counter, cache_dir,
+                                  train=p.name not in pretrained)
     points = []
     for record in point_records:
       ft = runs.finetune(p, record['step'], task_args, FLAGS.num_seeds, output, counter,
@@ -151,6 +207,7 @@ def compare() -> dict:
                          pretrain=dict(train=record['train'], eval=record['eval']),
                          finetune=dict(score, workdir=ft['workdir'])))
     configs.append(dict(name=p.name, config_file=p.spec, objective=p.objective,
+                        pretrain_workdir=workdir,
                         flops_per_step=p.flops_per_step, num_train_steps=p.num_train_steps,
                         num_warmup_steps=p.num_warmup_steps,
                         config_warmup_steps=p.config_warmup_steps, total_flops=p.total_flops,

@@ -88,13 +88,13 @@ def plot_downstream(results: dict, path: str):
   plt.close(fig)
 
 
-def plot_curves(results: dict, output: str, path: str):
+def plot_curves(results: dict, path: str):
   """Pretraining metrics from each run's metrics.jsonl against FLOPs spent (step × FLOPs per
   step); a metric no run logs (e.g. disc_auc without a discriminator) gets no panel."""
   plt = _pyplot()
   curves = {}
   for run in results['configs']:
-    rows = runs.read_jsonl(paths.join(output, 'pretrain', run['name'], 'metrics.jsonl'))
+    rows = runs.read_jsonl(paths.join(run['pretrain_workdir'], 'metrics.jsonl'))
     curves[run['name']] = (run, rows)
   metrics = [(key, title) for key, title in CURVE_METRICS
              if any(r.get(key) is not None for _, rows in curves.values() for r in rows)]
@@ -124,5 +124,5 @@ def write_all(results: dict, output: str) -> dict:
   atomic.write_json(written['results_json'], results)
   atomic.write_text(written['results_md'], markdown(results))
   plot_downstream(results, written['downstream_plot'])
-  plot_curves(results, output, written['curves_plot'])
+  plot_curves(results, written['curves_plot'])
   return written

@@ -2,7 +2,8 @@
 output says it already finished.
 
 Layout under the output folder:
-  pretrain/<name>/            the train command's workdir (resumed, never restarted)
+  pretrain/<name>/            the train command's workdir (resumed, never restarted); a
+                              --pretrained run is read where it is instead
   points/<name>/<step>/       one budget point: config.json + checkpoints/<step>/ (a copy, hard
                               links on a local disk, so later saves may rotate the original
                               away) + point.json (written last: the point is complete)
@@ -134,13 +135,13 @@ def _make_point(workdir: str, point_dir: str, step: int, flops: float) -> dict:
   return record
 
 
-def pretrain(plan, user_overrides: list[str], output: str, counter: dict,
-             cache_dir: str) -> list[dict]:
-  """Trains `plan` to each budget point in turn (stopping there with --stop_after_steps, so the
-  point's checkpoint is exact and the run continues as if never stopped); returns the points'
-  records. Points already complete are read back, not retrained. `cache_dir`: the commands'
-  shared compilation cache."""
-  workdir = paths.join(output, 'pretrain', plan.name)
+def pretrain(plan, user_overrides: list[str], output: str, workdir: str, counter: dict,
+             cache_dir: str, train: bool = True) -> list[dict]:
+  """Trains `plan` in `workdir` to each budget point in turn (stopping there with
+  --stop_after_steps, so the point's checkpoint is exact and the run continues as if never
+  stopped); returns the points' records. Points already complete are read back, not retrained.
+  train=False: `workdir` is a finished run (--pretrained), only read. `cache_dir`: the
+  commands' shared compilation cache."""
   records = []
   for k, step in enumerate(plan.points, 1):
     point_dir = paths.join(output, 'points', plan.name, str(step))
@@ -151,6 +152,14 @@ def pretrain(plan, user_overrides: list[str], output: str, counter: dict,
       _say(f'{label} ({where}): already done, skipped')
       counter['pretrain_skipped'] += 1
       records.append(read_json(done))
+      continue
+    if not train:
+      _say(f'{label} ({where}): the checkpoint of step {step} in {workdir} (--pretrained)')
+      counter['pretrain_reused'] += 1
+      if step not in checkpoint.steps(workdir):
+        raise UserError(f'{label}: the checkpoint of step {step} is gone from {workdir} '
+                        '(--pretrained); restore it or drop the flag to train the config here')
+      records.append(_make_point(workdir, point_dir, step, step * plan.flops_per_step))
       continue
     latest = checkpoint.latest_step(workdir) or 0
     if latest < step:
