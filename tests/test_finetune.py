@@ -246,6 +246,37 @@ def test_span_head_shapes_and_end_conditioned_on_start(tokenizer):
   assert not np.allclose(ends[:, 0], ends[:, 1])
 
 
+def test_classifier_pooling_reads_cls_or_the_mean_of_real_tokens_only():
+  hidden = jax.random.normal(jax.random.key(0), (2, 5, 4))
+  mask = jnp.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+  np.testing.assert_array_equal(heads.pool(hidden, mask, 'cls'), hidden[:, 0])
+  mean = heads.pool(hidden, mask, 'mean')
+  np.testing.assert_allclose(mean[0], hidden[0, :3].mean(0), rtol=1e-6)
+  np.testing.assert_allclose(mean[1], hidden[1].mean(0), rtol=1e-6)
+  # Padding never reaches the head; every real token does.
+  padded = hidden.at[0, 3:].set(100.0)
+  np.testing.assert_array_equal(heads.pool(padded, mask, 'mean')[0], mean[0])
+  assert not np.allclose(heads.pool(hidden.at[0, 2].set(100.0), mask, 'mean')[0], mean[0])
+  # Through the model: the head gets the batch's input_mask (padded positions have hidden
+  # states of their own, which an unmasked mean would read).
+  task = tasks.TASKS['sst2']
+  c = config_lib.resolve(tiny_config(vocab_size=8000, num_layers=1))
+  batch = dict(input_ids=jnp.array([[2, 10, 11, 3, 0]]), segment_ids=jnp.zeros((1, 5), jnp.int32),
+               input_mask=jnp.array([[1, 1, 1, 1, 0]]))
+  for pooling in heads.POOLINGS:
+    model = loop.make_model(task, model_lib.ModelConfig.from_config(c), pooling)
+    params = jax.jit(lambda r, m=model: m.init({'params': r}, batch)['params'])(
+        jax.random.key(0))
+    logits = jax.jit(lambda p, b, m=model: m.apply({'params': p}, b))
+    base = logits(params, batch)
+    assert base.shape == (1, 2)
+    np.testing.assert_allclose(logits(params, dict(batch, input_ids=batch['input_ids'].at[0, 4]
+                                                   .set(50))), base, rtol=1e-6)
+  from electra_jax.finetune import settings  # pylint: disable=import-outside-toplevel
+  with pytest.raises(UserError, match="config.classifier_pooling='max' is not one of cls, mean"):
+    settings.resolve(ft_config(classifier_pooling='max'), tasks.get_task('sst2'), 256)
+
+
 def test_span_decoding_picks_the_best_candidate_across_windows():
   context = 'alpha beta gamma delta'
   # Two windows of one example; tokens 1..4 are the four words (spans), 0 is [CLS].

@@ -50,6 +50,9 @@ def get_config():
   c.dropout_rate = 0.1
   # Dropout on attention probabilities.
   c.attention_dropout_rate = 0.1
+  # What the classification head reads: 'cls' (the [CLS] state, as the paper) or 'mean' (the
+  # mean of every real token's state). Not used by SQuAD's span head.
+  c.classifier_pooling = 'cls'
 
   # --- Optimisation (paper: ELECTRA.md, fine-tuning) ----------------------------------------
   # Peak learning rate (None: 3e-4 small, 1e-4 base, 5e-5 large, 1e-3 demo).

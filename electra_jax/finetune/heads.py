@@ -19,16 +19,32 @@ def _dense(features, dtype, name):
                   kernel_init=nn.initializers.truncated_normal(0.02), name=name)
 
 
+POOLINGS = ('cls', 'mean')
+
+
+def pool(hidden, input_mask, pooling: str):
+  """One vector per example: the [CLS] state (the paper's), or the mean over real tokens (for
+  encoders whose [CLS] sees little of the sentence, e.g. few layers with a local attention
+  bias)."""
+  if pooling == 'cls':
+    return hidden[:, 0]
+  mask = input_mask.astype(jnp.float32)[..., None]
+  total = jnp.sum(hidden.astype(jnp.float32) * mask, axis=1)
+  return (total / jnp.maximum(jnp.sum(mask, axis=1), 1.0)).astype(hidden.dtype)
+
+
 class ClassificationHead(nn.Module):
-  """Dropout + one linear layer on the [CLS] state: class logits (or one regression value)."""
+  """Dropout + one linear layer on the pooled state: class logits (or one regression value)."""
   num_outputs: int
   dropout_rate: float
   dtype: Any = jnp.float32
+  pooling: str = 'cls'
 
   @nn.compact
-  def __call__(self, hidden, deterministic: bool):
-    cls = nn.Dropout(self.dropout_rate)(hidden[:, 0], deterministic=deterministic)
-    return _dense(self.num_outputs, self.dtype, 'output')(cls).astype(jnp.float32)
+  def __call__(self, hidden, input_mask, deterministic: bool):
+    pooled = nn.Dropout(self.dropout_rate)(pool(hidden, input_mask, self.pooling),
+                                           deterministic=deterministic)
+    return _dense(self.num_outputs, self.dtype, 'output')(pooled).astype(jnp.float32)
 
 
 class SpanHead(nn.Module):
@@ -112,7 +128,7 @@ class FinetuneModel(nn.Module):
     hidden = self.hidden(batch, deterministic)
     if isinstance(self.head, SpanHead):
       return self.head(hidden, batch['context_mask'], batch['start_position'], deterministic)
-    return self.head(hidden, deterministic)
+    return self.head(hidden, batch['input_mask'], deterministic)
 
   def span_beam(self, batch, beam_size: int, max_answer_length: int):
     return self.head.beam(self.hidden(batch, True), batch['context_mask'], beam_size,

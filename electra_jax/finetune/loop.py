@@ -152,12 +152,12 @@ def score(task, c, eval_set: EvalSet, outputs: dict) -> dict:
 
 # --- Model and initialisation ---------------------------------------------------------------------
 
-def make_model(task, model_config) -> heads.FinetuneModel:
+def make_model(task, model_config, pooling: str = 'cls') -> heads.FinetuneModel:
   if task.kind == tasks_lib.SPAN:
     head = heads.SpanHead(model_config.hidden_size, model_config.dropout_rate, model_config.dtype)
   else:
     head = heads.ClassificationHead(task.num_outputs, model_config.dropout_rate,
-                                    model_config.dtype)
+                                    model_config.dtype, pooling)
   return heads.FinetuneModel(model_config, head)
 
 
@@ -308,7 +308,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   say = print if is_chief else (lambda *a, **k: None)
   if is_chief:
     saved_config.write(workdir, c)
-  model = make_model(task, model_config)
+  model = make_model(task, model_config, c.classifier_pooling)
   origin = 'random init' if params is None else f'init from {c.init_checkpoint}'
   eval_rows = ', '.join(f'{_num_rows(e.features)} eval rows'
                         + (f' ({e.prefix.strip("_")})' if e.prefix else '') for e in data.evals)

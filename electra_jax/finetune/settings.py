@@ -6,6 +6,7 @@ Learning rate and layer-wise decay follow the model size (ELECTRA.md: 3e-4 Small
 import ml_collections
 
 from electra_jax import config as config_lib
+from electra_jax.finetune import heads
 
 LEARNING_RATES = {'demo': 1e-3, 'small': 3e-4, 'base': 1e-4, 'large': 5e-5}
 LAYERWISE_DECAY = {'demo': 0.8, 'small': 0.8, 'base': 0.8, 'large': 0.9}
@@ -39,6 +40,9 @@ def validate(c):
                      f'config.{key}={c[key]} must be a positive integer')
   for key in ('max_train_examples', 'max_eval_examples', 'seed'):
     config_lib.check(c[key] >= 0, f'config.{key}={c[key]} must be >= 0')
+  config_lib.check(c.classifier_pooling in heads.POOLINGS,
+                   f'config.classifier_pooling={c.classifier_pooling!r} is not one of '
+                   f"{', '.join(heads.POOLINGS)}")
   config_lib.check(c.learning_rate > 0, f'config.learning_rate={c.learning_rate} must be > 0')
   config_lib.check(0 < c.layerwise_lr_decay <= 1,
                    f'config.layerwise_lr_decay={c.layerwise_lr_decay} must be in (0, 1] '
