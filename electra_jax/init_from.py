@@ -151,9 +151,9 @@ def open_source(init_from: str, init_generator_from: str = '') -> Source:
 
 
 def _same(key, value, wanted, keys) -> bool:
-  if key == 'generator_hidden_size':  # The same generator, however the fraction is written.
-    sizes = lambda f: config_lib.generator_sizes(ml_collections.ConfigDict(
-        dict(keys, generator_hidden_size=f)))
+  if key in ('generator_hidden_size', 'generator_layers'):
+    # The same generator, however the fraction is written.
+    sizes = lambda f: config_lib.generator_sizes(ml_collections.ConfigDict(dict(keys, **{key: f})))
     return sizes(value) == sizes(wanted)
   return value == wanted
 

@@ -28,12 +28,14 @@ def wordpiece_vocab(directory: str, vocab_size: int = 600) -> str:
 
 
 def save_pair(discriminator_dir: str, generator_dir: str, vocab_file: str, seed: int = 0,
-              shared_embeddings: bool = True, with_vocab_txt: bool = True):
+              shared_embeddings: bool = True, with_vocab_txt: bool = True,
+              generator_layers: int | None = None):
   """Random ElectraForPreTraining + ElectraForMaskedLM saved with save_pretrained, each with the
   tokenizer. Every weight is perturbed (transformers starts biases at 0 and LayerNorms at 1), so
   a misplaced bias cannot hide. shared_embeddings: the generator holds the discriminator's
   embedding tables, as in the released pairs. with_vocab_txt: also a vocab.txt, as the released
-  directories have (transformers 5's save_pretrained writes only tokenizer.json)."""
+  directories have (transformers 5's save_pretrained writes only tokenizer.json).
+  generator_layers: a generator shallower than the discriminator (default: as deep)."""
   # pylint: disable=import-outside-toplevel
   import shutil
   import torch
@@ -45,7 +47,9 @@ def save_pair(discriminator_dir: str, generator_dir: str, vocab_file: str, seed:
       discriminator_dir: transformers.ElectraForPreTraining(
           transformers.ElectraConfig(vocab_size=vocab_size, **SIZES)),
       generator_dir: transformers.ElectraForMaskedLM(
-          transformers.ElectraConfig(vocab_size=vocab_size, **GENERATOR_SIZES)),
+          transformers.ElectraConfig(vocab_size=vocab_size, **dict(
+              GENERATOR_SIZES, num_hidden_layers=generator_layers
+              or GENERATOR_SIZES['num_hidden_layers']))),
   }
   with torch.no_grad():
     for model in models.values():

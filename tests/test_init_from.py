@@ -26,6 +26,7 @@ from electra_jax import saved_config
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.data import wordpiece
 from electra_jax.errors import UserError
+from electra_jax.hf import configs as hf_configs
 from electra_jax.hf import files as hf_files
 from tests import hf_pair
 from tests.conftest import REPO_ROOT
@@ -321,6 +322,34 @@ def test_generator_embeddings_that_differ_are_noted_or_kept_with_tie_none(tmp_pa
       assert not differ
       np.testing.assert_array_equal(params['generator_embeddings']['word_embeddings'],
                                     gen_state[word])
+
+
+def test_a_shallower_transformers_generator_starts_ours_with_its_depth(tmp_path, pair):
+  """A 1-layer generator beside a 2-layer discriminator: generator_layers becomes 0.5 and the
+  generator's logits equal transformers'; a deeper generator or a conflicting override is one
+  line."""
+  disc, gen = str(tmp_path / 'disc'), str(tmp_path / 'gen')
+  hf_pair.save_pair(disc, gen, pair['vocab'], seed=2, generator_layers=1)
+  start = prepare(tmp_path / 'w', init_from=disc, init_generator_from=gen)
+  assert start.config.generator_layers == 0.5 and start.config.num_layers == 2
+  params, _ = start_params(tmp_path / 'w', start)
+  assert sorted(k for k in params['generator']['encoder'] if k.startswith('layer_')) == [
+      'layer_0']
+  batch = fixed_batch(gen)
+  model = model_lib.Electra(model_lib.ModelConfig.from_config(start.config))
+  ids, segments, mask = batch['input_ids'], batch['token_type_ids'], batch['attention_mask']
+  positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+  ours, _ = jax.jit(lambda p: model.apply({'params': p}, ids, segments, mask, positions))(params)
+  assert_logits_match(np.asarray(ours), hf_logits(gen, 'generator', batch), mask)
+  # The same depth written as another fraction is no conflict; another depth is.
+  prepare(tmp_path / 'same', init_from=disc, init_generator_from=gen, generator_layers=0.6)
+  with pytest.raises(UserError, match=r'--config.generator_layers=1.0 conflicts .* '
+                                      r'generator_layers=0.5'):
+    prepare(tmp_path / 'deep', init_from=disc, init_generator_from=gen, generator_layers=1.0)
+  one_layer = dict(hf_files.read_config(disc), num_hidden_layers=1)
+  with pytest.raises(UserError, match="the generator has 2 layers, more than the "
+                                      "discriminator's 1"):
+    hf_configs.shape_keys(one_layer, hf_files.read_config(pair['gen']))
 
 
 def test_without_a_generator_directory_the_generator_is_random_and_the_run_says_so(tmp_path,

@@ -68,15 +68,21 @@ def shape_keys(hf: dict, hf_generator: dict | None = None) -> dict:
   if hf_generator is None:
     return keys
   check_hf_config(hf_generator, 'the HF generator config')
-  for key in ('vocab_size', 'embedding_size', 'num_hidden_layers', 'max_position_embeddings',
-              'type_vocab_size'):
+  for key in ('vocab_size', 'embedding_size', 'max_position_embeddings', 'type_vocab_size'):
     if hf_generator.get(key) != hf.get(key):
       raise UserError(f'the generator has {key}={hf_generator.get(key)} but the '
                       f'discriminator {hf.get(key)}; our generator shares these with it')
+  if hf_generator['num_hidden_layers'] > hf['num_hidden_layers']:
+    raise UserError(f"the generator has {hf_generator['num_hidden_layers']} layers, more than "
+                    f"the discriminator's {hf['num_hidden_layers']}; our generator is at most "
+                    'as deep (config.generator_layers <= 1)')
   keys['generator_hidden_size'] = hf_generator['hidden_size'] / hf['hidden_size']
+  # A shallower generator (official generator_layers < 1) as the fraction that gives its depth.
+  keys['generator_layers'] = hf_generator['num_hidden_layers'] / hf['num_hidden_layers']
   want = dict(hidden_size=hf_generator['hidden_size'],
               intermediate_size=hf_generator['intermediate_size'],
-              num_heads=hf_generator['num_attention_heads'])
+              num_heads=hf_generator['num_attention_heads'],
+              num_layers=hf_generator['num_hidden_layers'])
   got = {k: v for k, v in config_lib.generator_sizes(ml_collections.ConfigDict(keys)).items()
          if k in want}
   if got != want:
