@@ -73,7 +73,9 @@ case $stage in
     tar -czf "$out/small_profile.tgz" -C /tmp electra_profile ;;
   pretrain)  # ELECTRA-Small, paper recipe, bf16, on the bundled corpus; fits one 10-minute call.
     # PRETRAIN_STEPS sets the schedule (warmup a tenth of it); a run still going after
-    # PRETRAIN_SECONDS gets SIGTERM, saves and stops (its metrics so far are kept).
+    # PRETRAIN_SECONDS gets SIGTERM, saves and stops (its metrics so far are kept). Back here:
+    # python benchmarks/demo_recipe/plot_study.py OUT_DIR/pretrain.png small=OUT_DIR plots the
+    # held-out AUC and MLM accuracy against tokens from the copied config and eval metrics.
     steps=${PRETRAIN_STEPS:-10000}
     workdir=/tmp/electra_small_pretrain
     timeout -s TERM "${PRETRAIN_SECONDS:-510}" python3 -m electra_jax.train \
