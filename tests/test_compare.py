@@ -231,6 +231,7 @@ def test_pretrained_reuses_a_finished_run_read_only_and_refuses_another_config(s
        '(generator_hidden_size: 0.5 in the run, 0.25 planned'),
       ([f'--pretrained=gen_third={run_dir}'], "'gen_third' is not one of the configs"),
       ([f'--pretrained={run_dir}'], 'is not NAME=WORKDIR'),
+      ([f'--pretrained=gen_quarter={tmp_path}'], 'not a training workdir'),
       ([f'--pretrained=gen_quarter={run_dir}', '--budget_points=2'],
        f'no checkpoint of step(s) 2 (the budget points) in {run_dir}')]:
     proc = run_compare(f'--configs={quarter}', f'--output={bad}',

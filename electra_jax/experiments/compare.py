@@ -106,7 +106,10 @@ def pretrained_workdirs(values: list[str], plans) -> dict:
     if name in workdirs:
       raise UserError(f'--pretrained names {name!r} twice; pass one workdir per config')
     plan, workdir = by_name[name], paths.absolute(workdir)
-    saved = saved_config.load(workdir).to_dict()
+    try:
+      saved = saved_config.load(workdir).to_dict()
+    except UserError as e:
+      raise UserError(f'--pretrained={value!r}: {e}') from None
     planned = config_lib.resolve(plan.config).to_dict()
     differ = sorted(k for k in planned if saved.get(k) != planned[k]
                     and k not in experiment.HARMLESS_KEYS)
