@@ -54,7 +54,8 @@ def server_binary() -> str:
 
 def _die_with_parent():
   """In the server's process before exec (Linux): SIGKILL when the process that started it
-  ends, so a killed pytest leaves no server behind (prctl PR_SET_PDEATHSIG)."""
+  ends, so a killed pytest leaves no server behind (prctl PR_SET_PDEATHSIG; it fires when the
+  starting *thread* ends, so start the emulator from a thread that outlives its use)."""
   ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
 
 
