@@ -217,7 +217,5 @@ def get_config():
   # Comma-separated config keys allowed to differ from the workdir's saved config on resume,
   # e.g. 'learning_rate,num_train_steps' (parameter-shape keys can never change).
   c.allow_config_change = ''
-  # Test hook: comma-separated step numbers whose loss is made NaN inside the train step.
-  c.debug_nonfinite_steps = ''
 
   return c

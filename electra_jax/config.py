@@ -108,10 +108,6 @@ def _validate(c):
   unknown = [k for k in split_keys(c.allow_config_change) if k not in c]
   check(not unknown, f'config.allow_config_change={c.allow_config_change!r} names unknown '
          f'keys {unknown}; list config keys separated by commas')
-  steps = [s.strip() for s in c.debug_nonfinite_steps.split(',') if s.strip()]
-  check(all(s.isdigit() for s in steps),
-         f'config.debug_nonfinite_steps={c.debug_nonfinite_steps!r} must be step numbers '
-         "separated by commas, e.g. '3,4'")
 
 
 def _validate_objective(c):

@@ -9,7 +9,6 @@ import optax
 from electra_jax import checkpoint
 from electra_jax import config as config_lib
 from electra_jax import model as model_lib
-from electra_jax import nonfinite
 from electra_jax import objectives
 from electra_jax.objectives import base as objective_base
 from electra_jax import optim
@@ -72,11 +71,10 @@ class Experiment:
 
   def jit_train_step(self):
     """The train step of a run: jitted over the mesh, state sharded as abstract_state() and
-    donated, grad_accum_steps micro-batches, config.debug_nonfinite_steps poisoned."""
+    donated, grad_accum_steps micro-batches."""
     c = self.config
     state_sharding = jax.tree.map(lambda x: x.sharding, self.abstract_state())
-    step = ts.make_train_step(self.objective, self.tx, c.grad_accum_steps, self.mesh,
-                              poison_steps=nonfinite.parse_steps(c.debug_nonfinite_steps))
+    step = ts.make_train_step(self.objective, self.tx, c.grad_accum_steps, self.mesh)
     return ts.jit_train_step(step, self.mesh, state_sharding)
 
 

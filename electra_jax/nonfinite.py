@@ -2,31 +2,13 @@
 
 optax.apply_if_finite (optim.py) skips an update whose gradients hold NaN/inf and counts it in
 the optimizer state; this module reads those counts, keeps skipped steps out of the logged
-averages, stops a run that keeps diverging, and offers a test hook that poisons chosen steps.
+averages and stops a run that keeps diverging.
 """
 import jax
 import jax.numpy as jnp
 import optax
 
 from electra_jax.errors import UserError
-
-
-def parse_steps(text: str) -> tuple[int, ...]:
-  """'3,7' -> (3, 7): the config's comma-separated list of step numbers."""
-  return tuple(sorted({int(part) for part in (text or '').split(',') if part.strip()}))
-
-
-def poisoned(objective, steps: tuple[int, ...], step):
-  """The objective, with its loss (hence every gradient) NaN when `step` is one of `steps`."""
-  if not steps:
-    return objective
-
-  def objective_with_nan(*args, **kwargs):
-    loss, aux = objective(*args, **kwargs)
-    bad = jnp.isin(step, jnp.asarray(steps, jnp.int32))
-    return loss * jnp.where(bad, jnp.nan, 1.0).astype(loss.dtype), aux
-
-  return objective_with_nan
 
 
 def _count(opt_state, name: str) -> jax.Array:

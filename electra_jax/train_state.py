@@ -26,7 +26,7 @@ def create_train_state(rng, model: model_lib.Electra, tx: optax.GradientTransfor
 
 
 def make_train_step(objective: Callable, tx: optax.GradientTransformation,
-                    grad_accum_steps: int = 1, mesh=None, poison_steps: tuple[int, ...] = ()):
+                    grad_accum_steps: int = 1, mesh=None):
   """(state, batch, base_rng) -> (state, metric sums); step k's randomness is fold_in(rng, k).
 
   `objective`: (params, batch, rng, ...) -> (loss, metric sums), with `at_step(step)` (itself
@@ -41,8 +41,7 @@ def make_train_step(objective: Callable, tx: optax.GradientTransformation,
   and backward pass; their gradients flow back into the sharded optimizer update.
 
   A non-finite step is skipped by tx (optax.apply_if_finite): its sums are zeroed and
-  `consecutive_nonfinite` reports the run of skips. poison_steps: test hook, steps (1-based,
-  as logged) whose loss is made NaN.
+  `consecutive_nonfinite` reports the run of skips.
   """
   fsdp = mesh is not None and parallel.FSDP_AXIS in mesh.axis_names
 
@@ -77,11 +76,10 @@ def make_train_step(objective: Callable, tx: optax.GradientTransformation,
     rng = jax.random.fold_in(base_rng, state.step)
     step_objective = objective.at_step(state.step)
     start_params = objective.prepare_params(state.params, state.step)
-    loss_fn = nonfinite.poisoned(step_objective, poison_steps, state.step + 1)
     params = start_params
     if fsdp:
       params = jax.lax.with_sharding_constraint(params, parallel.replicated(mesh))
-    grads, sums = grads_and_sums(params, batch, rng, loss_fn)
+    grads, sums = grads_and_sums(params, batch, rng, step_objective)
     extra = ({'step': state.step} if isinstance(tx, optax.GradientTransformationExtraArgs)
              else {})
     updates, opt_state = tx.update(grads, state.opt_state, start_params, **extra)

@@ -23,6 +23,7 @@ from electra_jax import config as config_lib
 from electra_jax import train_state as ts
 from electra_jax.errors import UserError
 from tests.conftest import REPO_ROOT, saved_state, tiny_config, tiny_trainer
+from tests.nan_steps import NaNAtSteps
 from tests.test_model_objective import toy_batch
 # small_corpus is a fixture used here by name.
 from tests.test_train_cli import (  # pylint: disable=unused-import
@@ -192,9 +193,12 @@ def test_corrupt_checkpoints_are_moved_aside_and_training_resumes_from_the_newes
 def test_nonfinite_steps_are_skipped_counted_never_saved_and_too_many_stop_the_run(
     tmp_path, cache_dir, small_corpus):
   workdir = str(tmp_path / 'w')
-  proc = train(cache_dir, small_corpus, workdir, '--config.log_every_steps=1',
-               '--config.debug_nonfinite_steps=3,5,6,7,8',
-               '--config.max_consecutive_nonfinite=3', check=False)
+  command = train_command(small_corpus, workdir, '--config.log_every_steps=1',
+                          '--config.max_consecutive_nonfinite=3')
+  # The train command with steps 3, 5, 6, 7 and 8 made NaN (tests/nan_steps.py).
+  command[1:3] = ['-m', 'tests.nan_steps', '3,5,6,7,8']
+  proc = subprocess.run(command, cwd=REPO_ROOT, env=env_for(cache_dir), capture_output=True,
+                        text=True, timeout=600)
   assert proc.returncode == 2
   error = proc.stderr.strip().splitlines()[-1]
   assert error.startswith('error: 3 consecutive steps (up to step 7) had a non-finite loss')
@@ -235,7 +239,7 @@ def test_a_run_resumes_on_other_device_counts_at_the_same_data_position(
 def test_a_skipped_step_leaves_params_and_optimizer_state_unchanged():
   c, objective, state, _, mesh = tiny_trainer(num_layers=1)
   tx, _ = optim.make_optimizer(c)
-  step = ts.jit_train_step(ts.make_train_step(objective, tx, poison_steps=(2,)), mesh)
+  step = ts.jit_train_step(ts.make_train_step(NaNAtSteps(objective, (2,)), tx), mesh)
   batch = parallel.global_batch(jax.device_get(toy_batch(c)), mesh)
   state, sums = step(state, batch, jax.random.key(0))
   assert int(sums['consecutive_nonfinite']) == 0 and float(sums['num_steps']) == 1
