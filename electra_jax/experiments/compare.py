@@ -82,8 +82,8 @@ def finetune_config(task: str) -> tuple[str, str]:
 def finetune_args(task: str, overrides: list[str]) -> list[str]:
   """The finetune command's flags for the task (checked here, before any pretraining)."""
   config_file, task_name = finetune_config(task)
-  budget.apply_overrides(budget.load_config(config_file), overrides, '--finetune_override',
-                         _FINETUNE_MANAGED, 'configs/finetune/glue.py')
+  budget.load_config(config_file, overrides, '--finetune_override', _FINETUNE_MANAGED,
+                     '--finetune_task', 'configs/finetune/glue.py')
   # The fine-tuned weights are not needed for the comparison: skip saving them by default.
   return [f'--config={config_file}', f'--config.task={task_name}',
           '--config.save_best_checkpoint=false', *[f'--config.{o}' for o in overrides]]
