@@ -7,6 +7,8 @@ import re
 import sys
 
 from absl import app, flags, logging
+import ml_collections
+from ml_collections import config_flags
 
 from electra_jax import paths
 from electra_jax.errors import UserError
@@ -35,9 +37,16 @@ def _config_file_arg(argv) -> str:
   return '?'
 
 
-def _flag_error_message(error: Exception, argv) -> str:
+def _flag_error_message(error: Exception, argv,
+                        keys_file: str = 'configs/base_config.py') -> str:
   """One line for a command-line mistake that absl / ml_collections report at length."""
   text = str(error).strip()
+  if isinstance(error, flags.Error) and 'Error whilst parsing config file' in text:
+    # config_flags puts the traceback of get_config()'s TypeError / ValueError in the message.
+    return (f"config file '{_config_file_arg(argv)}': get_config() failed "
+            f'({text.splitlines()[-1].strip()}); fix it or pass another file')
+  if isinstance(error, flags.Error) and text.startswith('flag --config.'):  # A bad value.
+    return f"{text.splitlines()[0].removeprefix('flag ')}; {keys_file} shows the key's type"
   if isinstance(error, flags.Error):
     return f'{text.splitlines()[0]}; see --help'
   if 'get_config' in text:
@@ -46,29 +55,60 @@ def _flag_error_message(error: Exception, argv) -> str:
   if isinstance(error, OSError):
     return (f"cannot load config file '{_config_file_arg(argv)}' (no such file, or it failed "
             'to import); pass an existing file such as configs/demo.py')
+  if isinstance(error, (ImportError, SyntaxError)):  # From the config file's own code.
+    return (f"config file '{_config_file_arg(argv)}' failed to import ({type(error).__name__}: "
+            f'{text.splitlines()[0] if text else "?"}); fix it or pass another file')
   if isinstance(error, (AttributeError, KeyError)):
     # ml_collections: 'KEY'\nDid you mean "OTHER" instead of "KEY"?
     key = re.search(r"'?([\w.]+)", text).group(1)
     hint = re.search(r'Did you mean "([^"]+)"', text)
     return (f"unknown config key --config.{key}"
             + (f" (did you mean --config.{hint.group(1)}?)" if hint else '')
-            + '; every key is listed in configs/base_config.py')
+            + f'; every key is listed in {keys_file}')
   return f'bad command line: {text.splitlines()[0] if text else type(error).__name__}'
 
 
-def parse_flags(argv):
+def _raise_deferred_load_error(value):
+  if type(value).__name__ == '_ErrorConfig':  # config_flags defers a load failure ...
+    value.to_dict()  # ... to the first access: raise it now.
+
+
+def parse_flags(argv, keys_file: str = 'configs/base_config.py'):
   """absl flag parsing with every mistake reported as one `error: ...` line and exit code 2."""
   try:
     rest = flags.FLAGS(argv)
     for name in flags.FLAGS:
-      value = flags.FLAGS[name].value
-      if type(value).__name__ == '_ErrorConfig':  # config_flags defers a load failure ...
-        value.to_dict()  # ... to the first access: raise it now.
+      _raise_deferred_load_error(flags.FLAGS[name].value)
     return rest
   except Exception as e:  # pylint: disable=broad-except
     if '--verbose' in argv or '--verbose=true' in argv:
       raise
-    _fail(_flag_error_message(e, argv))
+    _fail(_flag_error_message(e, argv, keys_file))
+
+
+def load_config(spec: str, overrides=(),
+                keys_file: str = 'configs/base_config.py') -> ml_collections.ConfigDict:
+  """The config that `--config=spec --config.KEY=VALUE ...` (overrides: 'KEY=VALUE') gives a
+  command, parsed by config_flags into flags of its own: a command that starts others (compare)
+  reads a config exactly as they will. UserError with the line the command would print."""
+  argv = ['electra_jax', f'--config={spec}', *[f'--config.{o}' for o in overrides]]
+  flag_values = flags.FlagValues()
+  config_flags.DEFINE_config_file('config', None, flag_values=flag_values, lock_config=True,
+                                  sys_argv=argv)
+  modules = set(sys.modules)
+  try:
+    flag_values(argv)
+    _raise_deferred_load_error(flag_values.config)
+    return flag_values.config
+  except Exception as e:  # pylint: disable=broad-except
+    raise UserError(_flag_error_message(e, argv, keys_file)) from e
+  finally:
+    # config_flags imports the file as a module it keeps in sys.modules and re-executes in
+    # place on its next load, of any file: a file without get_config() would get this one's.
+    path = os.path.abspath(spec.split(':', 1)[0])
+    for name in set(sys.modules) - modules:
+      if os.path.abspath(getattr(sys.modules[name], '__file__', None) or '') == path:
+        del sys.modules[name]
 
 
 def use_compilation_cache(directory: str | None):
@@ -78,9 +118,9 @@ def use_compilation_cache(directory: str | None):
     jax.config.update('jax_compilation_cache_dir', paths.absolute(directory))
 
 
-def run(main):
+def run(main, keys_file: str = 'configs/base_config.py'):
   """absl app.run(main), turning a UserError (or a storage fault the path layer names) into
-  `error: ...` on stderr and exit code 2."""
+  `error: ...` on stderr and exit code 2. keys_file: where the --config keys are listed."""
 
   def wrapped(argv):
     if not flags.FLAGS.verbose:
@@ -101,7 +141,7 @@ def run(main):
       # one line that explains it. Pending saves of good states were finished before this.
       os._exit(2)
 
-  app.run(wrapped, flags_parser=parse_flags)
+  app.run(wrapped, flags_parser=lambda argv: parse_flags(argv, keys_file))
 
 
 def _finite_or_none(value):

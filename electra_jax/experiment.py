@@ -101,6 +101,16 @@ HARMLESS_KEYS = ('log_every_steps', 'eval_every_steps', 'eval_batch_size', 'num_
                  'init_generator_from', 'extend_vocab_file')
 
 
+def weight_changing_differences(saved: dict, c) -> list[str]:
+  """Keys whose value in resolved config `c` differs from `saved` (a run's config.json) and may
+  change the trained weights: neither HARMLESS_KEYS nor keys c's objective never reads. For
+  reusing a finished run's weights; resuming also needs the same optimizer state, so it checks
+  every key."""
+  skip = set(HARMLESS_KEYS) | set(objectives.get(c.objective).unread_keys(c))
+  planned = c.to_dict()
+  return sorted(k for k in planned if saved.get(k) != planned[k] and k not in skip)
+
+
 def check_resume_config(workdir: str, c) -> list[str]:
   """Refuses to resume with a config other than the saved one, except for harmless keys and
   those listed in config.allow_config_change; returns the changed keys."""

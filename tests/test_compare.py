@@ -63,12 +63,49 @@ def test_overrides_are_typed_like_the_config_and_change_the_flops(tmp_path):
   assert wider.config.hidden_size == 256 and wider.config.progress_bar is False
   assert wider.flops_per_step > plain.flops_per_step
   assert wider.num_train_steps < plain.num_train_steps
-  for bad, message in [('hidden_size=wide', 'bad value for hidden_size'),
-                       ('no_such_key=1', "unknown config key 'no_such_key'"),
-                       ('num_train_steps=5', 'set by --flops_budget'),
-                       ('hidden_size', 'is not KEY=VALUE')]:
-    with pytest.raises(UserError, match=message):
-      budget.plan_config(path, [bad], 1e15, 1)
+  for bad, message in [
+      ('hidden_size=wide', "--override='hidden_size=wide': --config.hidden_size=wide: invalid "
+       'literal for int()'),
+      ('hiden_size=1', "--override='hiden_size=1': unknown config key --config.hiden_size (did "
+       'you mean --config.hidden_size?); every key is listed in configs/base_config.py'),
+      ('num_train_steps=5', 'set by --flops_budget'),
+      ('hidden_size', 'is not KEY=VALUE')]:
+    with pytest.raises(UserError, match=re.escape(message)):
+      budget.plan_config(path, ['seed=3', bad, 'progress_bar=false'], 1e15, 1)
+
+
+def test_overrides_parse_as_the_train_command_parses_them(tmp_path):
+  """Every --config.KEY=VALUE spelling the train command accepts (config_flags: bools as t / f,
+  ints in hex, a later value of a key winning) means the same in --override, and in
+  --finetune_override (placeholder keys included): compare passes them on as they are."""
+  path = write_config(tmp_path / 'a.py', 0.25)
+  c = budget.plan_config(path, ['progress_bar=f', 'disallow_correct=t',
+                                'hidden_size=0x100', 'num_heads=8', 'num_heads=4'], 1e15, 1).config
+  assert (c.progress_bar, c.disallow_correct) == (False, True)
+  assert (c.hidden_size, c.num_heads) == (256, 4)
+  finetune = budget.load_config(os.path.join(REPO_ROOT, 'configs', 'finetune', 'files.py'),
+                                ['save_best_checkpoint=f', 'learning_rate=1e-3'],
+                                '--finetune_override', {}, '--finetune_task')
+  assert finetune.save_best_checkpoint is False and finetune.learning_rate == 1e-3
+
+
+def test_config_file_mistakes_name_the_file_and_each_file_is_its_own(tmp_path):
+  """A file without get_config() is refused even right after one with it (config_flags keeps
+  the module it imports), and a file that fails to import or to build its config is named."""
+  with_config = write_config(tmp_path / 'good.py', 0.25)
+  (tmp_path / 'no_get.py').write_text('X = 1\n')
+  (tmp_path / 'bad_import.py').write_text('import no_such_module_here\n')
+  (tmp_path / 'raises.py').write_text('def get_config():\n  raise ValueError("no size")\n')
+  for spec, message in [
+      (str(tmp_path / 'no_get.py'), 'has no get_config() function'),
+      (str(tmp_path / 'nope.py'), f"cannot load config file '{tmp_path / 'nope.py'}'"),
+      (str(tmp_path / 'bad_import.py'),
+       "failed to import (ModuleNotFoundError: No module named 'no_such_module_here')"),
+      (str(tmp_path / 'raises.py'), 'get_config() failed (ValueError: no size)'),
+      (f'{with_config}:arg', 'get_config() failed (TypeError: ')]:
+    with pytest.raises(UserError, match=re.escape(message)) as e:
+      budget.plan_all([with_config, spec], ['seed=1'], 1e15, 1)
+    assert str(e.value).startswith('--configs: ') and '\n' not in str(e.value)
 
 
 def run_compare(*flags, env=None):
@@ -245,11 +282,11 @@ def test_pretrained_reuses_a_finished_run_read_only_and_refuses_another_config(s
 def test_bad_config_path_and_too_small_budget_are_one_line_errors(tmp_path):
   out = tmp_path / 'out'
   cases = [(['--configs=configs/demo.py,configs/nope.py', '--flops_budget=1e15'],
-            "config file 'configs/nope.py' does not exist"),
+            "--configs: cannot load config file 'configs/nope.py'"),
            (['--configs=configs/demo.py', '--flops_budget=1e6'],
             '--flops_budget=1e+06 is too small for config demo'),
            (['--configs=configs/demo.py', '--flops_budget=1e15', '--override=hidden_size=x'],
-            'bad value for hidden_size')]
+            "--override='hidden_size=x': --config.hidden_size=x: invalid literal for int()")]
   for flags, message in cases:
     proc = run_compare(*flags, '--finetune_task=files', f'--output={out}')
     assert proc.returncode == 2, proc.stderr

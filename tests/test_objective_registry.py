@@ -8,6 +8,7 @@ import optax
 import pytest
 
 from electra_jax import config as config_lib
+from electra_jax import experiment
 from electra_jax import flops
 from electra_jax import masking
 from electra_jax import model as model_lib
@@ -113,3 +114,28 @@ def test_a_new_objective_is_one_class_and_one_registry_entry(monkeypatch):
   assert 'mlm_loss_sum' in sums and 'disc_loss_sum' not in sums
   assert not np.array_equal(jax.device_get(state.params)['generator']['output_bias'],
                             before['generator']['output_bias'])
+
+
+def test_keys_an_objective_never_reads_do_not_stop_reusing_its_run():
+  """MLM has no generator: its weights after training steps are the same whatever the
+  generator's learning rate, so compare's --pretrained check skips that key for an 'mlm' run
+  (not for 'electra', and never a key MLM reads such as learning_rate)."""
+  params = {}
+  for multiplier in (1.0, 0.25):
+    c, _, state, step, mesh = tiny_trainer(objective='mlm', num_layers=1, vocab_size=32,
+                                           generator_lr_multiplier=multiplier)
+    for i in range(2):
+      state, _ = step(state, parallel.global_batch(toy_batch(c, seed=i), mesh),
+                      jax.random.key(i))
+    params[multiplier] = jax.device_get(state.params)
+  assert jax.tree.all(jax.tree.map(np.array_equal, params[1.0], params[0.25]))
+
+  def differences(objective, **run):
+    saved = config_lib.resolve(tiny_config(objective=objective, **run)).to_dict()
+    return experiment.weight_changing_differences(
+        saved, config_lib.resolve(tiny_config(objective=objective, generator_lr_multiplier=0.25)))
+
+  assert differences('mlm', generator_lr_multiplier=1.0, generator_hidden_size=1.0) == []
+  assert differences('mlm', learning_rate=3e-3) == ['learning_rate']
+  assert differences('electra', generator_lr_multiplier=1.0) == ['generator_lr_multiplier']
+  assert differences('electra', generator_lr_multiplier=0.25, log_every_steps=7) == []

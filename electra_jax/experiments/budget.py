@@ -1,18 +1,17 @@
 """From pretraining config files and one FLOPs budget to a step count per config.
 
-Configs are loaded as the train command loads them (`path.py` or `path.py:arg`, overridden by
-`key=value` strings), FLOPs per step come from `flops.model_flops_per_step`, and every config
-gets floor(budget / FLOPs per step) steps, so runs are matched on compute, not on steps.
+Configs are loaded by the train command's parser (`path.py` or `path.py:arg`, overridden by
+`key=value` strings as --config.key=value would be), FLOPs per step come from
+`flops.model_flops_per_step`, and every config gets floor(budget / FLOPs per step) steps, so runs are matched on compute, not on steps.
 """
-import copy
 import dataclasses
-import importlib.util
 import math
 import os
 import sys
 
 import ml_collections
 
+from electra_jax import cli
 from electra_jax import flops
 from electra_jax.errors import UserError
 
@@ -21,7 +20,6 @@ MANAGED_KEYS = {'num_train_steps': '--flops_budget'}
 # Warmup is capped at this fraction of each run's steps (short budgets would otherwise spend
 # most or all of their steps warming up).
 MAX_WARMUP_FRACTION = 0.1
-_BOOLS = {'true': True, 'false': False, '1': True, '0': False}
 
 
 @dataclasses.dataclass
@@ -54,63 +52,39 @@ def config_name(spec: str) -> str:
   return f'{name}_{arg}' if arg else name
 
 
-def load_config(spec: str) -> ml_collections.ConfigDict:
-  """get_config() (or get_config(arg)) of a config file, imported as the train command does."""
-  path, _, arg = spec.partition(':')
-  if not os.path.isfile(path):
-    raise UserError(f"--configs: config file '{path}' does not exist; pass paths such as "
-                    'configs/demo.py, separated by commas')
-  if os.getcwd() not in sys.path:  # Config files import `configs.base_config`.
-    sys.path.insert(0, os.getcwd())
-  module_spec = importlib.util.spec_from_file_location(f'_compare_config_{config_name(spec)}',
-                                                       path)
-  module = importlib.util.module_from_spec(module_spec)
-  try:
-    module_spec.loader.exec_module(module)
-  except Exception as e:  # pylint: disable=broad-except
-    raise UserError(f"--configs: config file '{path}' failed to import "
-                    f'({type(e).__name__}: {e}); fix it or pass another file') from e
-  if not hasattr(module, 'get_config'):
-    raise UserError(f"--configs: config file '{path}' has no get_config() function; pass a "
-                    'config file such as configs/demo.py')
-  return module.get_config(arg) if arg else module.get_config()
-
-
-def _parse_value(text: str, kind):
-  if kind is bool:
-    if text.lower() not in _BOOLS:
-      raise ValueError(f'{text!r} is not true or false')
-    return _BOOLS[text.lower()]
-  if kind in (int, float):
-    return kind(text)
-  return text
-
-
-def apply_overrides(config: ml_collections.ConfigDict, overrides: list[str],
-                    flag: str = '--override', managed: dict | None = None,
-                    keys_file: str = 'configs/base_config.py') -> ml_collections.ConfigDict:
-  """A copy of `config` with each 'key=value' applied (typed like the key's default).
+def load_config(spec: str, overrides: list[str], flag: str = '--override',
+                managed: dict | None = None, file_flag: str = '--configs',
+                keys_file: str = 'configs/base_config.py') -> ml_collections.ConfigDict:
+  """get_config() of a config file with 'KEY=VALUE' overrides, parsed as the train command
+  parses --config= and --config.KEY=VALUE (cli.load_config); a mistake is a UserError naming
+  the flag it came from: `file_flag` for the file, `flag`=override for an override.
 
   managed: keys the caller sets itself -> the flag that sets them (an override is an error).
   keys_file: where the valid keys are listed (for the unknown-key message).
   """
   managed = MANAGED_KEYS if managed is None else managed
-  c = copy.deepcopy(config)  # Keeps the type of placeholder (None) keys for parsing.
   for override in overrides:
-    key, sep, text = override.partition('=')
-    key = key.strip().removeprefix('config.')
+    key, sep, _ = override.partition('=')
     if not sep or not key:
       raise UserError(f'{flag}={override!r} is not KEY=VALUE; e.g. {flag}=train_batch_size=8')
     if key in managed:
       raise UserError(f'{flag}={override!r}: {key} is set by {managed[key]}; drop it')
-    if key not in c:
-      raise UserError(f'{flag}={override!r}: unknown config key {key!r}; every key is listed '
-                      f'in {keys_file}')
+  if os.getcwd() not in sys.path:  # Config files import `configs.base_config`.
+    sys.path.insert(0, os.getcwd())
+  try:
+    return cli.load_config(spec, overrides, keys_file)
+  except UserError as error:
+    # Which argument is wrong: the file alone, else the first override that fails alone.
     try:
-      c[key] = _parse_value(text, c.get_type(key))
-    except (TypeError, ValueError) as e:
-      raise UserError(f'{flag}={override!r}: bad value for {key} ({e})') from None
-  return c
+      cli.load_config(spec)
+    except UserError as e:
+      raise UserError(f'{file_flag}: {e}') from None
+    for override in overrides:
+      try:
+        cli.load_config(spec, [override], keys_file)
+      except UserError as e:
+        raise UserError(f'{flag}={override!r}: {e}') from None
+    raise UserError(f'{flag}: {error}') from None
 
 
 def budget_points(num_train_steps: int, num_points: int) -> list[int]:
@@ -126,7 +100,7 @@ def plan_config(spec: str, overrides: list[str], flops_budget: float,
                 num_points: int) -> Plan:
   """Loads one config, applies the overrides and matches its step count to the budget."""
   name = config_name(spec)
-  c = apply_overrides(load_config(spec), overrides)
+  c = load_config(spec, overrides)
   try:
     per_step = flops.model_flops_per_step(c)
   except UserError as e:

@@ -82,8 +82,8 @@ def finetune_config(task: str) -> tuple[str, str]:
 def finetune_args(task: str, overrides: list[str]) -> list[str]:
   """The finetune command's flags for the task (checked here, before any pretraining)."""
   config_file, task_name = finetune_config(task)
-  budget.apply_overrides(budget.load_config(config_file), overrides, '--finetune_override',
-                         _FINETUNE_MANAGED, 'configs/finetune/glue.py')
+  budget.load_config(config_file, overrides, '--finetune_override', _FINETUNE_MANAGED,
+                     '--finetune_task', 'configs/finetune/glue.py')
   # The fine-tuned weights are not needed for the comparison: skip saving them by default.
   return [f'--config={config_file}', f'--config.task={task_name}',
           '--config.save_best_checkpoint=false', *[f'--config.{o}' for o in overrides]]
@@ -91,8 +91,8 @@ def finetune_args(task: str, overrides: list[str]) -> list[str]:
 
 def pretrained_workdirs(values: list[str], plans) -> dict:
   """{config name: workdir} from the --pretrained flags, each run checked against its plan:
-  the same resolved config (up to keys that never change the weights) and a checkpoint at
-  every budget point. UserError naming the mismatch."""
+  the same resolved config (up to keys that never change the weights, or that its objective
+  never reads) and a checkpoint at every budget point. UserError naming the mismatch."""
   by_name = {p.name: p for p in plans}
   workdirs = {}
   for value in values:
@@ -110,9 +110,9 @@ def pretrained_workdirs(values: list[str], plans) -> dict:
       saved = saved_config.load(workdir).to_dict()
     except UserError as e:
       raise UserError(f'--pretrained={value!r}: {e}') from None
-    planned = config_lib.resolve(plan.config).to_dict()
-    differ = sorted(k for k in planned if saved.get(k) != planned[k]
-                    and k not in experiment.HARMLESS_KEYS)
+    resolved = config_lib.resolve(plan.config)
+    planned = resolved.to_dict()
+    differ = experiment.weight_changing_differences(saved, resolved)
     if differ:
       diffs = ', '.join(f'{k}: {saved.get(k)!r} in the run, {planned[k]!r} planned'
                         for k in differ)

@@ -30,7 +30,7 @@ def main(argv):
 
 def run():
   flags.mark_flags_as_required(['config', 'workdir'])
-  cli.run(main)
+  cli.run(main, keys_file='configs/finetune/glue.py')
 
 
 if __name__ == '__main__':

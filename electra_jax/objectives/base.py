@@ -20,6 +20,10 @@ from electra_jax.objectives import metrics
 from electra_jax.objectives import sampling
 
 
+# Keys read only to build and train the small generator network (its size, its learning rate).
+GENERATOR_KEYS = ('generator_hidden_size', 'generator_layers', 'generator_lr_multiplier')
+
+
 @dataclasses.dataclass(frozen=True)
 class Layout:
   """Which networks and heads an objective's params tree holds (model.py's docstring)."""
@@ -85,6 +89,12 @@ class Objective:
     if c.uniform_generator:
       return dataclasses.replace(cls.layout, generator=False)
     return cls.layout
+
+  @classmethod
+  def unread_keys(cls, c) -> tuple[str, ...]:
+    """Config keys that cannot change this objective's weights under config `c`: the
+    generator's, when it has no generator network (a run differing only in them is reusable)."""
+    return () if cls.layout_for(c).generator else GENERATOR_KEYS
 
   @classmethod
   def validate(cls, c):
