@@ -8,7 +8,8 @@
 # The machine's image has jax (CUDA), flax, optax, orbax, torch and transformers but not grain,
 # array-record, ml-collections or tensorboardX: fetch their wheels here first, once
 # (benchmarks/fetch_gpu_wheels.sh writes the git-ignored .whl/), and carry `.whl` on each call.
-# Each stage writes STAGE-*.log and appends the benchmark JSON lines to OUT_DIR/results.jsonl;
+# Each stage writes STAGE-*.log and appends the benchmark JSON lines to OUT_DIR/results.jsonl
+# (a failed benchmark: "!! NAME failed" on stderr, the stage goes on and exits 1);
 # copy the figures into benchmarks/RESULTS.md with date, device and commit.
 set -uo pipefail
 usage='usage: gpu_suite.sh tests|small|base|large|profile|pretrain OUT_DIR'
@@ -36,12 +37,21 @@ python3 -c 'import jax, flax, optax; print(jax.__version__, jax.devices())' \
 # The paper's vocabulary (BERT uncased WordPiece) and bf16 compute in every benchmark.
 common=(--config.vocab_size=30522 --config.dtype=bfloat16)
 
-bench() {  # bench NAME ARGS...: one benchmark run, its log, its JSON line.
-  local name=$1
+failed=0
+bench() {  # bench NAME --config=FILE ARGS...: one benchmark run, its log, its JSON line.
+  local name=$1 log rc
+  log=$out/$stage-$name.log
   shift
   echo "== $name: $*"
-  python3 -m electra_jax.benchmark "${common[@]}" "$@" 2>&1 | tee "$out/$stage-$name.log" \
-      | tail -1 | grep '^{' >> "$out/results.jsonl"
+  # --config=FILE must come before any --config.KEY override (absl refuses them otherwise).
+  python3 -m electra_jax.benchmark "$@" "${common[@]}" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  if ((rc)); then
+    echo "!! $name failed (exit $rc); see $log" >&2
+    failed=1
+  else
+    grep '^{' "$log" | tail -n 1 >> "$out/results.jsonl"
+  fi
 }
 
 case $stage in
@@ -69,7 +79,7 @@ case $stage in
   profile)  # A jax.profiler trace of three Small steps, as one archive.
     bench small_profile --config=configs/small.py --steps=10 --warmup=3 \
         --profile_dir=/tmp/electra_profile
-    python3 benchmarks/profile_top_ops.py /tmp/electra_profile | tee "$out/profile_top_ops.log"
+    python3 benchmarks/profile_top_ops.py /tmp/electra_profile 2>&1 | tee "$out/profile_top_ops.log"
     tar -czf "$out/small_profile.tgz" -C /tmp electra_profile ;;
   pretrain)  # ELECTRA-Small, paper recipe, bf16, on the bundled corpus; fits one 10-minute call.
     # PRETRAIN_STEPS sets the schedule (warmup a tenth of it); a run still going after
@@ -86,3 +96,7 @@ case $stage in
         2>&1 | tee "$out/pretrain.log"
     cp $workdir/metrics.jsonl $workdir/eval_metrics.jsonl $workdir/config.json "$out/" ;;
 esac
+exit_status=$?
+# A failed benchmark does not stop the stage (the others still run) but fails it.
+((failed)) && exit 1
+exit "$exit_status"

@@ -12,6 +12,7 @@ the path and the fix.
 """
 import contextlib
 import glob as glob_lib
+import importlib.util
 import os
 import shutil
 import socket
@@ -280,6 +281,11 @@ def _storage_problem(scheme: str) -> str | None:
   endpoint = _endpoint(scheme)
   if endpoint is None:
     return None
+  missing = [package for package, module in (('gcsfs', 'gcsfs'), ('google-auth', 'google.auth'))
+             if not _importable(module)]
+  if missing:  # An image without them (benchmarks/gpu_suite.sh's) still runs on local paths.
+    return (f'{scheme}:// paths need {" and ".join(missing)} (not installed); '
+            "pip install 'gcsfs>=2026.10.1', which brings google-auth")
   emulator = os.environ.get('STORAGE_EMULATOR_HOST')
   if not emulator:  # Emulators take anonymous requests.
     import google.auth  # pylint: disable=import-outside-toplevel
@@ -298,6 +304,13 @@ def _storage_problem(scheme: str) -> str | None:
     return (f'cannot reach {endpoint} ({via}) for {scheme}:// paths ({e.strerror or e}); '
             'check the network, or that the emulator runs and STORAGE_EMULATOR_HOST names it')
   return None
+
+
+def _importable(module: str) -> bool:
+  try:
+    return importlib.util.find_spec(module) is not None
+  except ModuleNotFoundError:  # Its parent package (google) is missing too.
+    return False
 
 
 def _first_line(error: BaseException, limit: int = 200) -> str:

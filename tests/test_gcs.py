@@ -24,6 +24,7 @@ import portpicker
 import pytest
 
 from electra_jax import checkpoint
+from electra_jax.errors import UserError
 from tests import gcs_emulator
 from tests.conftest import REPO_ROOT
 # small_corpus, cache_dir and reference are fixtures used here by name.
@@ -369,6 +370,22 @@ def test_storage_faults_are_one_line_errors_and_write_nothing(gcs, bucket_data, 
   assert checkpoint.steps(f'{BUCKET}/fault_{fault}') == []
   from etils import epath  # pylint: disable=import-outside-toplevel
   assert not list(epath.Path(f'{BUCKET}/fault_{fault}').glob('*'))
+
+
+@pytest.mark.parametrize('absent', [('gcsfs',), ('gcsfs', 'google.auth')])
+def test_gs_paths_without_gcsfs_are_one_line_errors(monkeypatch, tmp_path, absent):
+  """An image without gcsfs (the GPU machine's) names the missing packages before any read."""
+  from electra_jax import paths  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(paths, '_USABLE_SCHEMES', set())
+  for module in absent:
+    monkeypatch.setitem(sys.modules, module, None)  # find_spec() then reports it missing.
+  with pytest.raises(UserError) as error:
+    paths.get('gs://some-bucket/run')
+  message = str(error.value)
+  assert '\n' not in message and message.startswith("'gs://some-bucket/run': gs:// paths need ")
+  assert ('google-auth' in message.split('(')[0]) == ('google.auth' in absent)
+  assert "pip install 'gcsfs" in message and not paths._USABLE_SCHEMES
+  assert str(paths.get(tmp_path)) == str(tmp_path)  # Local paths still work.
 
 
 def test_a_save_killed_halfway_is_ignored_and_an_outage_while_saving_is_retried(

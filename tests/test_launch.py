@@ -1,8 +1,10 @@
 """launch/*.sh and benchmarks/*.sh: shellcheck-clean; --help and --print show the right commands."""
 import glob
+import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -45,6 +47,62 @@ def test_gpu_suite_refuses_an_unknown_stage_before_touching_anything(tmp_path):
   bad = sh('benchmarks/gpu_suite.sh', 'smal', str(out), check=False)
   assert bad.returncode == 2 and "unknown stage 'smal'" in bad.stderr
   assert not out.exists()
+
+
+# Stands in for python3 in gpu_suite.sh: each benchmark command's flags are parsed by the real
+# electra_jax.benchmark flag definitions (nothing is compiled) and echoed as its JSON line.
+_SUITE_PARSER = """
+import json, sys
+from absl import flags
+from electra_jax import benchmark, cli
+sys.argv = ['benchmark', *sys.argv[1:]]  # config_flags reads its --config.KEY overrides here.
+benchmark._define_flags()  # pylint: disable=protected-access
+cli.parse_flags(sys.argv)
+c = flags.FLAGS.config
+print(json.dumps(dict(model_size=c.model_size, vocab_size=c.vocab_size, dtype=c.dtype,
+                      batch=c.train_batch_size, remat=c.remat, compare=flags.FLAGS.compare)))
+"""
+_SUITE_SHIM = """#!/usr/bin/env bash
+if [[ $1 == -m && $2 == electra_jax.benchmark ]]; then
+  shift 2
+  if [[ " $* " == *" --compare=hf,hf_full "* ]]; then
+    echo 'error: --compare=hf needs torch and transformers' >&2
+    exit 2
+  fi
+  exec "$REAL_PYTHON" "$SUITE_PARSER" "$@"
+fi
+"""
+
+
+def test_gpu_suite_benchmark_stages_pass_flags_the_benchmark_accepts(tmp_path):
+  """Every benchmark command of the small/base/large stages parses (--config=FILE before its
+  --config.KEY overrides, which absl refuses otherwise) with the suite's common keys applied;
+  a failed benchmark fails its stage with its name but does not stop the others."""
+  shim_dir = tmp_path / 'bin'
+  shim_dir.mkdir()
+  (shim_dir / 'python3').write_text(_SUITE_SHIM)
+  (shim_dir / 'python3').chmod(0o755)
+  (tmp_path / 'parser.py').write_text(_SUITE_PARSER)
+  env = dict(os.environ, PATH=f'{shim_dir}:{os.environ["PATH"]}', REAL_PYTHON=sys.executable,
+             SUITE_PARSER=str(tmp_path / 'parser.py'), PYTHONPATH=REPO_ROOT)
+  rows = {}
+  for stage in ('small', 'base', 'large'):
+    out = tmp_path / stage
+    proc = subprocess.run(['bash', 'benchmarks/gpu_suite.sh', stage, str(out)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300, env=env)
+    rows[stage] = [json.loads(line) for line in (out / 'results.jsonl').read_text().splitlines()]
+    if stage == 'small':  # Its --compare=hf,hf_full run fails in the shim (no torch) ...
+      assert proc.returncode == 1, proc.stderr
+      assert '!! small failed (exit 2)' in proc.stderr
+      assert 'needs torch' in (out / 'small-small.log').read_text()
+    else:
+      assert proc.returncode == 0, proc.stdout + proc.stderr
+  for stage, batches in (('small', [128]), ('base', [32, 256]), ('large', [32, 32, 64])):
+    assert [r['batch'] for r in rows[stage]] == batches  # ... and the next one still ran.
+    assert all(r['model_size'] == stage and r['vocab_size'] == 30522
+               and r['dtype'] == 'bfloat16' for r in rows[stage])
+  assert [r['remat'] for r in rows['large']] == ['none', 'save_dots', 'full']
+  assert rows['base'][0]['compare'] == ['hf']
 
 
 def test_tpu_vm_prints_create_install_train_delete():
