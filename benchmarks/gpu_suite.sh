@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Issue 8's GPU measurements, one stage per device call (each stage ends well inside 10 minutes
-# on one H100). Run from the repository root on the GPU machine:
+# Issue 20's GPU measurements in stages, each of which ends well inside one device call's 10
+# minutes on one H100. Run from the repository root on the GPU machine:
 #
-#   bash benchmarks/gpu_suite.sh STAGE OUT_DIR
+#   bash benchmarks/gpu_suite.sh STAGE[,STAGE...] OUT_DIR
 #       STAGE: tests | small | base | large | profile | pretrain
+#
+# Several stages in one call (e.g. tests,small) save a machine start where they fit together
+# in 10 minutes; each runs even when one before it failed, and any failure fails the call.
 #
 # The machine's image has jax (CUDA), flax, optax, orbax, torch and transformers but not grain,
 # array-record, ml-collections or tensorboardX: fetch their wheels here first, once
@@ -12,14 +15,17 @@
 # (a failed benchmark: "!! NAME failed" on stderr, the stage goes on and exits 1);
 # copy the figures into benchmarks/RESULTS.md with date, device and commit.
 set -uo pipefail
-usage='usage: gpu_suite.sh tests|small|base|large|profile|pretrain OUT_DIR'
-stage=${1:?$usage}
+usage='usage: gpu_suite.sh STAGE[,STAGE...] OUT_DIR (tests|small|base|large|profile|pretrain)'
+stages=${1:?$usage}
 out=${2:?$usage}
-case $stage in
-  tests|small|base|large|profile|pretrain) ;;
-  *) echo "unknown stage '$stage'; use tests, small, base, large, profile or pretrain" >&2
-     exit 2 ;;
-esac
+IFS=, read -ra stage_list <<< "$stages"
+for stage in "${stage_list[@]}"; do
+  case $stage in
+    tests|small|base|large|profile|pretrain) ;;
+    *) echo "unknown stage '$stage'; use tests, small, base, large, profile or pretrain" >&2
+       exit 2 ;;
+  esac
+done
 mkdir -p "$out"
 if compgen -G '.whl/*.whl' >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -54,7 +60,8 @@ bench() {  # bench NAME --config=FILE ARGS...: one benchmark run, its log, its J
   fi
 }
 
-case $stage in
+run_stage() {  # run_stage STAGE: its commands; returns the last one's status.
+case $1 in
   tests)  # The model, objective and train-step tests on the GPU backend.
     python3 -m pytest -q -x -p no:cacheprovider tests/test_model_objective.py \
         tests/test_train_step.py tests/test_benchmark.py 2>&1 | tee "$out/tests.log" ;;
@@ -80,7 +87,12 @@ case $stage in
     bench small_profile --config=configs/small.py --steps=10 --warmup=3 \
         --profile_dir=/tmp/electra_profile
     python3 benchmarks/profile_top_ops.py /tmp/electra_profile 2>&1 | tee "$out/profile_top_ops.log"
-    tar -czf "$out/small_profile.tgz" -C /tmp electra_profile ;;
+    tar -czf "$out/small_profile.tgz" -C /tmp electra_profile
+    # What row-keyed dropout and the exact AUC cost in the Small step (dropout as the paper).
+    python3 benchmarks/step_parts.py --config=configs/small.py "${common[@]}" --steps=30 \
+        --rounds=3 2>&1 | tee "$out/profile-step_parts.log" \
+      || { echo "!! step_parts failed; see $out/profile-step_parts.log" >&2; failed=1; }
+    grep '^{' "$out/profile-step_parts.log" | tail -n 1 >> "$out/results.jsonl" ;;
   pretrain)  # ELECTRA-Small, paper recipe, bf16, on the bundled corpus; fits one 10-minute call.
     # PRETRAIN_STEPS sets the schedule (warmup a tenth of it); a run still going after
     # PRETRAIN_SECONDS gets SIGTERM, saves and stops (its metrics so far are kept). Back here:
@@ -96,7 +108,13 @@ case $stage in
         2>&1 | tee "$out/pretrain.log"
     cp $workdir/metrics.jsonl $workdir/eval_metrics.jsonl $workdir/config.json "$out/" ;;
 esac
-exit_status=$?
+}
+
+exit_status=0
+for stage in "${stage_list[@]}"; do
+  echo "==== stage $stage"
+  run_stage "$stage" || exit_status=$?
+done
 # A failed benchmark does not stop the stage (the others still run) but fails it.
 ((failed)) && exit 1
 exit "$exit_status"

@@ -2,6 +2,8 @@
 import importlib.util
 import math
 import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -79,6 +81,15 @@ def test_synthetic_batch_is_full_length_two_segments_without_masking_candidates_
   assert ids[:, 1:15].min() >= 5 and ids.max() < c.vocab_size  # no specials inside the text
 
 
+def benchmark_script(name: str):
+  """benchmarks/NAME.py (scripts of the checkout, not of the package) as a module."""
+  spec = importlib.util.spec_from_file_location(
+      name, os.path.join(REPO_ROOT, 'benchmarks', f'{name}.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
 BENCH_FLAGS = ['--config=configs/demo.py', '--config.num_layers=1', '--config.hidden_size=32',
                '--config.embedding_size=16', '--config.intermediate_size=64',
                '--config.num_heads=2', '--config.max_seq_length=32', '--config.vocab_size=512',
@@ -118,18 +129,10 @@ def test_benchmark_cli_rejects_an_unknown_reference():
   assert proc.returncode == 2 and 'error: --compare=pytorch' in proc.stderr
 
 
-def _hf_reference():
-  spec = importlib.util.spec_from_file_location(
-      'hf_reference', os.path.join(REPO_ROOT, 'benchmarks', 'hf_reference.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 @pytest.mark.skipif(not HAS_TORCH, reason='needs torch + transformers (test/bench extras)')
 def test_hf_reference_shares_embeddings_masks_exactly_and_learns():
   import torch  # pylint: disable=import-outside-toplevel
-  hf = _hf_reference()
+  hf = benchmark_script('hf_reference')
   c = config_lib.resolve(tiny_config(num_warmup_steps=0, learning_rate=2e-3))
   trainer = hf.Trainer(c, (0, 2, 3, 4), 4, 'cpu', gather=True, seed=0)
   model = trainer.model
@@ -178,14 +181,6 @@ def test_half_bits_dropout_keeps_the_rate_and_the_expectation():
     assert abs(int((np.asarray(out) == 0).sum()) - 4 * dropped) <= 4 * dropped, rate
 
 
-def _profile_top_ops():
-  spec = importlib.util.spec_from_file_location(
-      'profile_top_ops', os.path.join(REPO_ROOT, 'benchmarks', 'profile_top_ops.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 def test_profile_top_ops_ranks_device_ops_and_measures_idle_gaps(tmp_path):
   import gzip  # pylint: disable=import-outside-toplevel
   import json  # pylint: disable=import-outside-toplevel
@@ -200,10 +195,48 @@ def test_profile_top_ops_ranks_device_ops_and_measures_idle_gaps(tmp_path):
   path = tmp_path / 'perfetto_trace.json.gz'
   with gzip.open(path, 'wt') as f:
     json.dump(dict(traceEvents=events), f)
-  tool = _profile_top_ops()
+  tool = benchmark_script('profile_top_ops')
   [track] = tool.summarize(*tool.load_events(str(tmp_path)), top=10)
   assert track['track'] == '/device:GPU:0 / Stream #7(Compute)'
   assert [(r['name'], r['total_us'], r['count']) for r in track['top']] == [
       ('gemm', 20, 2), ('softmax', 10, 1)]
   assert track['top'][0]['share'] == pytest.approx(2 / 3)
   assert track['busy'] == pytest.approx(25 / 30)
+
+
+def test_step_parts_swaps_out_exactly_the_part_each_variant_names():
+  """Each variant's traced step lacks just its part: the AUC's sort, the row-keyed PRNG (its
+  key type 'rows8'), or every dropout draw; the others are as trained."""
+  step_parts = benchmark_script('step_parts')
+  c = tiny_config(dropout_rate=0.1, attention_dropout_rate=0.1)
+  counts = {}
+  for variant in step_parts.VARIANTS:
+    vc, patch = step_parts.traced_as(variant, c)
+    exp, host_batch = benchmark.build(vc, 'synthetic')
+    batch = {k: jax.ShapeDtypeStruct(x.shape, x.dtype) for k, x in host_batch.items()}
+    with patch:
+      text = str(jax.make_jaxpr(exp.jit_train_step())(exp.abstract_state(), batch,
+                                                      jax.random.key(0)))
+    counts[variant] = (text.count('sort['), text.count('rows8'), text.count('random_bits'))
+  sorts, rows, draws = counts['as_trained']
+  assert sorts >= 1 and rows > 0
+  assert counts['plain_dropout_key'] == (sorts, 0, draws)  # the same draws, from one key
+  assert counts['no_auc'] == (sorts - 1, rows, draws)
+  assert counts['no_dropout'][:2] == (sorts, 0) and counts['no_dropout'][2] < draws
+  assert c.dropout_rate == 0.1  # the caller's config is left as it was
+
+
+@pytest.mark.slow
+def test_step_parts_cli_times_every_variant():
+  proc = subprocess.run(
+      [sys.executable, os.path.join('benchmarks', 'step_parts.py'), *BENCH_FLAGS,
+       '--config.dropout_rate=0.1', '--rounds=1'], cwd=REPO_ROOT, capture_output=True,
+      text=True, timeout=900, check=True, env=dict(os.environ, JAX_PLATFORMS='cpu'))
+  result = last_json(proc.stdout)
+  assert set(result['step_ms']) == {'as_trained', 'plain_dropout_key', 'no_auc', 'no_dropout'}
+  assert result['cost_ms']['no_auc'] == result['step_ms']['as_trained'] - result['step_ms'][
+      'no_auc']
+  assert result['auc_pairs_first_step']['no_auc'] == 0 < result['auc_pairs_first_step'][
+      'as_trained']
+  # The AUC is a metric only: without it the step computes the same loss.
+  assert result['first_loss_sums']['no_auc'] == result['first_loss_sums']['as_trained']

@@ -15,7 +15,7 @@ from absl import flags
 from configs import demo
 from electra_jax import config as config_lib, model as model_lib, optim
 from electra_jax.data import tokenizer as tok_lib, pipeline
-from electra_jax.objective import auc_pair_counts
+from electra_jax.objectives.metrics import auc_pair_counts
 
 args = dict(a.split('=') for a in sys.argv[1:])
 c = demo.get_config()

@@ -1,0 +1,103 @@
+"""What two exactness choices cost in the real train step: row-keyed dropout and the exact AUC.
+
+  python benchmarks/step_parts.py --config=configs/small.py [--config.KEY=VALUE ...] \
+      [--steps=30] [--warmup=3] [--rounds=3]
+
+Dropout draws each row's mask from that row's own key (electra_jax/row_keys.py), so results do
+not depend on how the batch is split over devices; the discriminator's AUC metric is exact (a
+sort of every token's logit, objectives/metrics.py). Both run inside the jitted step. This
+builds the step exactly as `electra_jax.benchmark` does, once as trained and once per variant
+with one part swapped out while it is traced (this script's patches, not a switch of the
+product):
+
+  plain_dropout_key  Flax's usual dropout: one key for the whole batch (not topology-invariant)
+  no_auc             the AUC sums replaced by zeros
+  no_dropout         dropout_rate = attention_dropout_rate = 0 (what all dropout costs)
+
+The variants are timed in alternating rounds (a load change hits all alike). Prints a table;
+the last stdout line is JSON: each variant's median step time and `cost_ms` of the swapped
+part (as trained minus the variant).
+"""
+import contextlib
+import statistics
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+from absl import flags
+from ml_collections import config_flags
+
+from electra_jax import benchmark
+from electra_jax import cli
+from electra_jax import cpu_devices
+from electra_jax import row_keys
+from electra_jax.errors import UserError
+from electra_jax.objectives import metrics as objective_metrics
+
+FLAGS = flags.FLAGS
+VARIANTS = ('as_trained', 'plain_dropout_key', 'no_auc', 'no_dropout')
+
+
+def traced_as(variant: str, config):
+  """(config, context manager active while the variant's step is traced)."""
+  c = config.copy_and_resolve_references()
+  if variant == 'plain_dropout_key':
+    return c, mock.patch.object(row_keys, 'row_keyed', lambda keys: keys[0])
+  if variant == 'no_auc':
+    zeros = lambda *args: (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32))
+    return c, mock.patch.object(objective_metrics, 'auc_pair_counts', zeros)
+  if variant == 'no_dropout':
+    c.dropout_rate = c.attention_dropout_rate = 0.0
+  return c, contextlib.nullcontext()
+
+
+def run(config, steps: int, warmup: int, rounds: int) -> dict:
+  if steps < 1 or warmup < 0 or rounds < 1:
+    raise UserError(f'--steps={steps} and --rounds={rounds} must be >= 1, --warmup={warmup} >= 0')
+  compiled, first_sums = {}, {}
+  for variant in VARIANTS:
+    c, patch = traced_as(variant, config)
+    exp, host_batch = benchmark.build(c, 'synthetic')  # A fresh Experiment: a fresh trace.
+    with patch:
+      compiled[variant] = benchmark.JaxStep(exp, host_batch, warmup)
+    first_sums[variant] = compiled[variant].step()
+    print(f'{variant}: compiled in {compiled[variant].compile_s:.1f}s', flush=True)
+  times = {v: [] for v in VARIANTS}
+  for _ in range(rounds):
+    for variant in VARIANTS:
+      times[variant] += compiled[variant].run(steps)[0]
+  ms = {v: 1e3 * statistics.median(t) for v, t in times.items()}
+  c = compiled['as_trained'].config
+  print(f'{"variant":>18}  {"step ms (median)":>16}  {"cost of the part ms":>19}')
+  for v in VARIANTS:
+    cost = f'{ms["as_trained"] - ms[v]:.2f}' if v != 'as_trained' else '-'
+    print(f'{v:>18}  {ms[v]:16.2f}  {cost:>19}')
+  device = jax.devices()[0]
+  return {
+      'step_ms': ms,
+      'cost_ms': {v: ms['as_trained'] - ms[v] for v in VARIANTS if v != 'as_trained'},
+      'auc_pairs_first_step': {v: float(s['auc_pairs']) for v, s in first_sums.items()},
+      'first_loss_sums': {v: float(s['disc_loss_sum']) for v, s in first_sums.items()},
+      'device_kind': device.device_kind, 'platform': device.platform,
+      'jax_version': jax.__version__, 'dtype': c.dtype, 'batch': c.train_batch_size,
+      'seq': c.max_seq_length, 'dropout_rate': c.dropout_rate,
+      'attention_dropout_rate': c.attention_dropout_rate, 'steps': steps, 'rounds': rounds,
+      'warmup': warmup,
+  }
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
+  cpu_devices.configure_for(FLAGS.config)
+  cli.print_result(run(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.rounds))
+
+
+if __name__ == '__main__':
+  config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
+                                  'override any key with --config.KEY=VALUE.', lock_config=True)
+  flags.DEFINE_integer('steps', 30, 'Timed steps per variant per round.')
+  flags.DEFINE_integer('warmup', 3, 'Untimed steps after compilation.')
+  flags.DEFINE_integer('rounds', 3, 'Rounds over the variants.')
+  flags.mark_flags_as_required(['config'])
+  cli.run(main)
