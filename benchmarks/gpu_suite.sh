@@ -44,13 +44,13 @@ python3 -c 'import jax, flax, optax; print(jax.__version__, jax.devices())' \
 common=(--config.vocab_size=30522 --config.dtype=bfloat16)
 
 failed=0
-bench() {  # bench NAME --config=FILE ARGS...: one benchmark run, its log, its JSON line.
+measure() {  # measure NAME PYTHON_ARGS... --config=FILE ...: one run, its log, its JSON line.
   local name=$1 log rc
   log=$out/$stage-$name.log
   shift
   echo "== $name: $*"
   # --config=FILE must come before any --config.KEY override (absl refuses them otherwise).
-  python3 -m electra_jax.benchmark "$@" "${common[@]}" 2>&1 | tee "$log"
+  python3 "$@" "${common[@]}" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   if ((rc)); then
     echo "!! $name failed (exit $rc); see $log" >&2
@@ -59,6 +59,7 @@ bench() {  # bench NAME --config=FILE ARGS...: one benchmark run, its log, its J
     grep '^{' "$log" | tail -n 1 >> "$out/results.jsonl"
   fi
 }
+bench() { measure "$1" -m electra_jax.benchmark "${@:2}"; }  # bench NAME --config=FILE ...
 
 run_stage() {  # run_stage STAGE: its commands; returns the last one's status.
 case $1 in
@@ -89,10 +90,8 @@ case $1 in
     python3 benchmarks/profile_top_ops.py /tmp/electra_profile 2>&1 | tee "$out/profile_top_ops.log"
     tar -czf "$out/small_profile.tgz" -C /tmp electra_profile
     # What row-keyed dropout and the exact AUC cost in the Small step (dropout as the paper).
-    python3 benchmarks/step_parts.py --config=configs/small.py "${common[@]}" --steps=30 \
-        --rounds=3 2>&1 | tee "$out/profile-step_parts.log" \
-      || { echo "!! step_parts failed; see $out/profile-step_parts.log" >&2; failed=1; }
-    grep '^{' "$out/profile-step_parts.log" | tail -n 1 >> "$out/results.jsonl" ;;
+    measure step_parts benchmarks/step_parts.py --config=configs/small.py --steps=30 \
+        --rounds=3 ;;
   pretrain)  # ELECTRA-Small, paper recipe, bf16, on the bundled corpus; fits one 10-minute call.
     # PRETRAIN_STEPS sets the schedule (warmup a tenth of it); a run still going after
     # PRETRAIN_SECONDS gets SIGTERM, saves and stops (its metrics so far are kept). Back here:

@@ -2,7 +2,8 @@
 
 Configs are loaded by the train command's parser (`path.py` or `path.py:arg`, overridden by
 `key=value` strings as --config.key=value would be), FLOPs per step come from
-`flops.model_flops_per_step`, and every config gets floor(budget / FLOPs per step) steps, so runs are matched on compute, not on steps.
+`flops.model_flops_per_step`, and every config gets floor(budget / FLOPs per step) steps, so
+runs are matched on compute, not on steps.
 """
 import dataclasses
 import math
