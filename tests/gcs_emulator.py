@@ -8,7 +8,6 @@ credentials; nothing of the storage layer is replaced. (gcp-storage-emulator doe
 its downloads lack the x-goog-generation header, so tensorstore cannot update an OCDBT
 manifest, Orbax's checkpoint format, and a checkpoint with more than one array fails.)
 """
-import ctypes
 import http.client
 import http.server
 import json
@@ -52,11 +51,23 @@ def server_binary() -> str:
   return binary
 
 
-def _die_with_parent():
-  """In the server's process before exec (Linux): SIGKILL when the process that started it
-  ends, so a killed pytest leaves no server behind (prctl PR_SET_PDEATHSIG; it fires when the
-  starting *thread* ends, so start the emulator from a thread that outlives its use)."""
-  ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+# Runs in the server's own process, then execs the server in place (Linux): SIGKILL when the
+# process that started it ends, so a killed pytest leaves no server behind (prctl
+# PR_SET_PDEATHSIG, kept across exec; it fires when the starting *thread* ends, so start the
+# emulator from a thread that outlives its use). A launcher rather than Popen's preexec_fn:
+# that runs Python in a fork() of the multithreaded test process, which can deadlock (JAX warns).
+_DIE_WITH_PARENT = (
+    'import ctypes, os, signal, sys\n'
+    'ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n'
+    'if os.getppid() != int(sys.argv[1]):\n'  # The parent ended before prctl took effect.
+    '  sys.exit(1)\n'
+    'os.execv(sys.argv[2], sys.argv[2:])\n')
+
+
+def _die_with_parent(argv: list[str]) -> list[str]:
+  if sys.platform != 'linux':
+    return argv
+  return [sys.executable, '-c', _DIE_WITH_PARENT, str(os.getpid())] + argv
 
 
 class Emulator:
@@ -67,10 +78,10 @@ class Emulator:
     self.port = port or portpicker.pick_unused_port()
     self.url = f'http://127.0.0.1:{self.port}'
     self._proc = subprocess.Popen(  # pylint: disable=consider-using-with
-        [server_binary(), '-scheme', 'http', '-backend', 'memory', '-host', '127.0.0.1',
-         '-port', str(self.port), '-external-url', self.url, '-log-level', 'error'],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        preexec_fn=_die_with_parent if sys.platform == 'linux' else None)
+        _die_with_parent([server_binary(), '-scheme', 'http', '-backend', 'memory', '-host',
+                          '127.0.0.1', '-port', str(self.port), '-external-url', self.url,
+                          '-log-level', 'error']),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
       _wait_for_port(self.port)
       request = urllib.request.Request(f'{self.url}/storage/v1/b?project=test', method='POST',
