@@ -202,31 +202,31 @@ def test_bfloat16_compute_keeps_float32_params_and_close_loss():
   assert abs(float(l32) - float(l16)) / float(l32) < 0.02
 
 
-def hlo_counts(text):
-  """(matmuls, remat barriers) in a lowered program's StableHLO."""
-  return text.count('stablehlo.dot_general'), text.count('stablehlo.optimization_barrier')
-
-
 def test_remat_keeps_parameters_loss_and_gradients_and_recomputes_the_layers():
   # Dropout on: the rematerialised forward must redraw the same masks in the backward pass.
   overrides = dict(num_layers=2, dropout_rate=0.1, attention_dropout_rate=0.1)
   c, _, params, obj = build(**overrides)
   batch = toy_batch(c)
-  loss_grad = lambda o: jax.jit(jax.value_and_grad(
-      lambda p: o(p, batch, jax.random.key(1))[0]))
+
+  def run(o):
+    """(loss, grads, (matmuls, remat barriers) in the StableHLO handed to XLA): one jitted
+    function, traced once for both."""
+    step = jax.jit(jax.value_and_grad(lambda p: o(p, batch, jax.random.key(1))[0]))
+    text = step.lower(params).as_text()
+    counts = text.count('stablehlo.dot_general'), text.count('stablehlo.optimization_barrier')
+    return *step(params), counts
+
   assert c.remat == 'none'  # The default: the reference each policy must reproduce.
-  loss, grads = loss_grad(obj)(params)
-  program = {}
+  loss, grads, none_counts = run(obj)
+  program = {'none': none_counts}
   for remat in ('save_dots', 'full'):
     _, _, r_params, r_obj = build(remat=remat, **overrides)
     assert jax.tree.structure(r_params) == jax.tree.structure(params)
-    r_loss, r_grads = loss_grad(r_obj)(params)
+    r_loss, r_grads, program[remat] = run(r_obj)
     np.testing.assert_allclose(r_loss, loss, rtol=1e-6)
     for path, g in leaves_by_path(r_grads).items():
       np.testing.assert_allclose(g, leaves_by_path(grads)[path], rtol=1e-4, atol=1e-6,
                                  err_msg=path)
-    program[remat] = hlo_counts(loss_grad(r_obj).lower(params).as_text())
-  program['none'] = hlo_counts(loss_grad(obj).lower(params).as_text())
   # The program handed to XLA recomputes every matmul of the generator's and discriminator's
   # layers under 'full'; under 'save_dots' only the two attention matmuls (batched dots, which
   # that policy does not save). XLA's CPU compiler then merges the recomputation back, so the
