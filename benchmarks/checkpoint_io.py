@@ -21,10 +21,6 @@ from electra_jax import cli
 from electra_jax import experiment as experiment_lib
 from electra_jax import paths
 
-config_flags.DEFINE_config_file('config', None, 'Experiment config file.', lock_config=True)
-flags.DEFINE_string('workdir', None, 'Where the checkpoints go (a local path or gs://...); '
-                    'its checkpoints/ must not exist yet.')
-flags.DEFINE_integer('rounds', 3, 'Save + restore rounds (one step each).')
 FLAGS = flags.FLAGS
 
 
@@ -60,5 +56,9 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  config_flags.DEFINE_config_file('config', None, 'Experiment config file.', lock_config=True)
+  flags.DEFINE_string('workdir', None, 'Where the checkpoints go (a local path or gs://...); '
+                      'its checkpoints/ must not exist yet.')
+  flags.DEFINE_integer('rounds', 3, 'Save + restore rounds (one step each).')
   flags.mark_flags_as_required(['config', 'workdir'])
   cli.run(main)

@@ -89,7 +89,7 @@ def run(config, steps: int, warmup: int, rounds: int) -> dict:
 def main(argv):
   if len(argv) > 1:
     raise UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
-  cpu_devices.configure_for(FLAGS.config)
+  cpu_devices.configure_for(FLAGS.config, FLAGS.cpu_devices)
   cli.print_result(run(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.rounds))
 
 
@@ -99,5 +99,6 @@ if __name__ == '__main__':
   flags.DEFINE_integer('steps', 30, 'Timed steps per variant per round.')
   flags.DEFINE_integer('warmup', 3, 'Untimed steps after compilation.')
   flags.DEFINE_integer('rounds', 3, 'Rounds over the variants.')
+  cpu_devices.define_flag()
   flags.mark_flags_as_required(['config'])
   cli.run(main)

@@ -268,12 +268,13 @@ def _define_flags():
                       'into this directory (TensorBoard / Perfetto) after timing.')
   flags.DEFINE_float('peak_tflops', None, 'Peak TFLOP/s per device for MFU when the device is '
                      'not in the built-in table (e.g. CPUs, which have none).')
+  cpu_devices.define_flag()
 
 
 def main(argv):
   if len(argv) > 1:
     raise UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
-  cpu_devices.configure_for(FLAGS.config)
+  cpu_devices.configure_for(FLAGS.config, FLAGS.cpu_devices)
   cli.print_result(run_benchmark(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.compare,
                                  FLAGS.data, FLAGS.profile_dir, FLAGS.peak_tflops,
                                  FLAGS.rounds))

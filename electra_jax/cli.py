@@ -13,11 +13,6 @@ from ml_collections import config_flags
 from electra_jax import paths
 from electra_jax.errors import UserError
 
-flags.DEFINE_bool('verbose', False, 'Show library INFO logs and full tracebacks on errors.')
-flags.DEFINE_string('compilation_cache_dir', None, 'Persistent XLA compilation cache: a '
-                    'directory or a URL (gs://...), shared by restarts and by every host of a '
-                    'pod, so a restarted job does not compile again (default: '
-                    '$JAX_COMPILATION_CACHE_DIR, else none).')
 # Libraries under the path layer that log a traceback for each retry or fallback they handle.
 _QUIET_LOGGERS = ('gcsfs', 'fsspec', 'google.auth', 'urllib3')
 
@@ -118,9 +113,20 @@ def use_compilation_cache(directory: str | None):
     jax.config.update('jax_compilation_cache_dir', paths.absolute(directory))
 
 
+def _define_common_flags():
+  """The flags every command has; defined when a command runs, never at import."""
+  flags.DEFINE_bool('verbose', False, 'Show library INFO logs and full tracebacks on errors.')
+  flags.DEFINE_string('compilation_cache_dir', None, 'Persistent XLA compilation cache: a '
+                      'directory or a URL (gs://...), shared by restarts and by every host of a '
+                      'pod, so a restarted job does not compile again (default: '
+                      '$JAX_COMPILATION_CACHE_DIR, else none).')
+
+
 def run(main, keys_file: str = 'configs/base_config.py'):
   """absl app.run(main), turning a UserError (or a storage fault the path layer names) into
-  `error: ...` on stderr and exit code 2. keys_file: where the --config keys are listed."""
+  `error: ...` on stderr and exit code 2. keys_file: where the --config keys are listed.
+  The command's own flags are defined before this is called."""
+  _define_common_flags()
 
   def wrapped(argv):
     if not flags.FLAGS.verbose:

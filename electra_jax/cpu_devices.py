@@ -18,12 +18,15 @@ from absl import flags
 
 from electra_jax.errors import UserError
 
-flags.DEFINE_string('cpu_devices', 'auto', 'XLA devices to split a CPU run into: a number, or '
-                    "'auto' = one per usable core (at most 8), the most that divides the "
-                    'per-step batch. Each holds a copy of the parameters; 1 turns this off. '
-                    'Ignored when $JAX_NUM_CPU_DEVICES or XLA_FLAGS already set the count.')
-
 AUTO_MAX = 8
+
+
+def define_flag():
+  """--cpu_devices, for the commands that run a model (called by their flag definitions)."""
+  flags.DEFINE_string('cpu_devices', 'auto', 'XLA devices to split a CPU run into: a number, or '
+                      "'auto' = one per usable core (at most 8), the most that divides the "
+                      'per-step batch. Each holds a copy of the parameters; 1 turns this off. '
+                      'Ignored when $JAX_NUM_CPU_DEVICES or XLA_FLAGS already set the count.')
 
 
 def preset_count(env=None) -> int | None:
@@ -96,9 +99,9 @@ def configure(value: str, batch_sizes, single_process: bool = True,
   return count
 
 
-def configure_for(config, single_process: bool = True) -> int | None:
-  """configure() from --cpu_devices for an experiment config's per-step batches."""
+def configure_for(config, value: str, single_process: bool = True) -> int | None:
+  """configure() with --cpu_devices=`value` for an experiment config's per-step batches."""
   accum = max(1, config.get('grad_accum_steps', 1))
   batches = [config.train_batch_size // accum, config.get('eval_batch_size', 0)]
-  return configure(flags.FLAGS.cpu_devices, [b for b in batches if b],
+  return configure(value, [b for b in batches if b],
                    single_process, max(1, config.get('fsdp_axis_size', 1)))

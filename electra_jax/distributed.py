@@ -13,12 +13,15 @@ from absl import flags
 
 from electra_jax.errors import UserError
 
-flags.DEFINE_string('coordinator_address', None, 'host:port of process 0 for a multi-process '
-                    'run (default: $JAX_COORDINATOR_ADDRESS; auto on Cloud TPU VMs and SLURM).')
-flags.DEFINE_integer('num_processes', None, 'Number of processes of a multi-process run '
-                     '(default: $JAX_NUM_PROCESSES; auto on Cloud TPU VMs and SLURM).')
-flags.DEFINE_integer('process_id', None, 'This process\'s index in [0, num_processes) '
-                     '(default: $JAX_PROCESS_ID; auto on Cloud TPU VMs and SLURM).')
+
+def define_flags():
+  """The multi-process flags, for train and evaluate (called by their flag definitions)."""
+  flags.DEFINE_string('coordinator_address', None, 'host:port of process 0 for a multi-process '
+                      'run (default: $JAX_COORDINATOR_ADDRESS; auto on Cloud TPU VMs and SLURM).')
+  flags.DEFINE_integer('num_processes', None, 'Number of processes of a multi-process run '
+                       '(default: $JAX_NUM_PROCESSES; auto on Cloud TPU VMs and SLURM).')
+  flags.DEFINE_integer('process_id', None, 'This process\'s index in [0, num_processes) '
+                       '(default: $JAX_PROCESS_ID; auto on Cloud TPU VMs and SLURM).')
 
 
 def _env_int(name):
@@ -72,7 +75,7 @@ def initialize(coordinator_address=None, num_processes=None, process_id=None) ->
   return cluster
 
 
-def initialize_from_flags() -> str:
-  """initialize() with this command's --coordinator_address/--num_processes/--process_id."""
-  f = flags.FLAGS
-  return initialize(f.coordinator_address, f.num_processes, f.process_id)
+def initialize_from(flag_values) -> str:
+  """initialize() with a command's parsed --coordinator_address/--num_processes/--process_id."""
+  return initialize(flag_values.coordinator_address, flag_values.num_processes,
+                    flag_values.process_id)

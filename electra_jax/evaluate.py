@@ -36,8 +36,8 @@ def main(argv):
   else:
     config = init_from.saved_run_config(
         FLAGS.config, FLAGS.workdir, set(config_flags.get_override_values(FLAGS['config'])))
-  mode = distributed.initialize_from_flags()
-  cpu_devices.configure_for(config, single_process=mode == 'single')
+  mode = distributed.initialize_from(FLAGS)
+  cpu_devices.configure_for(config, FLAGS.cpu_devices, single_process=mode == 'single')
   run = experiment_lib.Experiment.create(config)
   experiment_lib.check_saved_config_matches(FLAGS.workdir, run.config)
   ckpt, latest = checkpoint.open_for_reading(FLAGS.workdir)
@@ -72,6 +72,8 @@ def _define_flags():
   flags.DEFINE_string('eval_files', None, 'Glob of held-out text (default: config.eval_files).')
   flags.DEFINE_integer('num_batches', 0, 'Evaluate at most this many batches (0: all).')
   flags.DEFINE_integer('step', None, 'Checkpoint step to restore (default: the latest).')
+  cpu_devices.define_flag()
+  distributed.define_flags()
 
 
 def run():

@@ -302,8 +302,8 @@ def main(argv):
   if FLAGS.topology:
     cli.print_result(tpu_plan.run(config, FLAGS.topology, *_sweep_grid()))
     return
-  mode = distributed.initialize_from_flags()
-  cpu_devices.configure_for(FLAGS.config, single_process=mode == 'single')
+  mode = distributed.initialize_from(FLAGS)
+  cpu_devices.configure_for(FLAGS.config, FLAGS.cpu_devices, single_process=mode == 'single')
   if FLAGS.dry_run:
     plan = dry_run.plan(experiment_lib.Experiment.create(config, read_vocab=False))
     if jax.process_index() == 0:
@@ -338,6 +338,8 @@ def _define_flags():
   flags.DEFINE_list('sweep_remat', 'none,save_dots,full', 'Remat policies --sweep tries.')
   flags.DEFINE_list('sweep_fsdp', '1,8', 'fsdp_axis_size values --sweep tries (those that divide '
                     'the chip count).')
+  cpu_devices.define_flag()
+  distributed.define_flags()
 
 
 def run():

@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import pytest
 
 from configs import base, base_config, demo, demo_long, large, small
@@ -91,3 +94,24 @@ def test_resolved_config_is_locked_against_typos():
   r = config_lib.resolve(demo.get_config())
   with pytest.raises(AttributeError):
     r.hiden_size = 3  # pylint: disable=attribute-defined-outside-init
+
+
+# Imports every module of the package, then lists the flags any of them defined.
+_IMPORT_ALL = """
+import importlib, pkgutil
+from absl import flags
+import electra_jax
+for module in pkgutil.walk_packages(electra_jax.__path__, 'electra_jax.'):
+  importlib.import_module(module.name)
+print(sorted(name for module, defined in flags.FLAGS.flags_by_module_dict().items()
+             if module.startswith('electra_jax') for name in [f.name for f in defined]))
+"""
+
+
+def test_importing_any_module_defines_no_flags():
+  """Flags are defined by a command when it runs (DESIGN: entry points only), so any module
+  imports beside any command's (a test, a notebook, fine-tuning's own --workdir) without a
+  clash, and a library function takes values as arguments, not from global flags."""
+  proc = subprocess.run([sys.executable, '-c', _IMPORT_ALL], capture_output=True, text=True,
+                        timeout=300, check=True)
+  assert proc.stdout.strip().splitlines()[-1] == '[]'

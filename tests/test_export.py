@@ -245,12 +245,3 @@ def test_export_cli_writes_directories_transformers_loads(exported):
   # The generator directory shares the discriminator's embeddings.
   np.testing.assert_array_equal(gen.electra.embeddings.word_embeddings.weight.detach().numpy(),
                                 disc.electra.embeddings.word_embeddings.weight.detach().numpy())
-
-
-def test_export_imports_as_a_library_beside_other_commands():
-  """Commands define their flags only when they run, so fine-tuning (which has its own
-  --workdir and --output) and tests can import the conversion functions beside the others."""
-  # pylint: disable=import-outside-toplevel,unused-import
-  from absl import flags
-  from electra_jax import benchmark, evaluate, train
-  assert 'what' not in flags.FLAGS

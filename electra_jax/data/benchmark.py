@@ -24,15 +24,6 @@ from electra_jax.data import pipeline
 from electra_jax.data import prepare
 from electra_jax.data import tokenizer as tokenizer_lib
 
-config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
-                                'override any key with --config.KEY=VALUE.', lock_config=True)
-flags.DEFINE_integer('num_batches', 200, 'Timed batches per measurement.')
-flags.DEFINE_list('workers', ['0', '1', '2'], 'Worker-process counts to measure (0: a thread '
-                  'in this process).')
-flags.DEFINE_string('data_dir', None, 'Prepared directory to read (default: prepare the '
-                    'config\'s corpus into a temporary directory first).')
-flags.DEFINE_integer('train_steps', 0, 'Also time this many train steps of the config\'s model '
-                     '(after one compile step) for comparison; 0 skips.')
 FLAGS = flags.FLAGS
 
 
@@ -122,7 +113,20 @@ def main(argv):
   cli.print_result(summary)
 
 
+def _define_flags():
+  config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
+                                  'override any key with --config.KEY=VALUE.', lock_config=True)
+  flags.DEFINE_integer('num_batches', 200, 'Timed batches per measurement.')
+  flags.DEFINE_list('workers', ['0', '1', '2'], 'Worker-process counts to measure (0: a thread '
+                    'in this process).')
+  flags.DEFINE_string('data_dir', None, 'Prepared directory to read (default: prepare the '
+                      'config\'s corpus into a temporary directory first).')
+  flags.DEFINE_integer('train_steps', 0, 'Also time this many train steps of the config\'s model '
+                       '(after one compile step) for comparison; 0 skips.')
+
+
 def run():
+  _define_flags()
   flags.mark_flags_as_required(['config'])
   cli.run(main)
 

@@ -15,12 +15,6 @@ from electra_jax import cli
 from electra_jax.data import sources
 from electra_jax.data import tokenizer as tokenizer_lib
 
-flags.DEFINE_string('input', None, 'Glob of UTF-8 training text (comma-separated globs allowed).')
-flags.DEFINE_integer('vocab_size', 8000, 'Vocabulary size, including the 5 special tokens.')
-flags.DEFINE_string('output', None, 'Output prefix: writes PREFIX.model and PREFIX.vocab.')
-flags.DEFINE_enum('model_type', 'unigram', ['unigram', 'bpe'], 'Sentencepiece model type.')
-flags.DEFINE_integer('max_sentences', 2_000_000,
-                     'At most this many randomly sampled lines train the vocabulary.')
 FLAGS = flags.FLAGS
 
 
@@ -42,8 +36,19 @@ def main(argv):
                     'vocab_size': vocab_size, 'num_input_files': len(files)})
 
 
+def _define_flags():
+  flags.DEFINE_string('input', None, 'Glob of UTF-8 training text (comma-separated globs '
+                      'allowed).')
+  flags.DEFINE_integer('vocab_size', 8000, 'Vocabulary size, including the 5 special tokens.')
+  flags.DEFINE_string('output', None, 'Output prefix: writes PREFIX.model and PREFIX.vocab.')
+  flags.DEFINE_enum('model_type', 'unigram', ['unigram', 'bpe'], 'Sentencepiece model type.')
+  flags.DEFINE_integer('max_sentences', 2_000_000,
+                       'At most this many randomly sampled lines train the vocabulary.')
+
+
 def run():
   """Console entry point (electra-build-vocab)."""
+  _define_flags()
   flags.mark_flags_as_required(['input', 'output'])
   cli.run(main)
 

@@ -30,30 +30,6 @@ from electra_jax.experiments import budget
 from electra_jax.experiments import report
 from electra_jax.experiments import runs
 
-flags.DEFINE_list('configs', None, 'Pretraining config files to compare, separated by commas '
-                  '(path.py or path.py:arg, as --config= of the train command).')
-flags.DEFINE_float('flops_budget', None, 'Pretraining model FLOPs per config (e.g. 1e15); each '
-                   'config trains floor(budget / FLOPs per step) steps.')
-flags.DEFINE_string('finetune_task', None, "Downstream task: 'files' (configs/finetune/"
-                    "files.py: data/austen_novels unless --finetune_override=train_file=... "
-                    "eval_file=...), 'glue/TASK' (e.g. glue/sst2, from TFDS), 'squad/v1.1' or "
-                    "'squad/v2.0'.")
-flags.DEFINE_string('output', None, 'Folder for every run and the results (re-run the same '
-                    'command on it to resume).')
-flags.DEFINE_multi_string('override', [], 'KEY=VALUE applied to every pretraining config '
-                          '(repeat the flag for several), e.g. --override=train_batch_size=8.')
-flags.DEFINE_multi_string('finetune_override', [], 'KEY=VALUE for the fine-tuning config '
-                          '(configs/finetune/glue.py lists the keys), e.g. '
-                          '--finetune_override=max_seq_length=64.')
-flags.DEFINE_integer('num_seeds', 3, 'Fine-tuning runs (seeds) per budget point; the table '
-                     'reports their median and range.')
-flags.DEFINE_multi_string('pretrained', [], 'NAME=WORKDIR: use the train command\'s existing '
-                          'run in WORKDIR as config NAME\'s pretraining instead of training '
-                          'it again (read only; its saved config must be the one the budget '
-                          'plans, and it must hold a checkpoint at every budget point). Repeat '
-                          'for several configs.')
-flags.DEFINE_integer('budget_points', 1, 'Checkpoints per config that are fine-tuned, evenly '
-                     'spaced in FLOPs; the last is the end of pretraining.')
 FLAGS = flags.FLAGS
 
 _FINETUNE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -234,7 +210,35 @@ def main(argv):
   cli.print_result(compare())
 
 
+def _define_flags():
+  flags.DEFINE_list('configs', None, 'Pretraining config files to compare, separated by commas '
+                    '(path.py or path.py:arg, as --config= of the train command).')
+  flags.DEFINE_float('flops_budget', None, 'Pretraining model FLOPs per config (e.g. 1e15); each '
+                     'config trains floor(budget / FLOPs per step) steps.')
+  flags.DEFINE_string('finetune_task', None, "Downstream task: 'files' (configs/finetune/"
+                      "files.py: data/austen_novels unless --finetune_override=train_file=... "
+                      "eval_file=...), 'glue/TASK' (e.g. glue/sst2, from TFDS), 'squad/v1.1' or "
+                      "'squad/v2.0'.")
+  flags.DEFINE_string('output', None, 'Folder for every run and the results (re-run the same '
+                      'command on it to resume).')
+  flags.DEFINE_multi_string('override', [], 'KEY=VALUE applied to every pretraining config '
+                            '(repeat the flag for several), e.g. --override=train_batch_size=8.')
+  flags.DEFINE_multi_string('finetune_override', [], 'KEY=VALUE for the fine-tuning config '
+                            '(configs/finetune/glue.py lists the keys), e.g. '
+                            '--finetune_override=max_seq_length=64.')
+  flags.DEFINE_integer('num_seeds', 3, 'Fine-tuning runs (seeds) per budget point; the table '
+                       'reports their median and range.')
+  flags.DEFINE_multi_string('pretrained', [], 'NAME=WORKDIR: use the train command\'s existing '
+                            'run in WORKDIR as config NAME\'s pretraining instead of training '
+                            'it again (read only; its saved config must be the one the budget '
+                            'plans, and it must hold a checkpoint at every budget point). Repeat '
+                            'for several configs.')
+  flags.DEFINE_integer('budget_points', 1, 'Checkpoints per config that are fine-tuned, evenly '
+                       'spaced in FLOPs; the last is the end of pretraining.')
+
+
 def run():
+  _define_flags()
   flags.mark_flags_as_required(['configs', 'flops_budget', 'finetune_task', 'output'])
   cli.run(main)
 

@@ -14,21 +14,26 @@ from electra_jax import cli
 from electra_jax import cpu_devices
 from electra_jax.finetune import loop
 
-config_flags.DEFINE_config_file('config', None, 'Fine-tuning config (configs/finetune/*.py); '
-                                'override any key with --config.KEY=VALUE.', lock_config=True)
-flags.DEFINE_string('workdir', None, 'New directory for results, per-seed metrics and the best '
-                    'checkpoints.')
 FLAGS = flags.FLAGS
 
 
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
-  cpu_devices.configure_for(FLAGS.config)
+  cpu_devices.configure_for(FLAGS.config, FLAGS.cpu_devices)
   cli.print_result(loop.finetune(FLAGS.config, FLAGS.workdir))
 
 
+def _define_flags():
+  config_flags.DEFINE_config_file('config', None, 'Fine-tuning config (configs/finetune/*.py); '
+                                  'override any key with --config.KEY=VALUE.', lock_config=True)
+  flags.DEFINE_string('workdir', None, 'New directory for results, per-seed metrics and the best '
+                      'checkpoints.')
+  cpu_devices.define_flag()
+
+
 def run():
+  _define_flags()
   flags.mark_flags_as_required(['config', 'workdir'])
   cli.run(main, keys_file='configs/finetune/glue.py')
 
