@@ -8,6 +8,19 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
   sys.path.insert(0, REPO_ROOT)
 
+# The suite compiles hundreds of tiny train steps and runs few steps of each: most of its time
+# went to LLVM optimising XLA's CPU code (a 1-layer step: 16 s to compile, 8 s without these
+# passes). Set before JAX starts, for this process and every command the tests start; the
+# compiled programs compute the same operations (benchmarks/RESULTS.md, session 10).
+FAST_COMPILE_XLA_FLAGS = ('--xla_backend_optimization_level=0 '
+                          '--xla_llvm_disable_expensive_passes=true')
+os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_XLA_FLAGS}".strip()
+
+
+def xla_flags_with(*flags):
+  """XLA_FLAGS for a test's subprocess: the suite's flags plus `flags` (e.g. a device count)."""
+  return ' '.join([os.environ['XLA_FLAGS'], *flags])
+
 
 def tiny_config(**overrides):
   """The demo config shrunk to a 2-layer, 32-wide model over a 64-token toy vocabulary."""

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, xla_flags_with
 
 SCRIPT = r'''
 import json, sys
@@ -30,7 +30,7 @@ print(json.dumps(dict(devices=jax.device_count(), losses=losses, kernel=kernel.r
 
 def run_on(num_devices):
   env = dict(os.environ, JAX_PLATFORMS='cpu',
-             XLA_FLAGS=f'--xla_force_host_platform_device_count={num_devices}')
+             XLA_FLAGS=xla_flags_with(f'--xla_force_host_platform_device_count={num_devices}'))
   out = subprocess.run([sys.executable, '-c', SCRIPT, REPO_ROOT], env=env, cwd=REPO_ROOT,
                        capture_output=True, text=True, timeout=300, check=True)
   return json.loads(out.stdout.strip().splitlines()[-1])

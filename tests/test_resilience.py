@@ -22,7 +22,7 @@ from electra_jax import checkpoint, experiment, metric_writer, optim, parallel, 
 from electra_jax import config as config_lib
 from electra_jax import train_state as ts
 from electra_jax.errors import UserError
-from tests.conftest import REPO_ROOT, saved_state, tiny_config, tiny_trainer
+from tests.conftest import REPO_ROOT, saved_state, tiny_config, tiny_trainer, xla_flags_with
 from tests.nan_steps import NaNAtSteps
 from tests.test_model_objective import toy_batch
 # small_corpus is a fixture used here by name.
@@ -218,6 +218,9 @@ def test_nonfinite_steps_are_skipped_counted_never_saved_and_too_many_stop_the_r
              ['opt_state']['total_notfinite']) == 3
 
 
+# slow: the default run resumes a bucket workdir from 2 processes x 2 devices on 1 device
+# (test_gcs.py) and restores an 8-device checkpoint on 1 and on 2 x 4 (test_scale.py).
+@pytest.mark.slow
 def test_a_run_resumes_on_other_device_counts_at_the_same_data_position(
     tmp_path, cache_dir, small_corpus, reference):
   """8 devices -> 4 -> 8 (issue 17, elastic resume): the checkpoint holds the global data
@@ -351,7 +354,7 @@ def bad_inputs(tmp_path_factory, cache_dir, small_corpus, reference):
   runs.append(dict(argv=base + ['--config.max_seq_length=1024', '--verbose',
                                 f'--workdir={tmp}/verbose'],
                    out=os.path.join(tmp, 'verbose.out'), err=os.path.join(tmp, 'verbose.err')))
-  env = env_for(cache_dir, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  env = env_for(cache_dir, XLA_FLAGS=xla_flags_with('--xla_force_host_platform_device_count=2'))
   proc = subprocess.run([sys.executable, '-c', DRIVER, json.dumps(runs)], cwd=REPO_ROOT, env=env,
                         capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr

@@ -26,7 +26,7 @@ from electra_jax import model as model_lib
 from electra_jax import objectives
 from electra_jax import parallel
 from electra_jax.errors import UserError
-from tests.conftest import REPO_ROOT, tiny_config
+from tests.conftest import REPO_ROOT, tiny_config, xla_flags_with
 
 WORKER = os.path.join(REPO_ROOT, 'tests', 'scale_worker.py')
 STEPS, SAVE_STEP = 4, 2
@@ -39,8 +39,7 @@ LOSS_KEYS = ('loss', 'mlm_loss', 'disc_loss', 'mlm_accuracy', 'sampled_accuracy'
 
 def start(spec, num_devices):
   env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT,
-             XLA_FLAGS=f'--xla_force_host_platform_device_count={num_devices} '
-             '--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true')
+             XLA_FLAGS=xla_flags_with(f'--xla_force_host_platform_device_count={num_devices}'))
   return subprocess.Popen([sys.executable, WORKER, REPO_ROOT, json.dumps(spec)], env=env,
                           cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True)
@@ -162,7 +161,7 @@ def test_analytic_flops_match_xla_cost_analysis(overrides):
 def test_dry_run_plans_large_on_8_devices_without_allocating(tmp_path):
   workdir = tmp_path / 'never_written'
   env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT,
-             XLA_FLAGS='--xla_force_host_platform_device_count=8')
+             XLA_FLAGS=xla_flags_with('--xla_force_host_platform_device_count=8'))
   cmd = [sys.executable, '-m', 'electra_jax.train', '--config=configs/large.py',
          f'--workdir={workdir}', '--dry_run', '--config.fsdp_axis_size=4',
          '--config.grad_accum_steps=4']

@@ -147,6 +147,9 @@ ACTIVATION_HEAVY = dict(num_layers=1, hidden_size=128, num_heads=2, intermediate
                         eval_batch_size=8)
 
 
+# slow (two minutes of libtpu compiles): the sweep's choice is checked against a table of
+# outcomes below, and real compiles for the slice by the two tests above, in the default run.
+@pytest.mark.slow
 def test_sweep_takes_more_accumulation_where_remat_none_outgrows_hbm(libtpu, v4_2x2x1):
   chip, name, devices = v4_2x2x1
   full = tpu_plan.plan(tiny_config(**ACTIVATION_HEAVY, remat='full'), chip, name, devices)
