@@ -14,7 +14,8 @@ if REPO_ROOT not in sys.path:
 # compiled programs compute the same operations (benchmarks/RESULTS.md, session 10).
 FAST_COMPILE_XLA_FLAGS = ('--xla_backend_optimization_level=0 '
                           '--xla_llvm_disable_expensive_passes=true')
-os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_XLA_FLAGS}".strip()
+if FAST_COMPILE_XLA_FLAGS not in os.environ.get('XLA_FLAGS', ''):  # (a subprocess has them)
+  os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_XLA_FLAGS}".strip()
 
 
 def xla_flags_with(*flags):
