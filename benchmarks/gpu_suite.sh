@@ -37,8 +37,9 @@ export PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv \
     > "$out/nvidia-smi.csv" 2>&1
-python3 -c 'import jax, flax, optax; print(jax.__version__, jax.devices())' \
-    > "$out/versions.txt" 2>&1
+{ python3 -c 'import jax; print(jax.__version__, jax.devices())'
+  python3 -m pip list 2>/dev/null | grep -iE '^(jax|jaxlib|jax-cuda.*|flax|optax|orbax-checkpoint|chex|etils|grain|tensorstore|numpy|torch|transformers) '
+} > "$out/versions.txt" 2>&1
 
 # The paper's vocabulary (BERT uncased WordPiece) and bf16 compute in every benchmark.
 common=(--config.vocab_size=30522 --config.dtype=bfloat16)
@@ -64,7 +65,7 @@ bench() { measure "$1" -m electra_jax.benchmark "${@:2}"; }  # bench NAME --conf
 run_stage() {  # run_stage STAGE: its commands; returns the last one's status.
 case $1 in
   tests)  # The model, objective and train-step tests on the GPU backend.
-    python3 -m pytest -q -x -p no:cacheprovider tests/test_model_objective.py \
+    python3 -m pytest -q -rfE -p no:cacheprovider tests/test_model_objective.py \
         tests/test_train_step.py tests/test_benchmark.py 2>&1 | tee "$out/tests.log" ;;
   small)  # Target: step <= 11 ms at batch 128 x 128; >= 2x the HF reference.
     bench small --config=configs/small.py --steps=50 --warmup=5 --rounds=2 \
