@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Issue 20's GPU measurements in stages, each of which ends well inside one device call's 10
-# minutes on one H100. Run from the repository root on the GPU machine:
+# Issue 20's GPU measurements in stages, each inside one device call's 10 minutes on one H100.
+# Run from the repository root on the GPU machine:
 #
 #   bash benchmarks/gpu_suite.sh STAGE[,STAGE...] OUT_DIR
-#       STAGE: tests | small | base | large | profile | pretrain
+#       STAGE: tests | small | base | large | profile | parts | pretrain
 #
-# Several stages in one call (e.g. tests,small) save a machine start where they fit together
-# in 10 minutes; each runs even when one before it failed, and any failure fails the call.
+# Several stages in one call save a machine start where they fit together in 10 minutes; each
+# runs even when one before it failed, and any failure fails the call. Measured on an H100
+# (2026-11-25, benchmarks/RESULTS.md): XLA compiles a train step in 85-100 s (autotuning), so
+# each benchmark costs about 2 minutes before its first timed step. Stage lengths: small about
+# 6 min (two compiles and the HF references), profile about 2.5 min, parts about 7 min (four
+# compiles), base about 7 min, tests over 6 min, pretrain 8 min at PRETRAIN_STEPS=12000; large
+# not run yet (three compiles of Large).
 #
 # The machine's image has jax (CUDA), flax, optax, orbax, torch and transformers but not grain,
 # array-record, ml-collections or tensorboardX: fetch their wheels here first, once
@@ -15,14 +20,14 @@
 # (a failed benchmark: "!! NAME failed" on stderr, the stage goes on and exits 1);
 # copy the figures into benchmarks/RESULTS.md with date, device and commit.
 set -uo pipefail
-usage='usage: gpu_suite.sh STAGE[,STAGE...] OUT_DIR (tests|small|base|large|profile|pretrain)'
+usage='usage: gpu_suite.sh STAGE[,STAGE...] OUT_DIR (tests|small|base|large|profile|parts|pretrain)'
 stages=${1:?$usage}
 out=${2:?$usage}
 IFS=, read -ra stage_list <<< "$stages"
 for stage in "${stage_list[@]}"; do
   case $stage in
-    tests|small|base|large|profile|pretrain) ;;
-    *) echo "unknown stage '$stage'; use tests, small, base, large, profile or pretrain" >&2
+    tests|small|base|large|profile|parts|pretrain) ;;
+    *) echo "unknown stage '$stage'; use tests, small, base, large, profile, parts or pretrain" >&2
        exit 2 ;;
   esac
 done
@@ -38,7 +43,8 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv \
     > "$out/nvidia-smi.csv" 2>&1
 { python3 -c 'import jax; print(jax.__version__, jax.devices())'
-  python3 -m pip list 2>/dev/null | grep -iE '^(jax|jaxlib|jax-cuda.*|flax|optax|orbax-checkpoint|chex|etils|grain|tensorstore|numpy|torch|transformers) '
+  python3 -m pip list 2>/dev/null | grep -iE '^(jax|jaxlib|jax-cuda.*|flax|optax|orbax-checkpoint'\
+'|chex|etils|grain|tensorstore|numpy|torch|transformers) '
 } > "$out/versions.txt" 2>&1
 
 # The paper's vocabulary (BERT uncased WordPiece) and bf16 compute in every benchmark.
@@ -64,9 +70,12 @@ bench() { measure "$1" -m electra_jax.benchmark "${@:2}"; }  # bench NAME --conf
 
 run_stage() {  # run_stage STAGE: its commands; returns the last one's status.
 case $1 in
-  tests)  # The model, objective and train-step tests on the GPU backend.
-    python3 -m pytest -q -rfE -p no:cacheprovider tests/test_model_objective.py \
-        tests/test_train_step.py tests/test_benchmark.py 2>&1 | tee "$out/tests.log" ;;
+  tests)  # The model, objective and train-step tests on the GPU backend, bit-for-bit
+    # reproducible as README says a GPU run is with this flag (without it XLA:GPU's atomic
+    # reductions differ at rounding level between runs).
+    XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_deterministic_ops=true" python3 -m pytest -q -rfE \
+        -p no:cacheprovider tests/test_model_objective.py tests/test_train_step.py \
+        tests/test_benchmark.py 2>&1 | tee "$out/tests.log" ;;
   small)  # Target: step <= 11 ms at batch 128 x 128; >= 2x the HF reference.
     bench small --config=configs/small.py --steps=50 --warmup=5 --rounds=2 \
         --compare=hf,hf_full
@@ -85,12 +94,16 @@ case $1 in
     done
     bench large_b64_full --config=configs/large.py --config.train_batch_size=64 \
         --config.remat=full --steps=10 --warmup=2 ;;
-  profile)  # A jax.profiler trace of three Small steps, as one archive.
-    bench small_profile --config=configs/small.py --steps=10 --warmup=3 \
-        --profile_dir=/tmp/electra_profile
+  profile)  # A jax.profiler trace of three Small steps and the optimised HLO that names its
+    # fusions (the trace shows only fusion names), as one archive.
+    dump='--xla_dump_to=/tmp/electra_profile/hlo --xla_dump_hlo_as_text'
+    dump+=' --xla_dump_hlo_module_re=.*train_step.*'
+    XLA_FLAGS="${XLA_FLAGS:-} $dump" bench small_profile --config=configs/small.py --steps=10 \
+        --warmup=3 --profile_dir=/tmp/electra_profile
+    find /tmp/electra_profile/hlo -type f ! -name '*after_optimizations.txt' -delete
     python3 benchmarks/profile_top_ops.py /tmp/electra_profile 2>&1 | tee "$out/profile_top_ops.log"
-    tar -czf "$out/small_profile.tgz" -C /tmp electra_profile
-    # What row-keyed dropout and the exact AUC cost in the Small step (dropout as the paper).
+    tar -czf "$out/small_profile.tgz" -C /tmp electra_profile ;;
+  parts)  # What row-keyed dropout and the exact AUC cost in the Small step (dropout as the paper).
     measure step_parts benchmarks/step_parts.py --config=configs/small.py --steps=30 \
         --rounds=3 ;;
   pretrain)  # ELECTRA-Small, paper recipe, bf16, on the bundled corpus; fits one 10-minute call.
@@ -98,7 +111,7 @@ case $1 in
     # PRETRAIN_SECONDS gets SIGTERM, saves and stops (its metrics so far are kept). Back here:
     # python benchmarks/demo_recipe/plot_study.py OUT_DIR/pretrain.png small=OUT_DIR plots the
     # held-out AUC and MLM accuracy against tokens from the copied config and eval metrics.
-    steps=${PRETRAIN_STEPS:-10000}
+    steps=${PRETRAIN_STEPS:-12000}
     workdir=/tmp/electra_small_pretrain
     timeout -s TERM "${PRETRAIN_SECONDS:-510}" python3 -m electra_jax.train \
         --config=configs/small.py --workdir=$workdir --config.dtype=bfloat16 \

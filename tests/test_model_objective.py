@@ -172,6 +172,18 @@ def test_auc_is_exact_mann_whitney_with_ties_and_ignores_padding():
   assert exact > 0.55  # the tiny signal is visible
 
 
+def test_auc_tie_bounds_match_searchsorted_without_a_loop():
+  rng = np.random.default_rng(1)
+  s = np.sort(np.concatenate([np.round(rng.normal(size=500), 1), [-0.0, 0.0, 0.0],
+                              [-np.inf, np.inf, np.inf]]).astype(np.float32))
+  first, last = objective_metrics.tie_bounds(jnp.asarray(s))
+  np.testing.assert_array_equal(first, np.searchsorted(s, s, 'left'))
+  np.testing.assert_array_equal(last, np.searchsorted(s, s, 'right'))
+  # XLA:GPU runs a while loop's iterations from the host, between two CUDA graphs.
+  x = jnp.zeros(4096, jnp.float32)
+  assert 'while' not in jax.jit(objective_metrics.auc_pair_counts).lower(x, x, x).as_text()
+
+
 def test_learning_rate_schedule_warms_up_then_decays_to_zero_like_the_official_code():
   s = optim.learning_rate_schedule(1e-3, 100, 1000)
   assert float(s(0)) == 0.0

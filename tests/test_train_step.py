@@ -1,3 +1,6 @@
+import functools
+import os
+
 import jax
 import numpy as np
 
@@ -5,6 +8,8 @@ from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import parallel
 from tests.conftest import tiny_trainer
 from tests.test_model_objective import toy_batch
+
+GPU_DETERMINISM_FLAG = '--xla_gpu_deterministic_ops=true'
 
 
 def test_tiny_model_overfits_one_batch():
@@ -34,4 +39,10 @@ def test_train_step_is_a_pure_function_of_state_batch_and_seed():
     for _ in range(3):
       state, sums = step(state, batch, jax.random.key(1))
     outs.append(jax.device_get((state.params, sums)))
-  jax.tree.map(np.testing.assert_array_equal, outs[0], outs[1])
+  if jax.default_backend() == 'gpu' and GPU_DETERMINISM_FLAG not in os.environ.get('XLA_FLAGS', ''):
+    # XLA:GPU's atomic scatter-adds and reductions sum in a varying order (seen on an H100:
+    # 6 of 32 values 1e-7 apart after 3 steps); bit-for-bit needs the flag (README).
+    same = functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-9)
+  else:
+    same = np.testing.assert_array_equal
+  jax.tree.map(same, outs[0], outs[1])

@@ -8,6 +8,7 @@ for electra_15), 'full_mlm_*' (the full-size network's MLM or copy-mechanism pre
 """
 from typing import Mapping
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -60,10 +61,28 @@ def auc_pair_counts(logits, labels, weights):
   pos = (labels * weights).reshape(-1)[order]
   neg = ((1.0 - labels) * weights).reshape(-1)[order]
   neg_before = jnp.concatenate([jnp.zeros((1,), jnp.float32), jnp.cumsum(neg)])
-  first = jnp.searchsorted(s, s, side='left')
-  last = jnp.searchsorted(s, s, side='right')
+  first, last = tie_bounds(s)
   below, tied = neg_before[first], neg_before[last] - neg_before[first]
   return jnp.sum(pos * (below + 0.5 * tied)), jnp.sum(pos) * jnp.sum(neg)
+
+
+def tie_bounds(sorted_scores):
+  """(first, last): where each value's run of equal values starts and ends (exclusive) in a
+  sorted vector, i.e. searchsorted(s, s, 'left' / 'right').
+
+  Running max / min over run boundaries, not jnp.searchsorted: its binary search is a while
+  loop, which XLA:GPU runs from the host iteration by iteration, splitting the train step's
+  CUDA graph in two (an H100 profile: 1.5 ms of host time a step; benchmarks/RESULTS.md).
+  """
+  s = sorted_scores
+  n = s.shape[0]
+  index = jnp.arange(n)
+  differs = s[1:] != s[:-1]
+  starts = jnp.concatenate([jnp.ones((1,), bool), differs])
+  ends = jnp.concatenate([differs, jnp.ones((1,), bool)])
+  first = jax.lax.cummax(jnp.where(starts, index, 0))
+  last = jax.lax.cummin(jnp.where(ends, index + 1, n), reverse=True)
+  return first, last
 
 
 def summarize(sums: Mapping[str, np.ndarray], gen_weight: float, disc_weight: float) -> dict:
