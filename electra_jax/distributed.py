@@ -2,10 +2,13 @@
 
 `initialize()` runs jax.distributed.initialize when there is more than one process to join:
 explicitly (--coordinator_address/--num_processes/--process_id, or the environment variables
-JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID), or detected on a SLURM job with
-several tasks or on a Cloud TPU VM (where JAX reads the slice's workers from the metadata
-server). Otherwise it does nothing and the run is single-process.
+JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID), under an MPI launcher (mpirun /
+mpiexec of Open MPI, MPICH, Intel MPI or MVAPICH2: a coordinator address is enough, the launcher
+numbers the ranks), or detected on a SLURM job with several tasks, under Open MPI 4's mpirun or
+on a Cloud TPU VM (where JAX reads the slice's workers from the metadata server). Otherwise it
+does nothing and the run is single-process.
 """
+import dataclasses
 import os
 
 import jax
@@ -17,15 +20,19 @@ from electra_jax.errors import UserError
 def define_flags():
   """The multi-process flags, for train and evaluate (called by their flag definitions)."""
   flags.DEFINE_string('coordinator_address', None, 'host:port of process 0 for a multi-process '
-                      'run (default: $JAX_COORDINATOR_ADDRESS; auto on Cloud TPU VMs and SLURM).')
+                      'run (default: $JAX_COORDINATOR_ADDRESS; auto on Cloud TPU VMs, SLURM '
+                      'and Open MPI 4\'s mpirun).')
   flags.DEFINE_integer('num_processes', None, 'Number of processes of a multi-process run '
-                       '(default: $JAX_NUM_PROCESSES; auto on Cloud TPU VMs and SLURM).')
+                       '(default: $JAX_NUM_PROCESSES; auto on Cloud TPU VMs, SLURM and MPI '
+                       'launchers).')
   flags.DEFINE_integer('process_id', None, 'This process\'s index in [0, num_processes) '
-                       '(default: $JAX_PROCESS_ID; auto on Cloud TPU VMs and SLURM).')
+                       '(default: $JAX_PROCESS_ID; auto on Cloud TPU VMs, SLURM and MPI '
+                       'launchers).')
 
 
-def _env_int(name):
-  value = os.environ.get(name)
+def _env_int(name, env=None):
+  env = os.environ if env is None else env
+  value = env.get(name)
   if value in (None, ''):
     return None
   try:
@@ -34,13 +41,50 @@ def _env_int(name):
     raise UserError(f'${name}={value!r} is not an integer; set it to a number') from e
 
 
+@dataclasses.dataclass(frozen=True)
+class LaunchedRank:
+  """This process's place among the ranks an MPI launcher (mpirun, mpiexec) started."""
+  launcher: str
+  size_variable: str
+  size: int
+  rank: int
+  local_rank: int | None
+
+
+# The variables MPI launchers set in every rank: (name, world size, rank, rank on this node).
+# Open MPI (4 and 5), MPICH / Intel MPI (Hydra's PMI), MVAPICH2.
+MPI_LAUNCHERS = (
+    ('Open MPI', 'OMPI_COMM_WORLD_SIZE', 'OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_LOCAL_RANK'),
+    ('MPICH', 'PMI_SIZE', 'PMI_RANK', 'MPI_LOCALRANKID'),
+    ('MVAPICH2', 'MV2_COMM_WORLD_SIZE', 'MV2_COMM_WORLD_RANK', 'MV2_COMM_WORLD_LOCAL_RANK'),
+)
+# Open MPI 4's mpirun publishes its own address here; JAX derives the coordinator from it.
+OPEN_MPI_LAUNCHER_URI = 'OMPI_MCA_orte_hnp_uri'
+
+
+def launched_rank(env=None) -> LaunchedRank | None:
+  """The rank an MPI launcher gave this process, or None outside one."""
+  env = os.environ if env is None else env
+  for launcher, size_var, rank_var, local_var in MPI_LAUNCHERS:
+    size = _env_int(size_var, env)
+    if size is not None:
+      rank = _env_int(rank_var, env)
+      if rank is None or not 0 <= rank < size:
+        raise UserError(f'${size_var}={size} but ${rank_var}={env.get(rank_var)!r}: this rank '
+                        f'does not know its place; start it with the {launcher} launcher')
+      return LaunchedRank(launcher, size_var, size, rank, _env_int(local_var, env))
+  return None
+
+
 def detected_cluster(env=None) -> str | None:
-  """'slurm' or 'tpu' when this process is one of several that JAX can find on its own."""
+  """'slurm', 'tpu' or 'ompi' when this process is one of several that JAX can find on its own."""
   env = os.environ if env is None else env
   if env.get('SLURM_JOB_ID') and int(env.get('SLURM_NTASKS', '1') or 1) > 1:
     return 'slurm'
   if env.get('TPU_WORKER_HOSTNAMES') or env.get('TPU_PROCESS_ADDRESSES'):
     return 'tpu'
+  if env.get(OPEN_MPI_LAUNCHER_URI) and int(env.get('OMPI_COMM_WORLD_SIZE', '1') or 1) > 1:
+    return 'ompi'
   try:  # JAX's own Cloud TPU VM probe (PCI device ids); private, so tolerate its absence.
     from jax._src import hardware_utils  # pylint: disable=import-outside-toplevel
     if hardware_utils.num_available_tpu_chips_and_device_id()[0] > 0:
@@ -50,12 +94,29 @@ def detected_cluster(env=None) -> str | None:
   return None
 
 
-def initialize(coordinator_address=None, num_processes=None, process_id=None) -> str:
-  """Joins the multi-process run if there is one; returns how ('explicit', 'slurm', 'tpu',
-  'single'). Must run before anything touches a device."""
-  coordinator_address = coordinator_address or os.environ.get('JAX_COORDINATOR_ADDRESS')
-  num_processes = num_processes if num_processes is not None else _env_int('JAX_NUM_PROCESSES')
-  process_id = process_id if process_id is not None else _env_int('JAX_PROCESS_ID')
+def join_plan(coordinator_address=None, num_processes=None, process_id=None,
+              env=None) -> tuple[str, dict | None]:
+  """(how this process joins, jax.distributed.initialize's arguments; None: a single process).
+
+  Explicit values (flags, else $JAX_COORDINATOR_ADDRESS / $JAX_NUM_PROCESSES / $JAX_PROCESS_ID)
+  come first; under an MPI launcher a coordinator address is enough, the launcher gives the
+  process count and id (and, as JAX does for SLURM and Open MPI, one local device per rank).
+  A launcher with several ranks and no way to find a coordinator is an error, never several
+  independent runs writing one workdir.
+  """
+  env = os.environ if env is None else env
+  coordinator_address = coordinator_address or env.get('JAX_COORDINATOR_ADDRESS')
+  num_processes = (num_processes if num_processes is not None
+                   else _env_int('JAX_NUM_PROCESSES', env))
+  process_id = process_id if process_id is not None else _env_int('JAX_PROCESS_ID', env)
+  rank = launched_rank(env)
+  if coordinator_address and rank is not None and rank.size > 1 and (
+      num_processes is None and process_id is None):
+    local = rank.local_rank
+    return 'mpi', dict(coordinator_address=coordinator_address, num_processes=rank.size,
+                       process_id=rank.rank,
+                       local_device_ids=None if local is None or env.get(
+                           'JAX_LOCAL_DEVICE_IDS') else [local])
   explicit = (coordinator_address, num_processes, process_id)
   if any(v is not None for v in explicit):
     if None in explicit:
@@ -65,14 +126,27 @@ def initialize(coordinator_address=None, num_processes=None, process_id=None) ->
     if num_processes < 1 or not 0 <= process_id < num_processes:
       raise UserError(f'--process_id={process_id} must be in [0, --num_processes='
                       f'{num_processes})')
-    jax.distributed.initialize(coordinator_address=coordinator_address,
-                               num_processes=num_processes, process_id=process_id)
-    return 'explicit'
-  cluster = detected_cluster()
-  if cluster is None:
-    return 'single'
-  jax.distributed.initialize()
-  return cluster
+    return 'explicit', dict(coordinator_address=coordinator_address,
+                            num_processes=num_processes, process_id=process_id)
+  cluster = detected_cluster(env)
+  if cluster is not None:
+    return cluster, {}
+  if rank is not None and rank.size > 1:
+    raise UserError(
+        f'{rank.launcher} started {rank.size} ranks (${rank.size_variable}={rank.size}) but '
+        'they have no coordinator to join; give every rank rank 0\'s host and a free port, '
+        'e.g. mpirun -x JAX_COORDINATOR_ADDRESS=node0:8476 (Open MPI) or '
+        '-genv JAX_COORDINATOR_ADDRESS=node0:8476 (MPICH), or --coordinator_address')
+  return 'single', None
+
+
+def initialize(coordinator_address=None, num_processes=None, process_id=None) -> str:
+  """Joins the multi-process run if there is one (join_plan); returns how ('explicit', 'mpi',
+  'slurm', 'tpu', 'ompi' or 'single'). Must run before anything touches a device."""
+  mode, arguments = join_plan(coordinator_address, num_processes, process_id)
+  if arguments is not None:
+    jax.distributed.initialize(**arguments)
+  return mode
 
 
 def initialize_from(flag_values) -> str:

@@ -20,7 +20,6 @@ import portpicker
 import pytest
 
 from electra_jax import config as config_lib
-from electra_jax import distributed
 from electra_jax import flops
 from electra_jax import model as model_lib
 from electra_jax import objectives
@@ -128,13 +127,6 @@ def test_fsdp_rule_splits_the_largest_divisible_dimension():
   assert parallel.leaf_sharding(mesh, ()).spec == P()
   data_only = jax.sharding.AbstractMesh((8,), ('data',))
   assert parallel.leaf_sharding(data_only, (64, 16)).spec == P()
-
-
-def test_cluster_detection_from_environment():
-  assert distributed.detected_cluster({'SLURM_JOB_ID': '7', 'SLURM_NTASKS': '4'}) == 'slurm'
-  assert distributed.detected_cluster({'TPU_WORKER_HOSTNAMES': 'a,b'}) == 'tpu'
-  with pytest.raises(UserError, match='--coordinator_address'):
-    distributed.initialize(num_processes=2, process_id=0)
 
 
 @pytest.mark.parametrize('overrides', [

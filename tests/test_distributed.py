@@ -1,0 +1,117 @@
+"""Multi-process start-up: which launchers join their processes into one run, and how.
+
+The join decision (distributed.join_plan) is checked on the environments each launcher sets; two
+real processes then join on localhost from exactly those variables (Open MPI 4's mpirun, whose
+address JAX reads, and MPICH's mpiexec given a coordinator), and a launcher with several ranks
+but no coordinator stops with one line instead of starting independent runs on one workdir.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import portpicker
+import pytest
+
+from electra_jax import distributed
+from electra_jax.errors import UserError
+from tests.conftest import REPO_ROOT
+
+
+def open_mpi_4(size, rank, local_rank=None):
+  """What Open MPI 4's mpirun sets in each rank (its own address in orte_hnp_uri)."""
+  return {'OMPI_MCA_orte_hnp_uri': '1531576320.0;tcp://127.0.0.1:34911',
+          'OMPI_COMM_WORLD_SIZE': str(size), 'OMPI_COMM_WORLD_RANK': str(rank),
+          'OMPI_COMM_WORLD_LOCAL_RANK': str(rank if local_rank is None else local_rank),
+          'OMPI_COMM_WORLD_LOCAL_SIZE': str(size)}
+
+
+def open_mpi_5(size, rank):
+  """Open MPI 5 (PRRTE) numbers the ranks but publishes no address JAX can use."""
+  env = open_mpi_4(size, rank)
+  del env['OMPI_MCA_orte_hnp_uri']
+  return env
+
+
+def mpich(size, rank):
+  """Hydra's mpiexec (MPICH, Intel MPI)."""
+  return {'PMI_SIZE': str(size), 'PMI_RANK': str(rank), 'MPI_LOCALRANKID': str(rank),
+          'MPI_LOCALNRANKS': str(size)}
+
+
+def test_cluster_detection_from_environment():
+  assert distributed.detected_cluster({'SLURM_JOB_ID': '7', 'SLURM_NTASKS': '4'}) == 'slurm'
+  assert distributed.detected_cluster({'TPU_WORKER_HOSTNAMES': 'a,b'}) == 'tpu'
+  assert distributed.detected_cluster(open_mpi_4(2, 1)) == 'ompi'
+  assert distributed.detected_cluster(open_mpi_4(1, 0)) is None
+  with pytest.raises(UserError, match='--coordinator_address'):
+    distributed.initialize(num_processes=2, process_id=0)
+
+
+def test_a_launcher_numbers_the_ranks_once_a_coordinator_is_given():
+  plan = distributed.join_plan(env=dict(mpich(4, 2), JAX_COORDINATOR_ADDRESS='node0:8476'))
+  assert plan == ('mpi', dict(coordinator_address='node0:8476', num_processes=4, process_id=2,
+                              local_device_ids=[2]))
+  # The flag counts as the coordinator too; JAX_LOCAL_DEVICE_IDS (JAX's own) keeps its say.
+  plan = distributed.join_plan('node0:1', env=dict(open_mpi_5(2, 1), JAX_LOCAL_DEVICE_IDS='0,1'))
+  assert plan == ('mpi', dict(coordinator_address='node0:1', num_processes=2, process_id=1,
+                              local_device_ids=None))
+  mvapich = {'MV2_COMM_WORLD_SIZE': '2', 'MV2_COMM_WORLD_RANK': '1'}
+  assert distributed.join_plan('h:1', env=mvapich)[1]['process_id'] == 1
+  # Explicit counts win over the launcher's; JAX finds Open MPI 4's coordinator by itself.
+  assert distributed.join_plan('h:1', 8, 3, env=mpich(4, 2)) == (
+      'explicit', dict(coordinator_address='h:1', num_processes=8, process_id=3))
+  assert distributed.join_plan(env=open_mpi_4(2, 0)) == ('ompi', {})
+  # One rank, or no launcher: a single process whatever else is set.
+  assert distributed.join_plan(env=mpich(1, 0)) == ('single', None)
+  assert distributed.join_plan(env={'HOME': '/root'}) == ('single', None)
+
+
+def test_several_ranks_without_a_coordinator_are_one_clear_error():
+  for env, name in ((open_mpi_5(2, 0), 'OMPI_COMM_WORLD_SIZE'), (mpich(3, 1), 'PMI_SIZE')):
+    with pytest.raises(UserError, match=rf'\${name}=\d\) .*JAX_COORDINATOR_ADDRESS=node0:8476'):
+      distributed.join_plan(env=env)
+  with pytest.raises(UserError, match=r'\$PMI_SIZE=2 but \$PMI_RANK=None'):
+    distributed.join_plan(env={'PMI_SIZE': '2'})
+  with pytest.raises(UserError, match=r"\$OMPI_COMM_WORLD_SIZE='two' is not an integer"):
+    distributed.join_plan(env={'OMPI_COMM_WORLD_SIZE': 'two'})
+
+
+def dry_run(rank_env: dict) -> subprocess.Popen:
+  """`train --dry_run` of the demo as one rank, with a launcher's variables and nothing else
+  that could join it (the test's own JAX_* / SLURM variables removed)."""
+  env = {k: v for k, v in os.environ.items()
+         if not k.startswith(('JAX_COORDINATOR', 'JAX_NUM_PROCESSES', 'JAX_PROCESS_ID',
+                              'SLURM_', 'OMPI_', 'PMI_', 'MV2_'))}
+  env.update(rank_env, JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT)
+  return subprocess.Popen(
+      [sys.executable, '-m', 'electra_jax.train', '--config=configs/demo.py', '--dry_run',
+       '--cpu_devices=2'], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize('launcher', ['open_mpi_4', 'mpich'])
+def test_ranks_started_by_a_launcher_join_one_run(launcher):
+  port = portpicker.pick_unused_port()
+  if launcher == 'open_mpi_4':  # JAX reads mpirun's address; the port is mpirun's -x option.
+    envs = [dict(open_mpi_4(2, r), JAX_COORDINATOR_PORT=str(port)) for r in range(2)]
+  else:
+    envs = [dict(mpich(2, r), JAX_COORDINATOR_ADDRESS=f'localhost:{port}') for r in range(2)]
+  procs = [dry_run(env) for env in envs]
+  outputs = [p.communicate(timeout=240) for p in procs]
+  for p, (out, err) in zip(procs, outputs):
+    assert p.returncode == 0, f'{out}\n{err[-3000:]}'
+  plans = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+  assert plans[0] == plans[1]  # One run, seen alike from both ranks.
+  assert (plans[0]['num_processes'], plans[0]['num_devices']) == (2, 4)
+  assert plans[0]['per_host_batch'] == plans[0]['global_batch'] // 2
+  described = 'in 2 process(es)'  # Rank 0 alone prints the plan for people.
+  assert described in outputs[0][0] and described not in outputs[1][0]
+
+
+def test_a_launcher_without_a_coordinator_exits_2_before_touching_a_device():
+  proc = dry_run(open_mpi_5(2, 1))
+  out, err = proc.communicate(timeout=120)
+  assert proc.returncode == 2, f'{out}\n{err}'
+  assert 'Open MPI started 2 ranks ($OMPI_COMM_WORLD_SIZE=2)' in err
+  assert 'Traceback' not in err
