@@ -47,6 +47,21 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 '|chex|etils|grain|tensorstore|numpy|torch|transformers) '
 } > "$out/versions.txt" 2>&1
 
+# Compiled steps (JAX's persistent cache) and XLA's GPU autotuning results, shared by the
+# benchmarks and the pretraining run of a call (and of the next call while the machine is still
+# warm): the profile and parts stages' Small steps load the one the small stage compiled (about
+# 90 s each on an H100) and variants reuse autotuned kernels. compile_s then times a cache load.
+# The tests stage compiles afresh.
+cache=${GPU_SUITE_CACHE:-/tmp/electra_gpu_suite_cache}
+mkdir -p "$cache/autotune"
+autotune="--xla_gpu_per_fusion_autotune_cache_dir=$cache/autotune"
+# An XLA that no longer knows the flag would abort every run: probe it once (a few seconds).
+XLA_FLAGS="${XLA_FLAGS:-} $autotune" python3 -c 'import jax; jax.devices()' >/dev/null 2>&1 \
+    || { echo "note: this XLA has no ${autotune%%=*}; autotuning is not cached" >&2; autotune=; }
+cached() {  # cached COMMAND...: run with the caches above.
+  JAX_COMPILATION_CACHE_DIR=$cache/jax XLA_FLAGS="${XLA_FLAGS:-} $autotune" "$@"
+}
+
 # The paper's vocabulary (BERT uncased WordPiece) and bf16 compute in every benchmark.
 common=(--config.vocab_size=30522 --config.dtype=bfloat16)
 
@@ -57,7 +72,7 @@ measure() {  # measure NAME PYTHON_ARGS... --config=FILE ...: one run, its log, 
   shift
   echo "== $name: $*"
   # --config=FILE must come before any --config.KEY override (absl refuses them otherwise).
-  python3 "$@" "${common[@]}" 2>&1 | tee "$log"
+  cached python3 "$@" "${common[@]}" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
   if ((rc)); then
     echo "!! $name failed (exit $rc); see $log" >&2
@@ -116,7 +131,7 @@ case $1 in
     steps=${PRETRAIN_STEPS:-12000}
     read -ra extra <<< "${PRETRAIN_FLAGS:-}"
     workdir=/tmp/electra_small_pretrain
-    timeout -s TERM "${PRETRAIN_SECONDS:-510}" python3 -m electra_jax.train \
+    cached timeout -s TERM "${PRETRAIN_SECONDS:-510}" python3 -m electra_jax.train \
         --config=configs/small.py --workdir=$workdir --config.dtype=bfloat16 \
         --config.num_train_steps="$steps" --config.num_warmup_steps=$((steps / 10)) \
         --config.log_every_steps=100 --config.eval_every_steps=500 --config.num_eval_steps=0 \

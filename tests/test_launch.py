@@ -52,7 +52,7 @@ def test_gpu_suite_refuses_an_unknown_stage_before_touching_anything(tmp_path):
 # Stands in for python3 in gpu_suite.sh: each benchmark command's flags are parsed by the real
 # electra_jax.benchmark flag definitions (nothing is compiled) and echoed as its JSON line.
 _SUITE_PARSER = """
-import json, sys
+import json, os, sys
 from absl import flags
 from electra_jax import benchmark, cli
 sys.argv = ['benchmark', *sys.argv[1:]]  # config_flags reads its --config.KEY overrides here.
@@ -60,7 +60,9 @@ benchmark._define_flags()  # pylint: disable=protected-access
 cli.parse_flags(sys.argv)
 c = flags.FLAGS.config
 print(json.dumps(dict(model_size=c.model_size, vocab_size=c.vocab_size, dtype=c.dtype,
-                      batch=c.train_batch_size, remat=c.remat, compare=flags.FLAGS.compare)))
+                      batch=c.train_batch_size, remat=c.remat, compare=flags.FLAGS.compare,
+                      jax_cache=os.environ.get('JAX_COMPILATION_CACHE_DIR'),
+                      xla_flags=os.environ.get('XLA_FLAGS', ''))))
 """
 _SUITE_SHIM = """#!/usr/bin/env bash
 if [[ $1 == -m && $2 == electra_jax.benchmark ]]; then
@@ -83,8 +85,10 @@ def test_gpu_suite_benchmark_stages_pass_flags_the_benchmark_accepts(tmp_path):
   (shim_dir / 'python3').write_text(_SUITE_SHIM)
   (shim_dir / 'python3').chmod(0o755)
   (tmp_path / 'parser.py').write_text(_SUITE_PARSER)
+  cache = tmp_path / 'cache'
   env = dict(os.environ, PATH=f'{shim_dir}:{os.environ["PATH"]}', REAL_PYTHON=sys.executable,
-             SUITE_PARSER=str(tmp_path / 'parser.py'), PYTHONPATH=REPO_ROOT)
+             SUITE_PARSER=str(tmp_path / 'parser.py'), PYTHONPATH=REPO_ROOT,
+             GPU_SUITE_CACHE=str(cache))
   out = tmp_path / 'out'
   # Three stages in one call: each runs though the first fails.
   proc = subprocess.run(['bash', 'benchmarks/gpu_suite.sh', 'small,base,large', str(out)],
@@ -104,6 +108,11 @@ def test_gpu_suite_benchmark_stages_pass_flags_the_benchmark_accepts(tmp_path):
     assert (out / f'{log}.log').exists(), log  # Each benchmark's log names its stage.
   assert [r['remat'] for r in rows['large']] == ['none', 'save_dots', 'full']
   assert rows['base'][0]['compare'] == ['hf']
+  # Every benchmark shares one compilation cache and one autotuning cache.
+  rows = [r for stage in rows.values() for r in stage]
+  assert all(r['jax_cache'] == f'{cache}/jax' for r in rows)
+  assert all(f'--xla_gpu_per_fusion_autotune_cache_dir={cache}/autotune' in r['xla_flags']
+             for r in rows)
 
 
 def test_tpu_vm_prints_create_install_train_delete():
