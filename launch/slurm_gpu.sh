@@ -32,7 +32,7 @@ Options:
   --workdir=DIR   shared training workdir (required; default $WORKDIR)
   --print         print the srun command instead of running it (works outside SLURM)
   -h, --help      show this help
-Install first on a shared filesystem: pip install -e '.[cuda12]'
+Install first on a shared filesystem: pip install -e '.[cuda12]' (or '.[cuda13]')
 USAGE
 }
 
