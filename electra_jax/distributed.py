@@ -140,6 +140,15 @@ def join_plan(coordinator_address=None, num_processes=None, process_id=None,
   return 'single', None
 
 
+def require_one_process(command: str, env=None):
+  """For commands that run as one process on the host's devices (finetune, export): several
+  ranks of an MPI launcher would be independent copies writing one output."""
+  rank = launched_rank(env)
+  if rank is not None and rank.size > 1:
+    raise UserError(f'{command} runs as one process, but {rank.launcher} started {rank.size} '
+                    f'(${rank.size_variable}={rank.size}); start it once, without mpirun')
+
+
 def initialize(coordinator_address=None, num_processes=None, process_id=None) -> str:
   """Joins the multi-process run if there is one (join_plan); returns how ('explicit', 'mpi',
   'slurm', 'tpu', 'ompi' or 'single'). Must run before anything touches a device."""

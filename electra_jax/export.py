@@ -17,6 +17,7 @@ from absl import flags
 
 from electra_jax import checkpoint
 from electra_jax import cli
+from electra_jax import distributed
 from electra_jax import paths
 from electra_jax import objectives
 from electra_jax import saved_config
@@ -140,6 +141,7 @@ def _define_flags():
 def main(argv):
   if len(argv) > 1:
     raise UserError(f'unexpected arguments {argv[1:]}; pass --workdir=WORKDIR --output=DIR')
+  distributed.require_one_process('python -m electra_jax.export')
   start = time.time()
   if FLAGS.workdir is None or FLAGS.output is None:
     raise UserError('pass --workdir=WORKDIR (a training run) and --output=DIR (the transformers '

@@ -3,7 +3,8 @@
 The join decision (distributed.join_plan) is checked on the environments each launcher sets; two
 real processes then join on localhost from exactly those variables (Open MPI 4's mpirun, whose
 address JAX reads, and MPICH's mpiexec given a coordinator), and a launcher with several ranks
-but no coordinator stops with one line instead of starting independent runs on one workdir.
+but no coordinator stops with one line instead of starting independent runs on one workdir, as
+do finetune and export (one-process commands) started as several ranks.
 """
 import json
 import os
@@ -115,3 +116,20 @@ def test_a_launcher_without_a_coordinator_exits_2_before_touching_a_device():
   assert proc.returncode == 2, f'{out}\n{err}'
   assert 'Open MPI started 2 ranks ($OMPI_COMM_WORLD_SIZE=2)' in err
   assert 'Traceback' not in err
+
+
+@pytest.mark.parametrize('command', ['finetune', 'export'])
+def test_one_process_commands_refuse_several_ranks(command, tmp_path):
+  """finetune and export run once on the host's devices: under mpirun every rank would be an
+  independent copy writing the same output."""
+  env = {k: v for k, v in os.environ.items() if not k.startswith(('OMPI_', 'PMI_', 'MV2_'))}
+  env.update(mpich(2, 1), JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT)
+  flags = {'finetune': ['--config=configs/finetune/files.py', f'--workdir={tmp_path}/ft'],
+           'export': [f'--workdir={tmp_path}/run', f'--output={tmp_path}/hf']}[command]
+  proc = subprocess.run([sys.executable, '-m', f'electra_jax.{command}', *flags], cwd=REPO_ROOT,
+                        env=env, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 2, proc.stderr
+  assert (f'python -m electra_jax.{command} runs as one process, but MPICH started 2 '
+          '($PMI_SIZE=2)') in proc.stderr
+  assert not list(tmp_path.iterdir())
+  distributed.require_one_process('export', env=mpich(1, 0))  # One rank is one process.

@@ -12,6 +12,7 @@ from ml_collections import config_flags
 
 from electra_jax import cli
 from electra_jax import cpu_devices
+from electra_jax import distributed
 from electra_jax.finetune import loop
 
 FLAGS = flags.FLAGS
@@ -20,6 +21,7 @@ FLAGS = flags.FLAGS
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
+  distributed.require_one_process('python -m electra_jax.finetune')
   cpu_devices.configure_for(FLAGS.config, FLAGS.cpu_devices)
   cli.print_result(loop.finetune(FLAGS.config, FLAGS.workdir))
 
