@@ -88,10 +88,16 @@ class JaxStep:
     cost = self.compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     self.xla_flops = float(cost['flops']) if cost and 'flops' in cost else None
+    # Host seconds each step's call took to return (JAX dispatches asynchronously, so this is
+    # the host's share of a step; near the step time, the step is bound by the host).
+    self.dispatch_s = []
     self.run(warmup)
+    self.dispatch_s.clear()  # Timed steps only.
 
   def step(self):
+    t = time.perf_counter()
     self.state, sums = self.compiled(self.state, self.batch, self.rng)
+    self.dispatch_s.append(time.perf_counter() - t)
     jax.block_until_ready((self.state, sums))
     return sums
 
@@ -210,6 +216,9 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
       print(f'round {r + 1}/{rounds}: ' + ', '.join(
           f'{n} {1e3 * statistics.median(times[n][r * steps:]):.1f} ms' for n in times),
             flush=True)
+  dispatch_ms = 1e3 * statistics.median(ours.dispatch_s)
+  print(f'electra_jax: the host returns from a step\'s call after {dispatch_ms:.2f} ms '
+        '(median; the rest of the step time is waiting for the device)', flush=True)
   memory, memory_source = peak_memory()
   if profile_dir:
     profile_dir = paths.absolute(profile_dir)
@@ -225,7 +234,7 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
       model_flops_per_step=model_flops, xla_flops_per_step=ours.xla_flops,
       peak_tflops_per_device=peak, peak_source=peak_source,
       peak_memory_bytes=memory, peak_memory_source=memory_source,
-      compile_s=ours.compile_s, device_kind=device.device_kind,
+      host_dispatch_ms=dispatch_ms, compile_s=ours.compile_s, device_kind=device.device_kind,
       platform=device.platform, device_count=devices, jax_version=jax.__version__,
       dtype=c.dtype, batch=c.train_batch_size, seq=c.max_seq_length, steps=steps,
       rounds=rounds, warmup=warmup, data=data, dropout_rate=c.dropout_rate,

@@ -107,6 +107,9 @@ def test_benchmark_cli_prints_a_table_and_a_json_line_with_every_field():
     assert key in result, key
   assert result['batch'] == 8 and result['seq'] == 32 and result['dtype'] == 'float32'
   assert result['step_ms_p10'] <= result['step_ms'] <= result['step_ms_p90']
+  # Each step's call returns before its results are ready, so its host share is within it.
+  assert 0 < result['host_dispatch_ms'] <= result['step_ms']
+  assert f"returns from a step's call after {result['host_dispatch_ms']:.2f} ms" in proc.stdout
   assert math.isclose(result['tokens_per_sec'], 8 * 32 / (result['step_ms'] / 1e3))
   # The analytic count of this config, and MFU against the peak given on the command line.
   assert result['model_flops_per_step'] == 3 * (
