@@ -94,6 +94,20 @@ def detected_cluster(env=None) -> str | None:
   return None
 
 
+def rank_devices(rank: LaunchedRank, env) -> list[int] | None:
+  """The local device a launched rank drives: the one of its local rank, as JAX's SLURM and Open
+  MPI bootstraps choose, unless JAX_LOCAL_DEVICE_IDS says otherwise or a wrapper already bound
+  the rank (CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES list fewer devices than its local rank
+  needs). None: every visible device."""
+  if rank.local_rank is None or env.get('JAX_LOCAL_DEVICE_IDS'):
+    return None
+  for name in ('CUDA_VISIBLE_DEVICES', 'ROCR_VISIBLE_DEVICES'):
+    visible = env.get(name)
+    if visible is not None and rank.local_rank >= len([d for d in visible.split(',') if d]):
+      return None
+  return [rank.local_rank]
+
+
 def join_plan(coordinator_address=None, num_processes=None, process_id=None,
               env=None) -> tuple[str, dict | None]:
   """(how this process joins, jax.distributed.initialize's arguments; None: a single process).
@@ -112,11 +126,8 @@ def join_plan(coordinator_address=None, num_processes=None, process_id=None,
   rank = launched_rank(env)
   if coordinator_address and rank is not None and rank.size > 1 and (
       num_processes is None and process_id is None):
-    local = rank.local_rank
     return 'mpi', dict(coordinator_address=coordinator_address, num_processes=rank.size,
-                       process_id=rank.rank,
-                       local_device_ids=None if local is None or env.get(
-                           'JAX_LOCAL_DEVICE_IDS') else [local])
+                       process_id=rank.rank, local_device_ids=rank_devices(rank, env))
   explicit = (coordinator_address, num_processes, process_id)
   if any(v is not None for v in explicit):
     if None in explicit:

@@ -57,6 +57,11 @@ def test_a_launcher_numbers_the_ranks_once_a_coordinator_is_given():
   plan = distributed.join_plan('node0:1', env=dict(open_mpi_5(2, 1), JAX_LOCAL_DEVICE_IDS='0,1'))
   assert plan == ('mpi', dict(coordinator_address='node0:1', num_processes=2, process_id=1,
                               local_device_ids=None))
+  # A wrapper that bound each rank to its GPU leaves it that GPU; all GPUs visible: its own.
+  bound = dict(mpich(4, 2), CUDA_VISIBLE_DEVICES='2')
+  assert distributed.join_plan('h:1', env=bound)[1]['local_device_ids'] is None
+  every = dict(mpich(4, 2), CUDA_VISIBLE_DEVICES='0,1,2,3')
+  assert distributed.join_plan('h:1', env=every)[1]['local_device_ids'] == [2]
   mvapich = {'MV2_COMM_WORLD_SIZE': '2', 'MV2_COMM_WORLD_RANK': '1'}
   assert distributed.join_plan('h:1', env=mvapich)[1]['process_id'] == 1
   # Explicit counts win over the launcher's; JAX finds Open MPI 4's coordinator by itself.
