@@ -83,7 +83,7 @@ def detected_cluster(env=None) -> str | None:
     return 'slurm'
   if env.get('TPU_WORKER_HOSTNAMES') or env.get('TPU_PROCESS_ADDRESSES'):
     return 'tpu'
-  if env.get(OPEN_MPI_LAUNCHER_URI) and int(env.get('OMPI_COMM_WORLD_SIZE', '1') or 1) > 1:
+  if env.get(OPEN_MPI_LAUNCHER_URI) and (_env_int('OMPI_COMM_WORLD_SIZE', env) or 1) > 1:
     return 'ompi'
   try:  # JAX's own Cloud TPU VM probe (PCI device ids); private, so tolerate its absence.
     from jax._src import hardware_utils  # pylint: disable=import-outside-toplevel
@@ -95,16 +95,17 @@ def detected_cluster(env=None) -> str | None:
 
 
 def rank_devices(rank: LaunchedRank, env) -> list[int] | None:
-  """The local device a launched rank drives: the one of its local rank, as JAX's SLURM and Open
-  MPI bootstraps choose, unless JAX_LOCAL_DEVICE_IDS says otherwise or a wrapper already bound
-  the rank (CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES list fewer devices than its local rank
-  needs). None: every visible device."""
+  """The local devices a launched rank drives: the one of its local rank, as JAX's SLURM and
+  Open MPI bootstraps choose, or every device it sees where a wrapper already bound the rank
+  (CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES list too few devices for its local rank). None:
+  JAX_LOCAL_DEVICE_IDS decides, or no local rank is known."""
   if rank.local_rank is None or env.get('JAX_LOCAL_DEVICE_IDS'):
     return None
   for name in ('CUDA_VISIBLE_DEVICES', 'ROCR_VISIBLE_DEVICES'):
-    visible = env.get(name)
-    if visible is not None and rank.local_rank >= len([d for d in visible.split(',') if d]):
-      return None
+    if name in env:
+      visible = [d for d in env[name].split(',') if d]
+      if rank.local_rank >= len(visible):
+        return list(range(len(visible)))
   return [rank.local_rank]
 
 
@@ -140,6 +141,8 @@ def join_plan(coordinator_address=None, num_processes=None, process_id=None,
     return 'explicit', dict(coordinator_address=coordinator_address,
                             num_processes=num_processes, process_id=process_id)
   cluster = detected_cluster(env)
+  if cluster == 'ompi':  # JAX finds the coordinator; the rank's devices as for other launchers.
+    return cluster, dict(local_device_ids=rank_devices(rank, env))
   if cluster is not None:
     return cluster, {}
   if rank is not None and rank.size > 1:

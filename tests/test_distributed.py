@@ -59,7 +59,7 @@ def test_a_launcher_numbers_the_ranks_once_a_coordinator_is_given():
                               local_device_ids=None))
   # A wrapper that bound each rank to its GPU leaves it that GPU; all GPUs visible: its own.
   bound = dict(mpich(4, 2), CUDA_VISIBLE_DEVICES='2')
-  assert distributed.join_plan('h:1', env=bound)[1]['local_device_ids'] is None
+  assert distributed.join_plan('h:1', env=bound)[1]['local_device_ids'] == [0]
   every = dict(mpich(4, 2), CUDA_VISIBLE_DEVICES='0,1,2,3')
   assert distributed.join_plan('h:1', env=every)[1]['local_device_ids'] == [2]
   mvapich = {'MV2_COMM_WORLD_SIZE': '2', 'MV2_COMM_WORLD_RANK': '1'}
@@ -67,7 +67,9 @@ def test_a_launcher_numbers_the_ranks_once_a_coordinator_is_given():
   # Explicit counts win over the launcher's; JAX finds Open MPI 4's coordinator by itself.
   assert distributed.join_plan('h:1', 8, 3, env=mpich(4, 2)) == (
       'explicit', dict(coordinator_address='h:1', num_processes=8, process_id=3))
-  assert distributed.join_plan(env=open_mpi_4(2, 0)) == ('ompi', {})
+  assert distributed.join_plan(env=open_mpi_4(2, 1)) == ('ompi', {'local_device_ids': [1]})
+  assert distributed.join_plan(env=dict(open_mpi_4(2, 1), CUDA_VISIBLE_DEVICES='5')) == (
+      'ompi', {'local_device_ids': [0]})
   # One rank, or no launcher: a single process whatever else is set.
   assert distributed.join_plan(env=mpich(1, 0)) == ('single', None)
   assert distributed.join_plan(env={'HOME': '/root'}) == ('single', None)
