@@ -85,16 +85,20 @@ def test_several_ranks_without_a_coordinator_are_one_clear_error():
     distributed.join_plan(env={'OMPI_COMM_WORLD_SIZE': 'two'})
 
 
-def dry_run(rank_env: dict) -> subprocess.Popen:
-  """`train --dry_run` of the demo as one rank, with a launcher's variables and nothing else
-  that could join it (the test's own JAX_* / SLURM variables removed)."""
+def as_rank(rank_env: dict) -> dict:
+  """A command's environment as one rank: a launcher's variables and nothing else that could
+  join it (the test's own JAX_* / SLURM / MPI variables removed)."""
   env = {k: v for k, v in os.environ.items()
          if not k.startswith(('JAX_COORDINATOR', 'JAX_NUM_PROCESSES', 'JAX_PROCESS_ID',
                               'SLURM_', 'OMPI_', 'PMI_', 'MV2_'))}
-  env.update(rank_env, JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT)
+  return dict(env, **rank_env, JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT)
+
+
+def dry_run(rank_env: dict) -> subprocess.Popen:
+  """`train --dry_run` of the demo as one rank."""
   return subprocess.Popen(
       [sys.executable, '-m', 'electra_jax.train', '--config=configs/demo.py', '--dry_run',
-       '--cpu_devices=2'], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+       '--cpu_devices=2'], cwd=REPO_ROOT, env=as_rank(rank_env), stdout=subprocess.PIPE,
       stderr=subprocess.PIPE, text=True)
 
 
@@ -129,12 +133,10 @@ def test_a_launcher_without_a_coordinator_exits_2_before_touching_a_device():
 def test_one_process_commands_refuse_several_ranks(command, tmp_path):
   """finetune and export run once on the host's devices: under mpirun every rank would be an
   independent copy writing the same output."""
-  env = {k: v for k, v in os.environ.items() if not k.startswith(('OMPI_', 'PMI_', 'MV2_'))}
-  env.update(mpich(2, 1), JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT)
   flags = {'finetune': ['--config=configs/finetune/files.py', f'--workdir={tmp_path}/ft'],
            'export': [f'--workdir={tmp_path}/run', f'--output={tmp_path}/hf']}[command]
   proc = subprocess.run([sys.executable, '-m', f'electra_jax.{command}', *flags], cwd=REPO_ROOT,
-                        env=env, capture_output=True, text=True, timeout=120)
+                        env=as_rank(mpich(2, 1)), capture_output=True, text=True, timeout=120)
   assert proc.returncode == 2, proc.stderr
   assert (f'python -m electra_jax.{command} runs as one process, but MPICH started 2 '
           '($PMI_SIZE=2)') in proc.stderr
