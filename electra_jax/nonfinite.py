@@ -1,8 +1,8 @@
 """Guards against non-finite losses and gradients.
 
-optax.apply_if_finite (optim.py) skips an update whose gradients hold NaN/inf and counts it in
-the optimizer state; this module reads those counts, keeps skipped steps out of the logged
-averages and stops a run that keeps diverging.
+optim.skip_if_nonfinite skips an update whose gradients hold NaN/inf and counts it in the
+optimizer state (optax.ApplyIfFiniteState); this module reads those counts, keeps skipped steps
+out of the logged averages and stops a run that keeps diverging.
 """
 import jax
 import jax.numpy as jnp
@@ -12,8 +12,8 @@ from electra_jax.errors import UserError
 
 
 def _count(opt_state, name: str) -> jax.Array:
-  """A counter of optax.apply_if_finite's state; 0 for an optimizer without that wrapper
-  (e.g. fine-tuning's), which never skips."""
+  """A counter of the skip's state; 0 for an optimizer without that wrapper (e.g.
+  fine-tuning's), which never skips."""
   count = optax.tree_utils.tree_get(opt_state, name)
   return jnp.zeros((), jnp.int32) if count is None else count
 

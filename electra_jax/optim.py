@@ -1,7 +1,8 @@
 """Optimizer: global-norm clipping then AdamW with warmup + linear decay, all optax.
 
-The whole chain sits inside optax.apply_if_finite: a step whose gradients hold NaN/inf leaves
-parameters and optimizer state unchanged and is counted (see nonfinite.py).
+The whole chain sits inside skip_if_nonfinite (optax.apply_if_finite's contract and state): a
+step whose gradients hold NaN/inf leaves parameters and optimizer state unchanged and is counted
+(see nonfinite.py).
 """
 import jax
 import jax.numpy as jnp
@@ -9,10 +10,6 @@ import optax
 
 from electra_jax import objectives
 from electra_jax.objectives import base as objective_base
-
-# apply_if_finite's own limit, after which it would apply a non-finite update anyway: never
-# reached, the loop stops first at config.max_consecutive_nonfinite.
-NEVER = 2**31 - 1
 
 # Parameters named like this are LayerNorm scales/offsets or biases: never weight-decayed.
 NO_DECAY_NAMES = ('bias', 'scale', 'output_bias')
@@ -69,7 +66,42 @@ def make_optimizer(c) -> tuple[optax.GradientTransformation, optax.Schedule]:
     tx = optax.chain(adamw_tx, scale_generator_updates(c.generator_lr_multiplier))
   if c.max_grad_norm > 0:
     tx = optax.chain(optax.clip_by_global_norm(c.max_grad_norm), tx)
-  return optax.apply_if_finite(tx, max_consecutive_errors=NEVER), schedule
+  return skip_if_nonfinite(tx), schedule
+
+
+def skip_if_nonfinite(inner: optax.GradientTransformation) -> optax.GradientTransformationExtraArgs:
+  """optax.apply_if_finite's contract and state (so checkpoints and nonfinite.py read it alike),
+  built for a step that is one fused program.
+
+  apply_if_finite reduces every gradient array once more for its isfinite check and puts the
+  whole optimizer under a lax.cond. Here the check is the gradients' global norm (NaN/inf
+  anywhere makes it non-finite): the per-array sums of squares that clipping and the logged
+  grad_norm already need, computed once by XLA. And the skip is a select that fuses into each
+  array's update: no control flow splits the step's program (on GPU, its CUDA graphs). Finite
+  steps compute exactly what apply_if_finite does (tests/test_resilience.py); a norm that
+  overflows float32 (above 1.8e19) also counts as non-finite. A non-finite update is never
+  applied: the loop stops first at config.max_consecutive_nonfinite.
+  """
+  inner = optax.with_extra_args_support(inner)
+
+  def init(params):
+    return optax.ApplyIfFiniteState(
+        notfinite_count=jnp.zeros([], jnp.int32), last_finite=jnp.array(True, jnp.bool_),
+        total_notfinite=jnp.zeros([], jnp.int32), inner_state=inner.init(params))
+
+  def update(updates, state, params=None, **extra_args):
+    finite = jnp.isfinite(optax.tree.norm(updates))
+    new_updates, new_inner_state = inner.update(updates, state.inner_state, params, **extra_args)
+    keep = lambda new, old: jnp.where(finite, new, old)
+    return (jax.tree.map(lambda u: jnp.where(finite, u, jnp.zeros_like(u)), new_updates),
+            optax.ApplyIfFiniteState(
+                notfinite_count=jnp.where(finite, 0, optax.safe_increment(state.notfinite_count)),
+                last_finite=finite,
+                total_notfinite=keep(state.total_notfinite,
+                                     optax.safe_increment(state.total_notfinite)),
+                inner_state=jax.tree.map(keep, new_inner_state, state.inner_state)))
+
+  return optax.GradientTransformationExtraArgs(init, update)
 
 
 def adamw(c, num_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:

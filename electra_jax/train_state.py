@@ -40,7 +40,7 @@ def make_train_step(objective: Callable, tx: optax.GradientTransformation,
   On a mesh with an 'fsdp' axis the parameters, sharded at rest, are gathered for the forward
   and backward pass; their gradients flow back into the sharded optimizer update.
 
-  A non-finite step is skipped by tx (optax.apply_if_finite): its sums are zeroed and
+  A non-finite step is skipped by tx (optim.skip_if_nonfinite): its sums are zeroed and
   `consecutive_nonfinite` reports the run of skips.
   """
   fsdp = mesh is not None and parallel.FSDP_AXIS in mesh.axis_names
