@@ -4,7 +4,7 @@
 explicitly (--coordinator_address/--num_processes/--process_id, or the environment variables
 JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID), under an MPI launcher (mpirun /
 mpiexec of Open MPI, MPICH, Intel MPI or MVAPICH2: a coordinator address is enough, the launcher
-numbers the ranks), or detected on a SLURM job with several tasks, under Open MPI 4's mpirun or
+numbers the ranks), or detected on an srun step of several tasks, under Open MPI 4's mpirun or
 on a Cloud TPU VM (where JAX reads the slice's workers from the metadata server). Otherwise it
 does nothing and the run is single-process.
 """
@@ -76,10 +76,27 @@ def launched_rank(env=None) -> LaunchedRank | None:
   return None
 
 
-def detected_cluster(env=None) -> str | None:
-  """'slurm', 'tpu' or 'ompi' when this process is one of several that JAX can find on its own."""
+def slurm_step_tasks(env=None) -> int:
+  """The tasks of the srun step this process is one of; 0 outside a step (a batch script or an
+  salloc shell: SLURM sets the job's SLURM_NTASKS there, but only srun sets the step's)."""
   env = os.environ if env is None else env
-  if env.get('SLURM_JOB_ID') and int(env.get('SLURM_NTASKS', '1') or 1) > 1:
+  if not (env.get('SLURM_JOB_ID') and env.get('SLURM_STEP_NODELIST')):
+    return 0
+  return _env_int('SLURM_STEP_NUM_TASKS', env) or 0
+
+
+def detected_cluster(env=None) -> str | None:
+  """'slurm', 'tpu' or 'ompi' when this process is one of several that JAX can find on its own.
+
+  An srun step of several tasks is one run, unless an MPI launcher inside the job started this
+  process with ranks of its own (mpirun under SLURM starts one srun task per node, its daemon):
+  the launcher closest to the process numbers it. srun's own PMI variables (--mpi=pmi2) name
+  the same processes as its tasks.
+  """
+  env = os.environ if env is None else env
+  tasks, mpi_rank = slurm_step_tasks(env), launched_rank(env)
+  if tasks > 1 and (mpi_rank is None or (mpi_rank.size, mpi_rank.rank) == (
+      tasks, _env_int('SLURM_PROCID', env))):
     return 'slurm'
   if env.get('TPU_WORKER_HOSTNAMES') or env.get('TPU_PROCESS_ADDRESSES'):
     return 'tpu'
@@ -117,7 +134,8 @@ def join_plan(coordinator_address=None, num_processes=None, process_id=None,
   come first; under an MPI launcher a coordinator address is enough, the launcher gives the
   process count and id (and, as JAX does for SLURM and Open MPI, one local device per rank).
   A launcher with several ranks and no way to find a coordinator is an error, never several
-  independent runs writing one workdir.
+  independent runs writing one workdir; so is a SLURM job of several tasks whose batch script
+  runs the command itself instead of through srun.
   """
   env = os.environ if env is None else env
   coordinator_address = coordinator_address or env.get('JAX_COORDINATOR_ADDRESS')
@@ -151,16 +169,28 @@ def join_plan(coordinator_address=None, num_processes=None, process_id=None,
         'they have no coordinator to join; give every rank rank 0\'s host and a free port, '
         'e.g. mpirun -x JAX_COORDINATOR_ADDRESS=node0:8476 (Open MPI) or '
         '-genv JAX_COORDINATOR_ADDRESS=node0:8476 (MPICH), or --coordinator_address')
+  job_tasks = _env_int('SLURM_NTASKS', env) if env.get('SLURM_JOB_ID') else None
+  if rank is None and job_tasks and job_tasks > 1 and not slurm_step_tasks(env):
+    raise UserError(
+        f'SLURM job {env["SLURM_JOB_ID"]} has {job_tasks} tasks ($SLURM_NTASKS={job_tasks}) '
+        'but this process is not one of them (a batch script or salloc shell runs once); start '
+        'the command with srun so every task joins one run (launch/slurm_gpu.sh), or with '
+        'srun --ntasks=1 for a single process')
   return 'single', None
 
 
 def require_one_process(command: str, env=None):
   """For commands that run as one process on the host's devices (finetune, export): several
-  ranks of an MPI launcher would be independent copies writing one output."""
+  ranks of an MPI launcher, or tasks of an srun step, would be independent copies writing one
+  output."""
   rank = launched_rank(env)
   if rank is not None and rank.size > 1:
     raise UserError(f'{command} runs as one process, but {rank.launcher} started {rank.size} '
                     f'(${rank.size_variable}={rank.size}); start it once, without mpirun')
+  tasks = slurm_step_tasks(env)
+  if tasks > 1:
+    raise UserError(f'{command} runs as one process, but srun started {tasks} '
+                    f'($SLURM_STEP_NUM_TASKS={tasks}); start it once, with srun --ntasks=1')
 
 
 def initialize(coordinator_address=None, num_processes=None, process_id=None) -> str:

@@ -1,10 +1,11 @@
 """Multi-process start-up: which launchers join their processes into one run, and how.
 
 The join decision (distributed.join_plan) is checked on the environments each launcher sets; two
-real processes then join on localhost from exactly those variables (Open MPI 4's mpirun, whose
-address JAX reads, and MPICH's mpiexec given a coordinator), and a launcher with several ranks
-but no coordinator stops with one line instead of starting independent runs on one workdir, as
-do finetune and export (one-process commands) started as several ranks.
+real processes then join on localhost from exactly those variables (an srun step and Open MPI
+4's mpirun, whose addresses JAX reads, and MPICH's mpiexec given a coordinator), and a launcher
+with several ranks but no coordinator, or a SLURM batch script of several tasks run without
+srun, stops with one line instead of starting independent runs on one workdir, as do finetune
+and export (one-process commands) started as several ranks.
 """
 import json
 import os
@@ -40,8 +41,24 @@ def mpich(size, rank):
           'MPI_LOCALNRANKS': str(size)}
 
 
+def srun_task(tasks, procid, job_tasks=None):
+  """What srun sets in each task of a step (Slurm's env_array_for_step plus slurmstepd's ids);
+  SLURM_NTASKS is the step's, the job's count only under srun --preserve-env."""
+  return {'SLURM_JOB_ID': '7', 'SLURM_NTASKS': str(job_tasks or tasks),
+          'SLURM_STEP_ID': '0', 'SLURM_STEP_NODELIST': 'localhost',
+          'SLURM_STEP_NUM_NODES': '1', 'SLURM_STEP_NUM_TASKS': str(tasks),
+          'SLURM_PROCID': str(procid), 'SLURM_LOCALID': str(procid), 'SLURM_NODEID': '0'}
+
+
+def slurm_batch_script(job_tasks):
+  """A batch script's environment (env_array_for_batch_job): the job's task count, no step."""
+  return {'SLURM_JOB_ID': '7', 'SLURM_NTASKS': str(job_tasks), 'SLURM_JOB_NODELIST': 'n[0-1]',
+          'SLURM_NODELIST': 'n[0-1]', 'ENVIRONMENT': 'BATCH', 'SLURM_PROCID': '0',
+          'SLURM_LOCALID': '0'}
+
+
 def test_cluster_detection_from_environment():
-  assert distributed.detected_cluster({'SLURM_JOB_ID': '7', 'SLURM_NTASKS': '4'}) == 'slurm'
+  assert distributed.detected_cluster(srun_task(4, 2)) == 'slurm'
   assert distributed.detected_cluster({'TPU_WORKER_HOSTNAMES': 'a,b'}) == 'tpu'
   assert distributed.detected_cluster(open_mpi_4(2, 1)) == 'ompi'
   assert distributed.detected_cluster(open_mpi_4(1, 0)) is None
@@ -85,6 +102,36 @@ def test_several_ranks_without_a_coordinator_are_one_clear_error():
     distributed.join_plan(env={'OMPI_COMM_WORLD_SIZE': 'two'})
 
 
+def test_an_srun_step_is_one_run_and_a_batch_script_outside_srun_is_one_clear_error():
+  assert distributed.join_plan(env=srun_task(4, 2)) == ('slurm', {})
+  # srun --mpi=pmi2 numbers the same processes through PMI too: still srun's step.
+  assert distributed.join_plan(env=dict(srun_task(4, 2), **mpich(4, 2))) == ('slurm', {})
+  # One task of a larger job (srun --ntasks=1), or a one-task job: a single process.
+  assert distributed.join_plan(env=srun_task(1, 0)) == ('single', None)
+  assert distributed.join_plan(env=slurm_batch_script(1)) == ('single', None)
+  # mpirun inside the job: its daemons are srun's tasks (one per node), its ranks the processes.
+  under_mpirun = dict(srun_task(2, 1, job_tasks=8), **open_mpi_4(8, 5, local_rank=1))
+  assert distributed.join_plan(env=under_mpirun) == ('ompi', {'local_device_ids': [1]})
+  hydra = dict(srun_task(2, 1, job_tasks=8), **mpich(8, 5))
+  with pytest.raises(UserError, match=r'MPICH started 8 ranks'):
+    distributed.join_plan(env=hydra)
+  assert distributed.join_plan('n0:1', env=hydra)[0] == 'mpi'
+  # The batch script itself (sbatch --ntasks=8 without srun) would wait for 7 processes that
+  # never come: one line naming the job, the count and srun.
+  for env in (slurm_batch_script(8), {'SLURM_JOB_ID': '7', 'SLURM_NTASKS': '8'}):
+    with pytest.raises(UserError, match=r'SLURM job 7 has 8 tasks \(\$SLURM_NTASKS=8\) but '
+                                        r'this process is not one of them.*start the command '
+                                        r'with srun.*srun --ntasks=1'):
+      distributed.join_plan(env=env)
+  # Explicit values still win there.
+  assert distributed.join_plan('h:1', 1, 0, env=slurm_batch_script(8))[0] == 'explicit'
+  # finetune / export: srun tasks are copies too; the batch script itself runs once.
+  with pytest.raises(UserError, match=r'srun started 2 \(\$SLURM_STEP_NUM_TASKS=2\)'):
+    distributed.require_one_process('export', env=srun_task(2, 1))
+  distributed.require_one_process('export', env=slurm_batch_script(8))
+  distributed.require_one_process('export', env=srun_task(1, 0, job_tasks=8))
+
+
 def as_rank(rank_env: dict) -> dict:
   """A command's environment as one rank: a launcher's variables and nothing else that could
   join it (the test's own JAX_* / SLURM / MPI variables removed)."""
@@ -102,10 +149,12 @@ def dry_run(rank_env: dict) -> subprocess.Popen:
       stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize('launcher', ['open_mpi_4', 'mpich'])
+@pytest.mark.parametrize('launcher', ['srun', 'open_mpi_4', 'mpich'])
 def test_ranks_started_by_a_launcher_join_one_run(launcher):
   port = portpicker.pick_unused_port()
-  if launcher == 'open_mpi_4':  # JAX reads mpirun's address; the port is mpirun's -x option.
+  if launcher == 'srun':  # JAX reads the step's first node; the port would come from the job id.
+    envs = [dict(srun_task(2, r), JAX_COORDINATOR_PORT=str(port)) for r in range(2)]
+  elif launcher == 'open_mpi_4':  # JAX reads mpirun's address; the port is mpirun's -x option.
     envs = [dict(open_mpi_4(2, r), JAX_COORDINATOR_PORT=str(port)) for r in range(2)]
   else:
     envs = [dict(mpich(2, r), JAX_COORDINATOR_ADDRESS=f'localhost:{port}') for r in range(2)]
