@@ -9,7 +9,7 @@
 # runs even when one before it failed, and any failure fails the call. Measured on an H100
 # (2026-11-25, benchmarks/RESULTS.md): XLA compiles a train step in 85-100 s (autotuning), so
 # each benchmark costs about 2 minutes before its first timed step. Stage lengths: small about
-# 6 min (two compiles and the HF references), profile about 2.5 min, parts about 7 min (four
+# 6 min (two compiles and the HF references), profile about 2.5 min, parts about 8.5 min (five
 # compiles), base about 7 min, tests over 6 min, pretrain 8 min at PRETRAIN_STEPS=12000; large
 # not run yet (three compiles of Large).
 #
@@ -118,7 +118,8 @@ case $1 in
     find /tmp/electra_profile/hlo -type f ! -name '*after_optimizations.txt' -delete
     python3 benchmarks/profile_top_ops.py /tmp/electra_profile 2>&1 | tee "$out/profile_top_ops.log"
     tar -czf "$out/small_profile.tgz" -C /tmp electra_profile ;;
-  parts)  # What row-keyed dropout and the exact AUC cost in the Small step (dropout as the paper).
+  parts)  # What row-keyed dropout, the exact AUC and the non-finite skip cost in the Small step
+    # (dropout as the paper; apply_if_finite: optax's skip instead of optim.skip_if_nonfinite).
     measure step_parts benchmarks/step_parts.py --config=configs/small.py --steps=30 \
         --rounds=3 ;;
   pretrain)  # ELECTRA-Small, paper recipe, bf16, on the bundled corpus; fits one 10-minute call.

@@ -1,7 +1,7 @@
-"""What two exactness choices cost in the real train step: row-keyed dropout and the exact AUC.
+"""What parts of the real train step cost: row-keyed dropout, the exact AUC, the non-finite skip.
 
   python benchmarks/step_parts.py --config=configs/small.py [--config.KEY=VALUE ...] \
-      [--steps=30] [--warmup=3] [--rounds=3]
+      [--steps=30] [--warmup=3] [--rounds=3] [--variants=as_trained,no_auc,...]
 
 Dropout draws each row's mask from that row's own key (electra_jax/row_keys.py), so results do
 not depend on how the batch is split over devices; the discriminator's AUC metric is exact (a
@@ -13,6 +13,10 @@ product):
   plain_dropout_key  Flax's usual dropout: one key for the whole batch (not topology-invariant)
   no_auc             the AUC sums replaced by zeros
   no_dropout         dropout_rate = attention_dropout_rate = 0 (what all dropout costs)
+  apply_if_finite    optax.apply_if_finite as the non-finite skip instead of
+                     optim.skip_if_nonfinite (same results; a second isfinite reduction of
+                     every gradient array and a lax.cond around the optimizer): a negative
+                     cost is what skip_if_nonfinite saves
 
 The variants are timed in alternating rounds (a load change hits all alike). Prints a table;
 the last stdout line is JSON: each variant's median step time and `cost_ms` of the swapped
@@ -24,23 +28,29 @@ from unittest import mock
 
 import jax
 import jax.numpy as jnp
+import optax
 from absl import flags
 from ml_collections import config_flags
 
 from electra_jax import benchmark
 from electra_jax import cli
 from electra_jax import cpu_devices
+from electra_jax import optim
 from electra_jax import row_keys
 from electra_jax.errors import UserError
 from electra_jax.objectives import metrics as objective_metrics
 
 FLAGS = flags.FLAGS
-VARIANTS = ('as_trained', 'plain_dropout_key', 'no_auc', 'no_dropout')
+VARIANTS = ('as_trained', 'plain_dropout_key', 'no_auc', 'no_dropout', 'apply_if_finite')
 
 
 def traced_as(variant: str, config):
-  """(config, context manager active while the variant's step is traced)."""
+  """(config, context manager active while the variant's experiment is built and its step
+  traced)."""
   c = config.copy_and_resolve_references()
+  if variant == 'apply_if_finite':
+    optax_skip = lambda tx: optax.apply_if_finite(tx, max_consecutive_errors=2**31 - 1)
+    return c, mock.patch.object(optim, 'skip_if_nonfinite', optax_skip)
   if variant == 'plain_dropout_key':
     return c, mock.patch.object(row_keys, 'row_keyed', lambda keys: keys[0])
   if variant == 'no_auc':
@@ -51,31 +61,36 @@ def traced_as(variant: str, config):
   return c, contextlib.nullcontext()
 
 
-def run(config, steps: int, warmup: int, rounds: int) -> dict:
+def run(config, steps: int, warmup: int, rounds: int, variants=VARIANTS) -> dict:
   if steps < 1 or warmup < 0 or rounds < 1:
     raise UserError(f'--steps={steps} and --rounds={rounds} must be >= 1, --warmup={warmup} >= 0')
+  unknown = [v for v in variants if v not in VARIANTS]
+  if unknown or 'as_trained' not in variants:
+    raise UserError(f'--variants={",".join(variants)}: give as_trained and any of '
+                    f'{", ".join(VARIANTS[1:])}')
+  variants = [v for v in VARIANTS if v in variants]
   compiled, first_sums = {}, {}
-  for variant in VARIANTS:
+  for variant in variants:
     c, patch = traced_as(variant, config)
-    exp, host_batch = benchmark.build(c, 'synthetic')  # A fresh Experiment: a fresh trace.
     with patch:
+      exp, host_batch = benchmark.build(c, 'synthetic')  # A fresh Experiment: a fresh trace.
       compiled[variant] = benchmark.JaxStep(exp, host_batch, warmup)
     first_sums[variant] = compiled[variant].step()
     print(f'{variant}: compiled in {compiled[variant].compile_s:.1f}s', flush=True)
-  times = {v: [] for v in VARIANTS}
+  times = {v: [] for v in variants}
   for _ in range(rounds):
-    for variant in VARIANTS:
+    for variant in variants:
       times[variant] += compiled[variant].run(steps)[0]
   ms = {v: 1e3 * statistics.median(t) for v, t in times.items()}
   c = compiled['as_trained'].config
   print(f'{"variant":>18}  {"step ms (median)":>16}  {"cost of the part ms":>19}')
-  for v in VARIANTS:
+  for v in variants:
     cost = f'{ms["as_trained"] - ms[v]:.2f}' if v != 'as_trained' else '-'
     print(f'{v:>18}  {ms[v]:16.2f}  {cost:>19}')
   device = jax.devices()[0]
   return {
       'step_ms': ms,
-      'cost_ms': {v: ms['as_trained'] - ms[v] for v in VARIANTS if v != 'as_trained'},
+      'cost_ms': {v: ms['as_trained'] - ms[v] for v in variants if v != 'as_trained'},
       'auc_pairs_first_step': {v: float(s['auc_pairs']) for v, s in first_sums.items()},
       'first_loss_sums': {v: float(s['disc_loss_sum']) for v, s in first_sums.items()},
       'device_kind': device.device_kind, 'platform': device.platform,
@@ -90,7 +105,8 @@ def main(argv):
   if len(argv) > 1:
     raise UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
   cpu_devices.configure_for(FLAGS.config, FLAGS.cpu_devices)
-  cli.print_result(run(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.rounds))
+  cli.print_result(run(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.rounds,
+                       tuple(FLAGS.variants)))
 
 
 if __name__ == '__main__':
@@ -99,6 +115,7 @@ if __name__ == '__main__':
   flags.DEFINE_integer('steps', 30, 'Timed steps per variant per round.')
   flags.DEFINE_integer('warmup', 3, 'Untimed steps after compilation.')
   flags.DEFINE_integer('rounds', 3, 'Rounds over the variants.')
+  flags.DEFINE_list('variants', list(VARIANTS), 'The variants to time (as_trained always).')
   cpu_devices.define_flag()
   flags.mark_flags_as_required(['config'])
   cli.run(main)

@@ -13,6 +13,7 @@ from electra_jax import benchmark
 from electra_jax import chips
 from electra_jax import config as config_lib
 from electra_jax import flops
+from electra_jax.errors import UserError
 from tests.conftest import REPO_ROOT, tiny_config, tiny_trainer
 from tests.test_train_cli import last_json, run_cli
 
@@ -209,24 +210,29 @@ def test_profile_top_ops_ranks_device_ops_and_measures_idle_gaps(tmp_path):
 
 def test_step_parts_swaps_out_exactly_the_part_each_variant_names():
   """Each variant's traced step lacks just its part: the AUC's sort, the row-keyed PRNG (its
-  key type 'rows8'), or every dropout draw; the others are as trained."""
+  key type 'rows8'), every dropout draw, or has optax's skip (a cond) instead of ours; the
+  others are as trained."""
   step_parts = benchmark_script('step_parts')
   c = tiny_config(dropout_rate=0.1, attention_dropout_rate=0.1)
   counts = {}
   for variant in step_parts.VARIANTS:
     vc, patch = step_parts.traced_as(variant, c)
-    exp, host_batch = benchmark.build(vc, 'synthetic')
-    batch = {k: jax.ShapeDtypeStruct(x.shape, x.dtype) for k, x in host_batch.items()}
     with patch:
+      exp, host_batch = benchmark.build(vc, 'synthetic')
+      batch = {k: jax.ShapeDtypeStruct(x.shape, x.dtype) for k, x in host_batch.items()}
       text = str(jax.make_jaxpr(exp.jit_train_step())(exp.abstract_state(), batch,
                                                       jax.random.key(0)))
-    counts[variant] = (text.count('sort['), text.count('rows8'), text.count('random_bits'))
-  sorts, rows, draws = counts['as_trained']
-  assert sorts >= 1 and rows > 0
-  assert counts['plain_dropout_key'] == (sorts, 0, draws)  # the same draws, from one key
-  assert counts['no_auc'] == (sorts - 1, rows, draws)
+    counts[variant] = (text.count('sort['), text.count('rows8'), text.count('random_bits'),
+                       text.count('cond['))
+  sorts, rows, draws, conds = counts['as_trained']
+  assert sorts >= 1 and rows > 0 and conds == 0
+  assert counts['plain_dropout_key'] == (sorts, 0, draws, 0)  # the same draws, from one key
+  assert counts['no_auc'] == (sorts - 1, rows, draws, 0)
   assert counts['no_dropout'][:2] == (sorts, 0) and counts['no_dropout'][2] < draws
+  assert counts['apply_if_finite'] == (sorts, rows, draws, 1)
   assert c.dropout_rate == 0.1  # the caller's config is left as it was
+  with pytest.raises(UserError, match='--variants=no_auc: give as_trained'):
+    step_parts.run(c, 1, 0, 1, ('no_auc',))
 
 
 @pytest.mark.slow
@@ -236,7 +242,8 @@ def test_step_parts_cli_times_every_variant():
        '--config.dropout_rate=0.1', '--rounds=1'], cwd=REPO_ROOT, capture_output=True,
       text=True, timeout=900, check=True, env=dict(os.environ, JAX_PLATFORMS='cpu'))
   result = last_json(proc.stdout)
-  assert set(result['step_ms']) == {'as_trained', 'plain_dropout_key', 'no_auc', 'no_dropout'}
+  assert set(result['step_ms']) == {'as_trained', 'plain_dropout_key', 'no_auc', 'no_dropout',
+                                    'apply_if_finite'}
   assert result['cost_ms']['no_auc'] == result['step_ms']['as_trained'] - result['step_ms'][
       'no_auc']
   assert result['auc_pairs_first_step']['no_auc'] == 0 < result['auc_pairs_first_step'][
