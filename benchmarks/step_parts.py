@@ -14,9 +14,8 @@ product):
   no_auc             the AUC sums replaced by zeros
   no_dropout         dropout_rate = attention_dropout_rate = 0 (what all dropout costs)
   apply_if_finite    optax.apply_if_finite as the non-finite skip instead of
-                     optim.skip_if_nonfinite (same results; a second isfinite reduction of
-                     every gradient array and a lax.cond around the optimizer): a negative
-                     cost is what skip_if_nonfinite saves
+                     optim.skip_if_nonfinite (same results, plus an isfinite reduction of
+                     every gradient array): a negative cost is what skip_if_nonfinite saves
 
 The variants are timed in alternating rounds (a load change hits all alike). Prints a table;
 the last stdout line is JSON: each variant's median step time and `cost_ms` of the swapped

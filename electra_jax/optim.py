@@ -69,18 +69,18 @@ def make_optimizer(c) -> tuple[optax.GradientTransformation, optax.Schedule]:
   return skip_if_nonfinite(tx), schedule
 
 
-def skip_if_nonfinite(inner: optax.GradientTransformation) -> optax.GradientTransformationExtraArgs:
-  """optax.apply_if_finite's contract and state (so checkpoints and nonfinite.py read it alike),
-  built for a step that is one fused program.
+def skip_if_nonfinite(
+    inner: optax.GradientTransformation) -> optax.GradientTransformationExtraArgs:
+  """optax.apply_if_finite (never giving up) with the gradients' global norm as its check.
 
-  apply_if_finite reduces every gradient array once more for its isfinite check and puts the
-  whole optimizer under a lax.cond. Here the check is the gradients' global norm (NaN/inf
-  anywhere makes it non-finite): the per-array sums of squares that clipping and the logged
-  grad_norm already need, computed once by XLA. And the skip is a select that fuses into each
-  array's update: no control flow splits the step's program (on GPU, its CUDA graphs). Finite
-  steps compute exactly what apply_if_finite does (tests/test_resilience.py); a norm that
-  overflows float32 (above 1.8e19) also counts as non-finite. A non-finite update is never
-  applied: the loop stops first at config.max_consecutive_nonfinite.
+  apply_if_finite reduces every gradient array once more for its isfinite test; a NaN/inf
+  anywhere already makes the global norm non-finite, and the per-array sums of squares behind
+  it are the ones clipping and the logged grad_norm take (XLA computes them once): some 1,200
+  fewer ops in the compiled Small step (benchmarks/RESULTS.md, session 13). Same state, so
+  checkpoints and nonfinite.py read it alike, and the same lax.cond around the update, which
+  keeps the optimizer state updated in place (a select in its stead made XLA copy moments).
+  A norm that overflows float32 (above 1.8e19) also counts as non-finite. A non-finite update
+  is never applied: the loop stops first at config.max_consecutive_nonfinite.
   """
   inner = optax.with_extra_args_support(inner)
 
@@ -91,15 +91,15 @@ def skip_if_nonfinite(inner: optax.GradientTransformation) -> optax.GradientTran
 
   def update(updates, state, params=None, **extra_args):
     finite = jnp.isfinite(optax.tree.norm(updates))
-    new_updates, new_inner_state = inner.update(updates, state.inner_state, params, **extra_args)
-    keep = lambda new, old: jnp.where(finite, new, old)
-    return (jax.tree.map(lambda u: jnp.where(finite, u, jnp.zeros_like(u)), new_updates),
-            optax.ApplyIfFiniteState(
-                notfinite_count=jnp.where(finite, 0, optax.safe_increment(state.notfinite_count)),
-                last_finite=finite,
-                total_notfinite=keep(state.total_notfinite,
-                                     optax.safe_increment(state.total_notfinite)),
-                inner_state=jax.tree.map(keep, new_inner_state, state.inner_state)))
+    new_updates, inner_state = jax.lax.cond(
+        finite, lambda: inner.update(updates, state.inner_state, params, **extra_args),
+        lambda: (jax.tree.map(jnp.zeros_like, updates), state.inner_state))
+    return new_updates, optax.ApplyIfFiniteState(
+        notfinite_count=jnp.where(finite, 0, optax.safe_increment(state.notfinite_count)),
+        last_finite=finite,
+        total_notfinite=jnp.where(finite, state.total_notfinite,
+                                  optax.safe_increment(state.total_notfinite)),
+        inner_state=inner_state)
 
   return optax.GradientTransformationExtraArgs(init, update)
 

@@ -210,8 +210,8 @@ def test_profile_top_ops_ranks_device_ops_and_measures_idle_gaps(tmp_path):
 
 def test_step_parts_swaps_out_exactly_the_part_each_variant_names():
   """Each variant's traced step lacks just its part: the AUC's sort, the row-keyed PRNG (its
-  key type 'rows8'), every dropout draw, or has optax's skip (a cond) instead of ours; the
-  others are as trained."""
+  key type 'rows8'), every dropout draw, or has optax's skip (an isfinite per parameter array)
+  instead of ours; the others are as trained."""
   step_parts = benchmark_script('step_parts')
   c = tiny_config(dropout_rate=0.1, attention_dropout_rate=0.1)
   counts = {}
@@ -223,13 +223,15 @@ def test_step_parts_swaps_out_exactly_the_part_each_variant_names():
       text = str(jax.make_jaxpr(exp.jit_train_step())(exp.abstract_state(), batch,
                                                       jax.random.key(0)))
     counts[variant] = (text.count('sort['), text.count('rows8'), text.count('random_bits'),
-                       text.count('cond['))
-  sorts, rows, draws, conds = counts['as_trained']
-  assert sorts >= 1 and rows > 0 and conds == 0
-  assert counts['plain_dropout_key'] == (sorts, 0, draws, 0)  # the same draws, from one key
-  assert counts['no_auc'] == (sorts - 1, rows, draws, 0)
+                       text.count('is_finite'))
+  sorts, rows, draws, checks = counts['as_trained']
+  assert sorts >= 1 and rows > 0
+  assert counts['plain_dropout_key'] == (sorts, 0, draws, checks)  # the same draws, one key
+  assert counts['no_auc'] == (sorts - 1, rows, draws, checks)
   assert counts['no_dropout'][:2] == (sorts, 0) and counts['no_dropout'][2] < draws
-  assert counts['apply_if_finite'] == (sorts, rows, draws, 1)
+  num_arrays = len(jax.tree.leaves(exp.abstract_state().params))
+  # One isfinite of the global norm, against one per parameter array.
+  assert counts['apply_if_finite'] == (sorts, rows, draws, checks - 1 + num_arrays)
   assert c.dropout_rate == 0.1  # the caller's config is left as it was
   with pytest.raises(UserError, match='--variants=no_auc: give as_trained'):
     step_parts.run(c, 1, 0, 1, ('no_auc',))

@@ -260,7 +260,8 @@ def test_a_skipped_step_leaves_params_and_optimizer_state_unchanged():
 
 def test_skip_if_nonfinite_matches_optax_apply_if_finite_step_for_step():
   """Same updates and state, bit for bit, through finite steps and an inf or a NaN in one
-  element of one array (apply_if_finite told never to give up, as the loop stops first)."""
+  element of one array (apply_if_finite told never to give up, as the loop stops first). In a
+  whole compiled step XLA may fuse the two differently and move a last bit."""
   rng = np.random.default_rng(0)
   params = {'w': jnp.asarray(rng.normal(size=(4, 3)), jnp.float32),
             'b': jnp.asarray(rng.normal(size=(3,)), jnp.float32)}
@@ -280,15 +281,14 @@ def test_skip_if_nonfinite_matches_optax_apply_if_finite_step_for_step():
   assert int(ours_state.total_notfinite) == 3 and int(ours_state.notfinite_count) == 0
 
 
-def test_the_train_step_checks_finiteness_once_and_has_no_control_flow_around_the_update():
-  """The skip reuses the gradients' global norm and selects; a per-array isfinite (one more
-  reduction of each gradient) or a lax.cond around the optimizer would show in the program."""
+def test_the_train_step_checks_finiteness_on_the_global_norm_not_once_per_array():
+  """The skip reads the gradients' global norm; a per-array isfinite (one more reduction of
+  each gradient, optax.apply_if_finite's) would show in the compiled program."""
   c, objective, state, step, mesh = tiny_trainer(num_layers=1)
   batch = parallel.global_batch(jax.device_get(toy_batch(c)), mesh)
   program = step.lower(state, batch, jax.random.key(0)).compile().as_text()
   array_isfinite = re.findall(r'= pred\[\d[^\]]*\][^=]* is-finite\(', program)
   assert len(jax.tree.leaves(state.params)) > 40 > 10 > len(array_isfinite)
-  assert ' conditional(' not in program
 
 
 # --- Bad input: one line naming the value and the fix, exit 2, nothing overwritten ----------
