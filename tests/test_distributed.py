@@ -116,8 +116,8 @@ def test_an_srun_step_is_one_run_and_a_batch_script_outside_srun_is_one_clear_er
   with pytest.raises(UserError, match=r'MPICH started 8 ranks'):
     distributed.join_plan(env=hydra)
   assert distributed.join_plan('n0:1', env=hydra)[0] == 'mpi'
-  # The batch script itself (sbatch --ntasks=8 without srun) would wait for 7 processes that
-  # never come: one line naming the job, the count and srun.
+  # The batch script itself (sbatch --ntasks=8 without srun) was taken for 8 processes (and
+  # JAX, which reads srun's step variables, then failed): one line naming the job and srun.
   for env in (slurm_batch_script(8), {'SLURM_JOB_ID': '7', 'SLURM_NTASKS': '8'}):
     with pytest.raises(UserError, match=r'SLURM job 7 has 8 tasks \(\$SLURM_NTASKS=8\) but '
                                         r'this process is not one of them.*start the command '
