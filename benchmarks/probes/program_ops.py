@@ -3,8 +3,9 @@
     python benchmarks/probes/program_ops.py --config=configs/small.py \
         --config.train_batch_size=8 [--config.KEY=VALUE ...]
 
-Compiles the step exactly as training does (Experiment.jit_train_step) for this machine's
-backend and counts, in its optimised HLO, the ops outside fused computations that run work
+Compiles the step as the benchmark does (benchmark.JaxStep: the training step, state donated)
+for this machine's backend and counts, in its optimised HLO, the ops outside fused computations
+that run work
 (fusions, copies, dots, custom calls, reductions, sorts, scatters, whiles, conditionals): a
 device-independent proxy for kernel launches, beside the count of array-shaped isfinite checks
 and XLA's memory analysis. Session 13 (benchmarks/RESULTS.md) used it to compare the
@@ -23,7 +24,6 @@ from absl import flags
 from ml_collections import config_flags
 
 from electra_jax import benchmark
-from electra_jax import parallel
 
 LAUNCHING = ('fusion', 'copy', 'dot', 'custom-call', 'reduce', 'sort', 'scatter', 'while',
              'conditional', 'convolution', 'all-reduce')
@@ -44,10 +44,8 @@ def computations(hlo: str) -> dict:
 
 def main(argv):
   del argv
-  exp, host_batch = benchmark.build(flags.FLAGS.config, 'synthetic')
-  state = exp.init_state()
-  batch = parallel.global_batch(host_batch, exp.mesh)
-  compiled = exp.jit_train_step().lower(state, batch, jax.random.key(0)).compile()
+  step = benchmark.JaxStep(*benchmark.build(flags.FLAGS.config, 'synthetic'), warmup=0)
+  compiled, state = step.compiled, step.state
   hlo = compiled.as_text()
   ops = collections.Counter()
   per_computation = {}
