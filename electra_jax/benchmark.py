@@ -21,6 +21,7 @@ import numpy as np
 from absl import flags
 from ml_collections import config_flags
 
+from electra_jax import atomic
 from electra_jax import chips
 from electra_jax import cli
 from electra_jax import cpu_devices
@@ -113,10 +114,13 @@ class JaxStep:
     return times, losses
 
   def profile(self, profile_dir: str, steps: int = 3):
-    # The Perfetto JSON beside the xplane reads without TensorBoard (e.g. a per-op table).
+    # The Perfetto JSON beside the xplane reads without TensorBoard (e.g. a per-op table); the
+    # trace names fusions only, so the optimised HLO that says what each computes goes beside
+    # it (from the executable: XLA's dump flags write nothing when the persistent cache hits).
     with jax.profiler.trace(profile_dir, create_perfetto_trace=True):
       for _ in range(steps):
         self.step()
+    atomic.write_text(paths.join(profile_dir, 'train_step.hlo.txt'), self.compiled.as_text())
 
 
 def load_hf_reference():
