@@ -3,15 +3,16 @@
 # Run from the repository root on the GPU machine:
 #
 #   bash benchmarks/gpu_suite.sh STAGE[,STAGE...] OUT_DIR
-#       STAGE: tests | small | base | large | profile | parts | pretrain
+#       STAGE: tests | small | base | large | profile | parts | pretrain | graphs
 #
 # Several stages in one call save a machine start where they fit together in 10 minutes; each
 # runs even when one before it failed, and any failure fails the call. Measured on an H100
-# (2026-11-25, benchmarks/RESULTS.md): XLA compiles a train step in 85-100 s (autotuning), so
-# each benchmark costs about 2 minutes before its first timed step. Stage lengths: small about
-# 6 min (two compiles and the HF references), profile about 2.5 min, parts about 8.5 min (five
-# compiles), base about 7 min, tests over 6 min, pretrain 8 min at PRETRAIN_STEPS=12000; large
-# not run yet (three compiles of Large).
+# (2026-11-25) and an H200 (2026-11-26; benchmarks/RESULTS.md): XLA compiles a Small train
+# step in 55-100 s (autotuning), so each benchmark costs 1-2 minutes before its first timed
+# step. Stage lengths: small about 3.5 min when profile ran first in the call (two compiles
+# and the HF references; 6 min alone), profile about 2 min, parts about 8.5 min (five
+# compiles), base about 7 min, tests over 6 min, pretrain 8 min at PRETRAIN_STEPS=12000,
+# graphs about 4 min (two or three compiles), large over 5 min (one compile of Large).
 #
 # The machine's image has jax (CUDA), flax, optax, orbax, torch and transformers but not grain,
 # array-record, ml-collections or tensorboardX: fetch their wheels here first, once
@@ -20,14 +21,15 @@
 # (a failed benchmark: "!! NAME failed" on stderr, the stage goes on and exits 1);
 # copy the figures into benchmarks/RESULTS.md with date, device and commit.
 set -uo pipefail
-usage='usage: gpu_suite.sh STAGE[,STAGE...] OUT_DIR (tests|small|base|large|profile|parts|pretrain)'
+usage='usage: gpu_suite.sh STAGE[,STAGE...] OUT_DIR (tests|small|base|large|profile|parts|pretrain|graphs)'
 stages=${1:?$usage}
 out=${2:?$usage}
 IFS=, read -ra stage_list <<< "$stages"
 for stage in "${stage_list[@]}"; do
   case $stage in
-    tests|small|base|large|profile|parts|pretrain) ;;
-    *) echo "unknown stage '$stage'; use tests, small, base, large, profile, parts or pretrain" >&2
+    tests|small|base|large|profile|parts|pretrain|graphs) ;;
+    *) echo "unknown stage '$stage'; use tests, small, base, large, profile, parts, pretrain" \
+            "or graphs" >&2
        exit 2 ;;
   esac
 done
@@ -102,13 +104,35 @@ case $1 in
         --warmup=3 --compare=hf
     bench base_b256_accum4 --config=configs/base.py --config.grad_accum_steps=4 --steps=10 \
         --warmup=2 ;;
-  large)  # Target: MFU >= 50 % at the per-device batch that fits.
-    for remat in none save_dots; do
-      bench "large_b32_$remat" --config=configs/large.py --config.train_batch_size=32 \
-          --config.remat=$remat --steps=10 --warmup=2
-    done
-    bench large_b64_full --config=configs/large.py --config.train_batch_size=64 \
-        --config.remat=full --steps=10 --warmup=2 ;;
+  large)  # Target: MFU >= 50 % at the per-device batch that fits. One compile of Large took
+    # over 250 s on an H200 (2026-11-26), so a call holds one: LARGE_BATCH and LARGE_REMAT
+    # choose it (default batch 32 without remat, about 20 GB of activations).
+    remat=${LARGE_REMAT:-none}
+    bench "large_b${LARGE_BATCH:-32}_$remat" --config=configs/large.py \
+        --config.train_batch_size="${LARGE_BATCH:-32}" --config.remat="$remat" --steps=10 \
+        --warmup=2 ;;
+  graphs)  # The host's share of the Small step. XLA:GPU runs the step as one CUDA graph and
+    # re-records it when a buffer it uses moved: every step of the 2026-11-26 H200 trace, 4-5 ms
+    # of host time, then 14-17 ms in cuGraphLaunch for 2,780 commands. The update modes this
+    # XLA knows keep addresses fixed instead; each is one compile (about 70 s), the default
+    # comes from the cache when a stage before compiled it. Compare step_ms, host_dispatch_ms,
+    # pipelined_step_ms and the losses (the same steps, so the same values up to GPU rounding);
+    # each log ends with its 3 traced steps' graph updates and launch times.
+    for mode in default NEVER_UPDATE CAPTURE_CMD_NEVER_UPDATE VMM_PERSISTENT_TEMP SKIP_TEMP; do
+      flag=
+      if [[ $mode != default ]]; then
+        flag=--xla_gpu_command_buffer_update_mode=$mode
+        if ! XLA_FLAGS="${XLA_FLAGS:-} $flag" python3 -c 'import jax; jax.devices()' \
+            >/dev/null 2>&1; then
+          echo "note: this XLA does not know $flag" >&2
+          continue
+        fi
+      fi
+      XLA_FLAGS="${XLA_FLAGS:-} $flag" bench "small_graphs_$mode" --config=configs/small.py \
+          --steps=30 --warmup=3 --profile_dir="/tmp/electra_graphs_$mode"
+      python3 benchmarks/profile_top_ops.py "/tmp/electra_graphs_$mode" --top=3 \
+          >> "$out/graphs-small_graphs_$mode.log" 2>&1
+    done ;;
   profile)  # A jax.profiler trace of three Small steps and the optimised HLO that names its
     # fusions (the trace shows only fusion names; the benchmark writes train_step.hlo.txt beside
     # it, also when the step comes from the cache), as one archive.

@@ -2,12 +2,20 @@
 each track was.
 
   python benchmarks/profile_top_ops.py PROFILE_DIR_OR_perfetto_trace.json.gz [--top=10]
+      [--steps=3] [--hlo=PROFILE_DIR/train_step.hlo.txt]
 
 Reads the Perfetto JSON that jax.profiler writes beside the xplane (no TensorBoard needed).
 For every track of an accelerator (`/device:GPU:0` streams, `XLA Ops`, ...) it sums the time of
 each op name and the union of the op intervals over the traced span: 1 - busy is that track's
 idle share (host-device gaps, launch latency). CPU traces nest and overlap their events; read
 those in Perfetto instead.
+
+With the step's optimised HLO (the benchmark writes train_step.hlo.txt beside the trace) it
+also splits the busiest track's kernels by where they come from in the model: each fusion's
+op_name (e.g. `transpose(jvp(Electra.generator_logits))/generator/encoder`, layers folded into
+layer_N), per traced step. Kernels the HLO does not name (cuBLAS, memsets) are listed by name.
+Last, the host's CUDA-graph events: how often XLA re-recorded the step's graph and how long the
+launches took.
 """
 import argparse
 import collections
@@ -15,6 +23,7 @@ import glob
 import gzip
 import json
 import os
+import re
 import sys
 
 
@@ -47,14 +56,19 @@ def busy_fraction(ops: list[dict]) -> float:
   return busy / span if span else 0.0
 
 
-def summarize(events, processes, threads, top: int = 10) -> list[dict]:
-  """One summary per accelerator track: op time by name (top N), count, share, busy."""
+def device_tracks(events, processes) -> list[tuple[tuple, list[dict]]]:
+  """[((pid, tid), ops)] of the accelerator tracks, the most op time first."""
   tracks = collections.defaultdict(list)
   for e in events:
     if e.get('ph') == 'X' and processes.get(e['pid'], '').startswith('/device:'):
       tracks[(e['pid'], e.get('tid'))].append(e)
+  return sorted(tracks.items(), key=lambda kv: -sum(e['dur'] for e in kv[1]))
+
+
+def summarize(events, processes, threads, top: int = 10) -> list[dict]:
+  """One summary per accelerator track: op time by name (top N), count, share, busy."""
   out = []
-  for key, ops in sorted(tracks.items(), key=lambda kv: -sum(e['dur'] for e in kv[1])):
+  for key, ops in device_tracks(events, processes):
     totals, counts = collections.Counter(), collections.Counter()
     for e in ops:
       totals[e['name']] += e['dur']
@@ -68,12 +82,61 @@ def summarize(events, processes, threads, top: int = 10) -> list[dict]:
   return out
 
 
+def hlo_op_names(hlo_text: str) -> dict:
+  """{kernel name as the trace spells it: op_name of the HLO instruction}. The trace writes an
+  instruction `loop_add_fusion.49` as `loop_add_fusion_49`."""
+  found = re.finditer(r'^\s*(?:ROOT )?%([\w.\-]+) = [^\n]*?metadata=\{op_name="([^"]*)"',
+                      hlo_text, re.M)
+  return {re.sub(r'[.\-]', '_', m.group(1)): m.group(2) for m in found}
+
+
+def scope_of(op_name: str, depth: int = 3) -> str:
+  """The first `depth` parts of an op_name, without the jit(...) of the step, layers folded."""
+  op_name = re.sub(r'layer_\d+', 'layer_N', re.sub(r'^jit\([^)]*\)/', '', op_name))
+  return '/'.join(op_name.split('/')[:depth])
+
+
+def by_scope(ops: list[dict], op_names: dict, steps: int) -> list[dict]:
+  """Kernels and time per step by source scope, most kernels first."""
+  counts, totals = collections.Counter(), collections.Counter()
+  for e in ops:
+    name = re.sub(r'[.\-]', '_', e['name'])
+    unnamed = '(unnamed) ' + re.sub(r'_\d+$', '', name)  # one row per kernel kind
+    scope = scope_of(op_names[name]) if name in op_names else unnamed
+    counts[scope] += 1
+    totals[scope] += e['dur']
+  return [dict(scope=k, kernels_per_step=n / steps, us_per_step=totals[k] / steps)
+          for k, n in counts.most_common()]
+
+
+# Host-side events of a GPU step: XLA re-records the step's CUDA graph (`update`) when a buffer
+# it uses moved since the last launch, then launches it.
+HOST_EVENTS = ('command_buffer::update', 'command_buffer::execute', 'cuGraphLaunch')
+
+
+def host_summary(events) -> list[dict]:
+  """Count and median milliseconds of each HOST_EVENTS kind (by name prefix) in the trace."""
+  out = []
+  for kind in HOST_EVENTS:
+    durations = sorted(e['dur'] for e in events
+                       if e.get('ph') == 'X' and e.get('name', '').startswith(kind))
+    if durations:
+      out.append(dict(event=kind, count=len(durations),
+                      median_ms=durations[len(durations) // 2] / 1e3))
+  return out
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('path', help='a --profile_dir directory or a perfetto_trace.json.gz')
   parser.add_argument('--top', type=int, default=10, help='ops listed per track')
+  parser.add_argument('--steps', type=int, default=3, help='train steps in the trace (the '
+                      "benchmark's --profile_dir traces 3)")
+  parser.add_argument('--hlo', help='the optimised HLO of the traced step; default: '
+                      'train_step.hlo.txt in the profile directory, if there')
   args = parser.parse_args()
-  tracks = summarize(*load_events(args.path), top=args.top)
+  events, processes, threads = load_events(args.path)
+  tracks = summarize(events, processes, threads, top=args.top)
   if not tracks:
     sys.exit('error: the trace has no accelerator (/device:...) tracks; CPU traces nest their '
              'events: open them in Perfetto (ui.perfetto.dev) or TensorBoard instead')
@@ -84,7 +147,24 @@ def main():
     for r in t['top']:
       print(f'{100 * r["share"]:5.1f}%  {r["total_us"] / 1e3:9.3f}  {r["count"]:6d}  '
             f'{r["name"][:110]}')
-  print(json.dumps(dict(tracks=tracks)))
+  hlo = args.hlo or (os.path.join(args.path, 'train_step.hlo.txt')
+                     if os.path.isdir(args.path) else None)
+  scopes = []
+  if hlo and os.path.isfile(hlo):
+    with open(hlo) as f:
+      op_names = hlo_op_names(f.read())
+    scopes = by_scope(device_tracks(events, processes)[0][1], op_names, args.steps)
+    print(f'\nKernels of {tracks[0]["track"]} by source scope, per step ({args.steps} traced):')
+    print(f'{"kernels":>8}  {"ms":>7}  scope')
+    for r in scopes[:2 * args.top]:
+      print(f'{r["kernels_per_step"]:8.1f}  {r["us_per_step"] / 1e3:7.3f}  {r["scope"][:110]}')
+    if len(scopes) > 2 * args.top:
+      print(f'(and {len(scopes) - 2 * args.top} more scopes in the JSON line)')
+  host = host_summary(events)
+  if host:
+    print('\nHost (CUDA graphs): ' + '; '.join(
+        f'{h["event"]} x{h["count"]}, median {h["median_ms"]:.2f} ms' for h in host))
+  print(json.dumps(dict(tracks=tracks, scopes=scopes, host=host)))
 
 
 if __name__ == '__main__':

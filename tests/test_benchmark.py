@@ -111,6 +111,10 @@ def test_benchmark_cli_prints_a_table_and_a_json_line_with_every_field():
   # Each step's call returns before its results are ready, so its host share is within it.
   assert 0 < result['host_dispatch_ms'] <= result['step_ms']
   assert f"returns from a step's call after {result['host_dispatch_ms']:.2f} ms" in proc.stdout
+  # Steps called back to back (the training loop's pace) are timed too, and printed.
+  assert result['pipelined_step_ms'] > 0
+  assert f"{result['pipelined_step_ms']:.2f} ms a step over 2 steps called back to back" in (
+      proc.stdout)
   assert math.isclose(result['tokens_per_sec'], 8 * 32 / (result['step_ms'] / 1e3))
   # The analytic count of this config, and MFU against the peak given on the command line.
   assert result['model_flops_per_step'] == 3 * (
@@ -206,6 +210,24 @@ def test_profile_top_ops_ranks_device_ops_and_measures_idle_gaps(tmp_path):
       ('gemm', 20, 2), ('softmax', 10, 1)]
   assert track['top'][0]['share'] == pytest.approx(2 / 3)
   assert track['busy'] == pytest.approx(25 / 30)
+  # With the step's HLO, kernels group by the op_name of their fusion, layers folded, per step.
+  hlo = '\n'.join([
+      '  %gemm.3 = f32[2] fusion(%p), kind=kCustom, metadata={op_name="jit(train_step)/'
+      'jvp(Electra.discriminator_logits)/discriminator/encoder/layer_0/dot_general"}',
+      '  ROOT %softmax-1 = f32[2] fusion(%p), metadata={op_name="jit(train_step)/'
+      'jvp(Electra.discriminator_logits)/discriminator/encoder/layer_11/exp"}'])
+  names = tool.hlo_op_names(hlo)
+  ops = [op(1, 7, 'gemm_3', 0, 10), op(1, 7, 'softmax_1', 10, 30), op(1, 7, 'nvjet_7', 40, 2)]
+  assert tool.by_scope(ops, names, steps=2) == [
+      dict(scope='jvp(Electra.discriminator_logits)/discriminator/encoder', kernels_per_step=1.0,
+           us_per_step=20.0),
+      dict(scope='(unnamed) nvjet', kernels_per_step=0.5, us_per_step=1.0)]
+  # The host's graph events: re-recorded in 2 of 3 launches here.
+  host = [op(2, 3, 'command_buffer::update', 0, 4000), op(2, 3, 'command_buffer::update', 9, 5000),
+          *(op(2, 3, 'cuGraphLaunch (CudaGraph:103)', t, 1000 * t) for t in (1, 2, 3))]
+  assert tool.host_summary(events + host) == [
+      dict(event='command_buffer::update', count=2, median_ms=5.0),
+      dict(event='cuGraphLaunch', count=3, median_ms=2.0)]
 
 
 def test_step_parts_swaps_out_exactly_the_part_each_variant_names():
