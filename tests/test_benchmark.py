@@ -97,9 +97,10 @@ BENCH_FLAGS = ['--config=configs/demo.py', '--config.num_layers=1', '--config.hi
                '--config.train_batch_size=8', '--steps=2', '--warmup=1']
 
 
-def test_benchmark_cli_prints_a_table_and_a_json_line_with_every_field():
+def test_benchmark_cli_prints_a_table_and_a_json_line_with_every_field(tmp_path):
   compare = ['--compare=hf'] if HAS_TORCH else []
-  proc = run_cli('electra_jax.benchmark', *BENCH_FLAGS, '--peak_tflops=0.1', *compare)
+  proc = run_cli('electra_jax.benchmark', *BENCH_FLAGS, '--peak_tflops=0.1', *compare,
+                 f'--profile_dir={tmp_path}')
   result = last_json(proc.stdout)
   assert 'tokens/s' in proc.stdout and 'electra_jax' in proc.stdout
   for key in ('tokens_per_sec', 'step_ms', 'step_ms_p10', 'step_ms_p90', 'model_flops_per_step',
@@ -111,6 +112,10 @@ def test_benchmark_cli_prints_a_table_and_a_json_line_with_every_field():
   # Each step's call returns before its results are ready, so its host share is within it.
   assert 0 < result['host_dispatch_ms'] <= result['step_ms']
   assert f"returns from a step's call after {result['host_dispatch_ms']:.2f} ms" in proc.stdout
+  # The profile's trace, and beside it the step's optimised HLO that names its fusions.
+  assert result['profile_dir'] == str(tmp_path)
+  assert list(tmp_path.glob('plugins/profile/*/*.xplane.pb'))
+  assert 'ENTRY' in (tmp_path / 'train_step.hlo.txt').read_text()
   # Steps called back to back (the training loop's pace) are timed too, and printed.
   assert result['pipelined_step_ms'] > 0
   assert f"{result['pipelined_step_ms']:.2f} ms a step over 2 steps called back to back" in (
