@@ -10,8 +10,8 @@
 # (2026-11-25) and an H200 (2026-11-26; benchmarks/RESULTS.md): XLA compiles a Small train
 # step in 55-100 s (autotuning), so each benchmark costs 1-2 minutes before its first timed
 # step. Stage lengths: small about 3.5 min when profile ran first in the call (two compiles
-# and the HF references; 6 min alone), profile about 2 min, parts about 8.5 min (five
-# compiles), base about 7 min, tests over 6 min, pretrain 8 min at PRETRAIN_STEPS=12000,
+# and the HF references; 6 min alone), profile about 2 min (Base about 3), parts about 8.5 min
+# (five compiles), base about 7 min, tests over 6 min, pretrain 8 min at PRETRAIN_STEPS=12000,
 # graphs about 4 min (two or three compiles), large over 5 min (one compile of Large).
 #
 # The machine's image has jax (CUDA), flax, optax, orbax, torch and transformers but not grain,
@@ -128,18 +128,31 @@ case $1 in
           continue
         fi
       fi
-      XLA_FLAGS="${XLA_FLAGS:-} $flag" bench "small_graphs_$mode" --config=configs/small.py \
-          --steps=30 --warmup=3 --profile_dir="/tmp/electra_graphs_$mode"
-      python3 benchmarks/profile_top_ops.py "/tmp/electra_graphs_$mode" --top=3 \
-          >> "$out/graphs-small_graphs_$mode.log" 2>&1
+      # XLA logs each re-record with the number of buffers whose address moved.
+      XLA_FLAGS="${XLA_FLAGS:-} $flag" TF_CPP_MIN_LOG_LEVEL=0 \
+          TF_CPP_VMODULE=command_buffer_thunk=3 bench "small_graphs_$mode" \
+          --config=configs/small.py --steps=30 --warmup=3 --profile_dir="/tmp/electra_graphs_$mode"
+      log=$out/graphs-small_graphs_$mode.log
+      summary="== command buffer updates logged: $(grep -c 'Update command buffer' "$log"),"
+      summary+=" executions: $(grep -c 'Execute command buffer' "$log"); updated_allocs:"
+      summary+=$'\n'$(grep -o 'updated_allocs=[0-9]*' "$log" | sort | uniq -c)
+      { echo "$summary"
+        python3 benchmarks/profile_top_ops.py "/tmp/electra_graphs_$mode" --top=3
+      } >> "$log" 2>&1
     done ;;
-  profile)  # A jax.profiler trace of three Small steps and the optimised HLO that names its
-    # fusions (the trace shows only fusion names; the benchmark writes train_step.hlo.txt beside
-    # it, also when the step comes from the cache), as one archive.
-    bench small_profile --config=configs/small.py --steps=10 --warmup=3 \
-        --profile_dir=/tmp/electra_profile
-    python3 benchmarks/profile_top_ops.py /tmp/electra_profile 2>&1 | tee "$out/profile_top_ops.log"
-    tar -czf "$out/small_profile.tgz" -C /tmp electra_profile ;;
+  profile)  # A jax.profiler trace of three steps and the optimised HLO that names its fusions
+    # (the trace shows only fusion names; the benchmark writes train_step.hlo.txt beside it,
+    # also when the step comes from the cache), as one archive. The Small step by default;
+    # PROFILE_CONFIG=base profiles Base at batch 32 x 512 (its MFU is the gap, issue 20),
+    # PROFILE_FLAGS adds overrides.
+    model=${PROFILE_CONFIG:-small}
+    read -ra extra <<< "${PROFILE_FLAGS:-}"
+    if [[ $model == base ]]; then extra=(--config.train_batch_size=32 "${extra[@]}"); fi
+    bench "${model}_profile" --config="configs/$model.py" "${extra[@]}" --steps=10 --warmup=3 \
+        --profile_dir="/tmp/electra_profile_$model"
+    python3 benchmarks/profile_top_ops.py "/tmp/electra_profile_$model" 2>&1 \
+        | tee "$out/profile_top_ops_$model.log"
+    tar -czf "$out/${model}_profile.tgz" -C /tmp "electra_profile_$model" ;;
   parts)  # What row-keyed dropout, the exact AUC and the non-finite skip cost in the Small step
     # (dropout as the paper; apply_if_finite: optax's skip instead of optim.skip_if_nonfinite).
     measure step_parts benchmarks/step_parts.py --config=configs/small.py --steps=30 \

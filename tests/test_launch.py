@@ -88,10 +88,11 @@ def test_gpu_suite_benchmark_stages_pass_flags_the_benchmark_accepts(tmp_path):
   cache = tmp_path / 'cache'
   env = dict(os.environ, PATH=f'{shim_dir}:{os.environ["PATH"]}', REAL_PYTHON=sys.executable,
              SUITE_PARSER=str(tmp_path / 'parser.py'), PYTHONPATH=REPO_ROOT,
-             GPU_SUITE_CACHE=str(cache))
+             GPU_SUITE_CACHE=str(cache), PROFILE_CONFIG='base')
   out = tmp_path / 'out'
-  # Four stages in one call: each runs though the first fails.
-  proc = subprocess.run(['bash', 'benchmarks/gpu_suite.sh', 'small,base,large,graphs', str(out)],
+  # Five stages in one call: each runs though the first fails.
+  proc = subprocess.run(['bash', 'benchmarks/gpu_suite.sh', 'small,base,large,graphs,profile',
+                         str(out)],
                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
   # The small stage's --compare=hf,hf_full run fails in the shim (no torch) ...
   assert proc.returncode == 1, proc.stderr
@@ -109,7 +110,8 @@ def test_gpu_suite_benchmark_stages_pass_flags_the_benchmark_accepts(tmp_path):
           if f'--xla_gpu_command_buffer_update_mode={m}' in r['xla_flags']] == modes
   assert 'update_mode' not in graph_rows[0]['xla_flags']
   rows['small'] = rows['small'][:1]
-  for stage, batches in (('small', [128]), ('base', [32, 256]), ('large', [32])):
+  # profile, PROFILE_CONFIG=base: Base at the batch its MFU was measured at.
+  for stage, batches in (('small', [128]), ('base', [32, 256, 32]), ('large', [32])):
     assert [r['batch'] for r in rows[stage]] == batches  # ... and the next ones still ran.
     assert all(r['vocab_size'] == 30522 and r['dtype'] == 'bfloat16' for r in rows[stage])
   for log in ('small-small_no_attn_dropout', 'base-base_b32', 'large-large_b32_none'):
