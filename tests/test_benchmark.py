@@ -1,4 +1,5 @@
 """The benchmark instrument: analytic FLOPs, the CLI's JSON line, and the HF reference step."""
+import functools
 import importlib.util
 import math
 import os
@@ -262,6 +263,23 @@ def test_step_parts_swaps_out_exactly_the_part_each_variant_names():
   assert c.dropout_rate == 0.1  # the caller's config is left as it was
   with pytest.raises(UserError, match='--variants=no_auc: give as_trained'):
     step_parts.run(c, 1, 0, 1, ('no_auc',))
+
+
+def test_step_parts_cudnn_variant_is_asked_for_on_a_gpu_without_attention_dropout():
+  """cudnn_attention swaps only the implementation of the model's one attention call; it is
+  refused, before anything compiles, where that call is not made or cuDNN is absent."""
+  step_parts = benchmark_script('step_parts')
+  assert 'cudnn_attention' not in step_parts.VARIANTS  # not in the default --variants
+  c = tiny_config(attention_dropout_rate=0.0)
+  _, patch = step_parts.traced_as('cudnn_attention', c)
+  with patch:
+    assert jax.nn.dot_product_attention.keywords == dict(implementation='cudnn')
+  assert not isinstance(jax.nn.dot_product_attention, functools.partial)  # restored after
+  variants = ('as_trained', 'cudnn_attention')
+  with pytest.raises(UserError, match='needs --config.attention_dropout_rate=0 '):
+    step_parts.run(tiny_config(attention_dropout_rate=0.1), 1, 0, 1, variants)
+  with pytest.raises(UserError, match='needs a GPU'):
+    step_parts.run(c, 1, 0, 1, variants)
 
 
 @pytest.mark.slow
