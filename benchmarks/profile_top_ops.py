@@ -65,10 +65,10 @@ def device_tracks(events, processes) -> list[tuple[tuple, list[dict]]]:
   return sorted(tracks.items(), key=lambda kv: -sum(e['dur'] for e in kv[1]))
 
 
-def summarize(events, processes, threads, top: int = 10) -> list[dict]:
-  """One summary per accelerator track: op time by name (top N), count, share, busy."""
+def summarize(tracks, processes, threads, top: int = 10) -> list[dict]:
+  """One summary per device_tracks() track: op time by name (top N), count, share, busy."""
   out = []
-  for key, ops in device_tracks(events, processes):
+  for key, ops in tracks:
     totals, counts = collections.Counter(), collections.Counter()
     for e in ops:
       totals[e['name']] += e['dur']
@@ -136,7 +136,8 @@ def main():
                       'train_step.hlo.txt in the profile directory, if there')
   args = parser.parse_args()
   events, processes, threads = load_events(args.path)
-  tracks = summarize(events, processes, threads, top=args.top)
+  grouped = device_tracks(events, processes)
+  tracks = summarize(grouped, processes, threads, top=args.top)
   if not tracks:
     sys.exit('error: the trace has no accelerator (/device:...) tracks; CPU traces nest their '
              'events: open them in Perfetto (ui.perfetto.dev) or TensorBoard instead')
@@ -153,7 +154,7 @@ def main():
   if hlo and os.path.isfile(hlo):
     with open(hlo) as f:
       op_names = hlo_op_names(f.read())
-    scopes = by_scope(device_tracks(events, processes)[0][1], op_names, args.steps)
+    scopes = by_scope(grouped[0][1], op_names, args.steps)
     print(f'\nKernels of {tracks[0]["track"]} by source scope, per step ({args.steps} traced):')
     print(f'{"kernels":>8}  {"ms":>7}  scope')
     for r in scopes[:2 * args.top]:

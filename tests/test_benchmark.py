@@ -210,7 +210,8 @@ def test_profile_top_ops_ranks_device_ops_and_measures_idle_gaps(tmp_path):
   with gzip.open(path, 'wt') as f:
     json.dump(dict(traceEvents=events), f)
   tool = benchmark_script('profile_top_ops')
-  [track] = tool.summarize(*tool.load_events(str(tmp_path)), top=10)
+  loaded, processes, threads = tool.load_events(str(tmp_path))
+  [track] = tool.summarize(tool.device_tracks(loaded, processes), processes, threads, top=10)
   assert track['track'] == '/device:GPU:0 / Stream #7(Compute)'
   assert [(r['name'], r['total_us'], r['count']) for r in track['top']] == [
       ('gemm', 20, 2), ('softmax', 10, 1)]
