@@ -60,7 +60,8 @@ class Experiment:
   def init_state(self) -> ts.TrainState:
     c = self.config
     return ts.init_state(self.mesh, jax.random.key(c.seed), self.model, self.tx,
-                         c.max_seq_length, c.max_predictions_per_seq)
+                         c.max_seq_length, c.max_predictions_per_seq,
+                         jax.tree.map(lambda x: x.sharding, self.abstract_state()))
 
   def abstract_state(self) -> ts.TrainState:
     if self._abstract_state is None:

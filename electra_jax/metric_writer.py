@@ -8,6 +8,7 @@ the checkpoint step" stays exact. TensorBoard event files go straight to the buc
 """
 import json
 import math
+import sys
 
 from electra_jax import atomic
 from electra_jax import cli
@@ -39,6 +40,26 @@ def truncate_after(path: str, step: int):
     atomic.write_text(path, ''.join(kept))
 
 
+def summary_writer_class():
+  """tensorboardX's SummaryWriter, imported without torch.
+
+  tensorboardX's writer module imports torch whenever it is installed, only to accept torch
+  tensors: 2 s and a few hundred MB in every train process (benchmarks/RESULTS.md, session 16)
+  for scalars that are Python floats here. While it is imported, `import torch` fails (an
+  ImportError tensorboardX catches); torch stays importable afterwards.
+  """
+  # pylint: disable=import-outside-toplevel
+  if 'torch' in sys.modules or 'tensorboardX.writer' in sys.modules:
+    from tensorboardX import SummaryWriter
+    return SummaryWriter
+  sys.modules['torch'] = None
+  try:
+    from tensorboardX import SummaryWriter
+  finally:
+    del sys.modules['torch']
+  return SummaryWriter
+
+
 class MetricWriter:
   """Appends records; only the chief process writes (others get a no-op writer).
 
@@ -55,9 +76,8 @@ class MetricWriter:
     self._files = {}
     self._tb = None
     if enabled:
-      from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
       with paths.storage_errors(self.workdir):
-        self._tb = SummaryWriter(paths.join(self.workdir, 'tensorboard'), flush_secs=30)
+        self._tb = summary_writer_class()(paths.join(self.workdir, 'tensorboard'), flush_secs=30)
 
   def write(self, name: str, step: int, record: dict):
     """name 'metrics' -> metrics.jsonl and TensorBoard tag prefix 'train/'."""

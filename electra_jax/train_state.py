@@ -128,10 +128,15 @@ def state_sharding(mesh, shapes: TrainState) -> TrainState:
   return parallel.tree_shardings(mesh, shapes)
 
 
-def init_state(mesh, rng, model, tx, max_seq_length, max_predictions) -> TrainState:
-  """Initialises the state directly in its sharding (never whole on one device)."""
+def init_state(mesh, rng, model, tx, max_seq_length, max_predictions,
+               shardings: TrainState | None = None) -> TrainState:
+  """Initialises the state directly in its sharding (never whole on one device).
+
+  `shardings`: the state's, where the caller has them (abstract_state's); else computed.
+  """
   create = lambda r: create_train_state(r, model, tx, max_seq_length, max_predictions)
-  shardings = state_sharding(mesh, state_shapes(model, tx, max_seq_length, max_predictions))
+  if shardings is None:
+    shardings = state_sharding(mesh, state_shapes(model, tx, max_seq_length, max_predictions))
   return jax.jit(create, out_shardings=shardings)(rng)
 
 

@@ -1,0 +1,60 @@
+"""metric_writer: JSONL rows and TensorBoard scalars, written without importing torch."""
+import glob
+import json
+import os
+import struct
+import subprocess
+import sys
+
+from tests.conftest import REPO_ROOT
+
+_WRITE = """
+import importlib.util, json, sys
+from electra_jax import metric_writer
+writer = metric_writer.MetricWriter(sys.argv[1])
+writer.write('metrics', 2, {'loss': 1.5, 'disc_auc': float('nan'), 'examples': 3})
+writer.write('eval_metrics', 4, {'loss': 1.25, 'precision': None})
+writer.close()
+torch_imported = 'torch' in sys.modules
+torch_installed = importlib.util.find_spec('torch') is not None
+if torch_installed:
+  import torch  # Still importable after the writer's import.
+print(json.dumps(dict(torch_imported=torch_imported, torch_installed=torch_installed)))
+"""
+
+
+def read_scalars(directory):
+  """(tag, step, value) of every scalar in the event files (TFRecord framing: length, its CRC,
+  the serialized Event, its CRC)."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
+  scalars = []
+  for path in glob.glob(os.path.join(directory, 'events.out.tfevents.*')):
+    with open(path, 'rb') as f:
+      data = f.read()
+    position = 0
+    while position < len(data):
+      (length,) = struct.unpack('<Q', data[position:position + 8])
+      event = event_pb2.Event.FromString(data[position + 12:position + 12 + length])
+      position += 12 + length + 4
+      scalars += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
+  return scalars
+
+
+def test_scalars_reach_jsonl_and_tensorboard_and_torch_is_never_imported(tmp_path):
+  """With torch installed (the test extra), tensorboardX would import it in every train
+  process; the writer's import keeps it out, and writes the same scalars."""
+  proc = subprocess.run([sys.executable, '-c', _WRITE, str(tmp_path)], cwd=REPO_ROOT,
+                        env=dict(os.environ, PYTHONPATH=REPO_ROOT), capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert result['torch_installed'] or os.environ.get('CI') != 'true'  # CI installs [test].
+  assert not result['torch_imported']
+  # Non-finite and non-numeric values stay out of TensorBoard.
+  assert sorted(read_scalars(tmp_path / 'tensorboard')) == [
+      ('eval/loss', 4, 1.25), ('train/examples', 2, 3.0), ('train/loss', 2, 1.5)]
+  with open(tmp_path / 'metrics.jsonl', encoding='utf-8') as f:
+    (row,) = [json.loads(line) for line in f]
+  assert row == dict(step=2, loss=1.5, disc_auc=None, examples=3)  # NaN is null in JSONL.
+  with open(tmp_path / 'eval_metrics.jsonl', encoding='utf-8') as f:
+    assert [json.loads(line) for line in f] == [dict(step=4, loss=1.25, precision=None)]
