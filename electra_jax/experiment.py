@@ -60,8 +60,7 @@ class Experiment:
   def init_state(self) -> ts.TrainState:
     c = self.config
     return ts.init_state(self.mesh, jax.random.key(c.seed), self.model, self.tx,
-                         c.max_seq_length, c.max_predictions_per_seq,
-                         jax.tree.map(lambda x: x.sharding, self.abstract_state()))
+                         c.max_seq_length, c.max_predictions_per_seq, self.state_shardings())
 
   def abstract_state(self) -> ts.TrainState:
     if self._abstract_state is None:
@@ -70,13 +69,15 @@ class Experiment:
                                                c.max_predictions_per_seq)
     return self._abstract_state
 
+  def state_shardings(self) -> ts.TrainState:
+    return jax.tree.map(lambda x: x.sharding, self.abstract_state())
+
   def jit_train_step(self):
     """The train step of a run: jitted over the mesh, state sharded as abstract_state() and
     donated, grad_accum_steps micro-batches."""
     c = self.config
-    state_sharding = jax.tree.map(lambda x: x.sharding, self.abstract_state())
     step = ts.make_train_step(self.objective, self.tx, c.grad_accum_steps, self.mesh)
-    return ts.jit_train_step(step, self.mesh, state_sharding)
+    return ts.jit_train_step(step, self.mesh, self.state_shardings())
 
 
 def check_saved_config_matches(workdir: str, c) -> list[str]:
