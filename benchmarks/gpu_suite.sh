@@ -91,14 +91,14 @@ case $1 in
     # reproducible as README says a GPU run is with this flag (without it XLA:GPU's atomic
     # reductions differ at rounding level between runs).
     XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_deterministic_ops=true" python3 -m pytest -q -rfE \
-        -p no:cacheprovider tests/test_model_objective.py tests/test_train_step.py \
-        tests/test_benchmark.py 2>&1 | tee "$out/tests.log" ;;
+        -p no:cacheprovider tests/test_attention.py tests/test_model_objective.py \
+        tests/test_train_step.py tests/test_benchmark.py 2>&1 | tee "$out/tests.log" ;;
   small)  # Target: step <= 11 ms at batch 128 x 128 (as training runs: pipelined_step_ms;
     # step_ms waits for each step); >= 2x the HF reference (step_ms, both timed alike).
     bench small --config=configs/small.py --steps=50 --warmup=5 --rounds=2 \
         --compare=hf,hf_full
-    # Attention dropout 0 takes the jax.nn.dot_product_attention path (XLA's attention in jax
-    # 0.10-0.11, not cuDNN's: see step_parts' cudnn_attention).
+    # Attention dropout 0: one fused attention call, cuDNN's flash attention on an NVIDIA GPU
+    # (config.attention_implementation=auto; the JSON's "attention" says which ran).
     bench small_no_attn_dropout --config=configs/small.py --config.attention_dropout_rate=0 \
         --steps=50 --warmup=5 ;;
   base)  # Target: MFU >= 50 % at batch 256 x 512 (accumulated); >= 2x the HF reference.
@@ -157,9 +157,9 @@ case $1 in
     tar -czf "$out/${model}_profile.tgz" -C /tmp "electra_profile_$model" ;;
   parts)  # What row-keyed dropout, the exact AUC and the non-finite skip cost in the Small step
     # (dropout as the paper; apply_if_finite: optax's skip instead of optim.skip_if_nonfinite).
-    # PARTS_CONFIG=base and PARTS_FLAGS choose others, e.g. cuDNN's attention in Base:
+    # PARTS_CONFIG=base and PARTS_FLAGS choose others, e.g. what cuDNN's attention saves in Base:
     # PARTS_FLAGS='--config.train_batch_size=32 --config.attention_dropout_rate=0
-    # --variants=as_trained,cudnn_attention' (two compiles of Base, about 4 min).
+    # --variants=as_trained,xla_attention' (two compiles of Base, about 3.5 min on an H200).
     read -ra extra <<< "${PARTS_FLAGS:-}"
     measure step_parts benchmarks/step_parts.py --config="configs/${PARTS_CONFIG:-small}.py" \
         "${extra[@]}" --steps=30 --rounds=3 ;;

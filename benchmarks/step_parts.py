@@ -17,19 +17,18 @@ product):
                      optim.skip_if_nonfinite (same results, plus an isfinite reduction of
                      every gradient array): a negative cost is what skip_if_nonfinite saves
 
-On a GPU, and only when named in --variants (with --config.attention_dropout_rate=0, where the
-model makes one jax.nn.dot_product_attention call, which jax implements with XLA):
+Only when named in --variants, and only where the trained step's attention is cuDNN's (an
+NVIDIA GPU, bfloat16, --config.attention_dropout_rate=0: benchmark.attention_path):
 
-  cudnn_attention    that call with implementation='cudnn' (cuDNN's fused flash attention):
-                     a negative cost is what cuDNN would save; first_loss_sums should agree
-                     with as_trained's to bf16 rounding
+  xla_attention      config.attention_implementation='xla': XLA's attention instead; a
+                     negative cost is what cuDNN saves; first_loss_sums should agree with
+                     as_trained's to bf16 rounding
 
 The variants are timed in alternating rounds (a load change hits all alike). Prints a table;
 the last stdout line is JSON: each variant's median step time and `cost_ms` of the swapped
 part (as trained minus the variant).
 """
 import contextlib
-import functools
 import statistics
 from unittest import mock
 
@@ -41,6 +40,7 @@ from ml_collections import config_flags
 
 from electra_jax import benchmark
 from electra_jax import cli
+from electra_jax import config as config_lib
 from electra_jax import cpu_devices
 from electra_jax import optim
 from electra_jax import row_keys
@@ -49,7 +49,7 @@ from electra_jax.objectives import metrics as objective_metrics
 
 FLAGS = flags.FLAGS
 VARIANTS = ('as_trained', 'plain_dropout_key', 'no_auc', 'no_dropout', 'apply_if_finite')
-GPU_VARIANTS = ('cudnn_attention',)  # Not in the default --variants: they need a GPU.
+GPU_VARIANTS = ('xla_attention',)  # Not in the default --variants: they need cuDNN.
 
 
 def traced_as(variant: str, config):
@@ -66,9 +66,8 @@ def traced_as(variant: str, config):
     return c, mock.patch.object(objective_metrics, 'auc_pair_counts', zeros)
   if variant == 'no_dropout':
     c.dropout_rate = c.attention_dropout_rate = 0.0
-  if variant == 'cudnn_attention':
-    cudnn = functools.partial(jax.nn.dot_product_attention, implementation='cudnn')
-    return c, mock.patch.object(jax.nn, 'dot_product_attention', cudnn)
+  if variant == 'xla_attention':
+    c.attention_implementation = 'xla'
   return c, contextlib.nullcontext()
 
 
@@ -80,14 +79,17 @@ def run(config, steps: int, warmup: int, rounds: int, variants=VARIANTS) -> dict
   if unknown or 'as_trained' not in variants:
     raise UserError(f'--variants={",".join(variants)}: give as_trained and any of '
                     f'{", ".join(known[1:])}')
-  if 'cudnn_attention' in variants:
-    if config.attention_dropout_rate:
-      raise UserError(f'--variants=cudnn_attention needs --config.attention_dropout_rate=0 (is '
-                      f'{config.attention_dropout_rate}): with attention dropout the model '
-                      'computes attention itself, not through jax.nn.dot_product_attention')
-    if jax.default_backend() != 'gpu':
-      raise UserError(f'--variants=cudnn_attention needs a GPU (cuDNN); this is '
-                      f'{jax.default_backend()}: leave it out here')
+  if 'xla_attention' in variants:
+    c = config_lib.resolve(config)
+    if c.attention_dropout_rate:
+      raise UserError(f'--variants=xla_attention needs --config.attention_dropout_rate=0 (is '
+                      f'{c.attention_dropout_rate}): with attention dropout the model '
+                      'computes attention itself, in XLA')
+    device = jax.devices()[0]
+    if benchmark.attention_path(c, device) != 'cudnn':
+      raise UserError(f'--variants=xla_attention compares with cuDNN\'s attention, which this '
+                      f'step does not use ({device.device_kind}, dtype {c.dtype}): leave it out '
+                      'here')
   variants = [v for v in known if v in variants]
   compiled, first_sums = {}, {}
   for variant in variants:

@@ -61,6 +61,11 @@ def get_config():
   # Rematerialisation of each transformer layer in the backward pass, trading compute for
   # activation memory (e.g. Large at seq 512 on one GPU): 'none' | 'save_dots' | 'full'.
   c.remat = 'none'
+  # Who computes attention where one fused call does it (attention dropout 0, or evaluation):
+  # 'auto' takes cuDNN's flash attention on an NVIDIA GPU (Ampere or later) in bfloat16 when it
+  # computes what XLA would (padding last in each row, no relative_attention_span), XLA's
+  # otherwise; 'xla' always XLA's. The same values up to rounding (benchmarks/RESULTS.md).
+  c.attention_implementation = 'auto'
 
   # --- Data --------------------------------------------------------------------------------
   # Vocabulary: a sentencepiece model (*.model, [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0..4) or

@@ -29,6 +29,7 @@ from electra_jax import cli
 from electra_jax import cpu_devices
 from electra_jax import experiment as experiment_lib
 from electra_jax import flops as flops_lib
+from electra_jax import model as model_lib
 from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import parallel
 from electra_jax import paths
@@ -60,6 +61,15 @@ def build(c, data: str):
     return exp, {k: np.asarray(v) for k, v in batch.items()}
   exp = experiment_lib.Experiment.create(c, read_vocab=False)
   return exp, synthetic_batch(exp.config, exp.config.seed)
+
+
+def attention_path(c, device) -> str:
+  """Who computes the discriminator's attention in the train step on `device`."""
+  if c.attention_dropout_rate:
+    return 'xla (attention dropout)'  # Dropout on the probabilities: no fused call.
+  return model_lib.fused_attention_implementation(
+      c.attention_implementation, c.dtype, c.hidden_size // c.num_heads, 2,
+      c.relative_attention_span > 0, device)
 
 
 def percentile(values, q: float) -> float:
@@ -201,7 +211,8 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
   peak, peak_source = chips.peak_tflops(device.device_kind, c.dtype, peak_override)
   print(f'Benchmarking the train step: {device.device_kind} x{devices} ({device.platform}), '
         f'jax {jax.__version__}, {c.dtype}, batch {c.train_batch_size} x {c.max_seq_length}, '
-        f'dropout {c.dropout_rate}/{c.attention_dropout_rate}, {rounds} round(s) of {steps} '
+        f'dropout {c.dropout_rate}/{c.attention_dropout_rate}, attention '
+        f'{attention_path(c, device)}, {rounds} round(s) of {steps} '
         f'timed steps after {warmup} warmup; data: {data}; '
         f'XLA_FLAGS={os.environ.get("XLA_FLAGS", "")!r}', flush=True)
 
@@ -258,7 +269,8 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
       jax_version=jax.__version__, dtype=c.dtype, batch=c.train_batch_size,
       seq=c.max_seq_length, steps=steps, rounds=rounds, warmup=warmup, data=data,
       dropout_rate=c.dropout_rate,
-      attention_dropout_rate=c.attention_dropout_rate, remat=c.remat,
+      attention_dropout_rate=c.attention_dropout_rate, attention=attention_path(c, device),
+      remat=c.remat,
       xla_flags=os.environ.get('XLA_FLAGS'),
       first_loss=losses['electra_jax'][0], last_loss=losses['electra_jax'][-1],
       profile_dir=profile_dir)

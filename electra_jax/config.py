@@ -23,6 +23,7 @@ MODEL_SIZES = {
 }
 
 DTYPES = ('float32', 'bfloat16')
+ATTENTION_IMPLEMENTATIONS = ('auto', 'xla')
 REMAT = ('none', 'save_dots', 'full')
 
 # Generator/discriminator weight sharing (model.py); objectives: the objectives/ registry.
@@ -83,6 +84,9 @@ def _validate(c):
   check(c.temperature > 0, f'config.temperature={c.temperature} must be > 0')
   check(c.dtype in DTYPES, f'config.dtype={c.dtype!r} must be one of {DTYPES}')
   check(c.remat in REMAT, f'config.remat={c.remat!r} must be one of {REMAT}')
+  check(c.attention_implementation in ATTENTION_IMPLEMENTATIONS,
+         f'config.attention_implementation={c.attention_implementation!r} must be one of '
+         f'{ATTENTION_IMPLEMENTATIONS}')
   for key in ('dropout_rate', 'attention_dropout_rate'):
     check(0 <= c[key] < 1, f'config.{key}={c[key]} must be in [0, 1)')
   check(c.num_data_workers >= 0,

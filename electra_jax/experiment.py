@@ -94,12 +94,14 @@ def check_saved_config_matches(workdir: str, c) -> list[str]:
   return changed
 
 
-# Keys that change only logging, evaluation, checkpoint bookkeeping or memory use, never the
+# Keys that change only logging, evaluation, checkpoint bookkeeping, memory use or which kernel
+# computes the same values, never the
 # trained weights: they may differ on resume without being listed in allow_config_change. The
 # init_* keys only choose a new run's starting weights; a resumed run ignores them.
 HARMLESS_KEYS = ('log_every_steps', 'eval_every_steps', 'eval_batch_size', 'num_eval_steps',
                  'eval_files', 'save_checkpoints_steps', 'keep_checkpoint_max', 'progress_bar',
-                 'max_consecutive_nonfinite', 'allow_config_change', 'remat', 'init_from',
+                 'max_consecutive_nonfinite', 'allow_config_change', 'remat',
+                 'attention_implementation', 'init_from',
                  'init_generator_from', 'extend_vocab_file')
 
 

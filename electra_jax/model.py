@@ -54,6 +54,9 @@ class ModelConfig:
   relative_attention_span: int = 0
   dtype: Any = jnp.float32
   remat: str = 'none'
+  # config.attention_implementation: 'auto' (cuDNN's flash attention where it computes what
+  # XLA would; see fused_attention_implementation) or 'xla'.
+  attention_implementation: str = 'auto'
   # Which parts exist (the objective's layout) and which are shared (config.tie).
   layout: Layout = objectives.get('electra').layout
   tie: str = 'embeddings'
@@ -74,7 +77,8 @@ class ModelConfig:
                disc_output_bias_init=c.disc_output_bias_init,
                initializer_range=c.initializer_range, glorot_projections=c.glorot_projections,
                relative_attention_span=c.relative_attention_span, dtype=jnp.dtype(c.dtype),
-               remat=c.remat, layout=objectives.get(c.objective).layout_for(c), tie=c.tie)
+               remat=c.remat, attention_implementation=c.attention_implementation,
+               layout=objectives.get(c.objective).layout_for(c), tie=c.tie)
 
 
 def _dense(features, dtype, name, kernel_init, bias_init=nn.initializers.zeros):
@@ -178,6 +182,34 @@ def relative_position_bias(table, seq_len):
   return jnp.transpose(table[offset], (2, 0, 1))[None]
 
 
+def fused_attention_implementation(requested: str, dtype, head_dim: int, mask_ndim: int,
+                                   has_bias: bool, device) -> str:
+  """'cudnn' or 'xla': who computes the model's fused attention call on `device`.
+
+  cuDNN's flash attention never writes the [batch, heads, seq, seq] scores that XLA's softmax
+  reads and writes in f32 (Base at 32 x 512 on an H200: 73.0 -> 54.6 ms a step with attention
+  dropout 0, benchmarks/RESULTS.md). 'auto' takes it only where it computes what XLA does:
+  an NVIDIA GPU of compute capability >= 8.0, bf16 or fp16, a head dim that is a multiple of 8
+  up to 128, a [batch, seq] key mask (it goes in as each row's length: real tokens first,
+  padding last, as every electra_jax pipeline writes them) and no score bias."""
+  if requested == 'xla':
+    return 'xla'
+  capability = getattr(device, 'compute_capability', None)
+  usable = (device.platform == 'gpu' and device.device_kind.startswith('NVIDIA')
+            and capability is not None and float(capability) >= 8.0
+            and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
+            and head_dim % 8 == 0 and head_dim <= 128 and mask_ndim == 2 and not has_bias)
+  return 'cudnn' if usable else 'xla'
+
+
+def cudnn_attention(q, k, v, key_mask):
+  """jax's cuDNN attention with the [batch, seq] key mask as row lengths. A row of padding
+  only (a padded evaluation batch) keeps one key, as XLA's mask gives it a finite output too."""
+  lengths = jnp.maximum(key_mask.sum(-1, dtype=jnp.int32), 1)
+  return jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths,
+                                      implementation='cudnn')
+
+
 class SelfAttention(nn.Module):
   hidden_size: int
   num_heads: int
@@ -186,6 +218,7 @@ class SelfAttention(nn.Module):
   dtype: Any
   init_std: float = 0.02
   relative_span: int = 0
+  implementation: str = 'auto'
 
   @nn.compact
   def __call__(self, x, attention_mask, deterministic):
@@ -205,11 +238,17 @@ class SelfAttention(nn.Module):
                          (2 * self.relative_span + 1, self.num_heads), jnp.float32)
       bias = relative_position_bias(table, x.shape[1])
     if self.attention_dropout_rate == 0.0 or deterministic:
-      # One call for the whole attention. jax 0.10-0.11 implement it with XLA on every
-      # backend (implementation=None means 'xla' there): on GPU it is not cuDNN's flash
-      # attention, and softmax still runs over f32 [batch, heads, seq, seq] scores.
-      ctx = jax.nn.dot_product_attention(
-          q, k, v, bias=None if bias is None else bias.astype(q.dtype), mask=mask)
+      # One fused call for the whole attention: cuDNN's where it computes the same, else
+      # XLA's (jax 0.10-0.11's implementation=None is XLA on every backend, softmax over f32
+      # [batch, heads, seq, seq] scores).
+      kind = fused_attention_implementation(self.implementation, self.dtype, head_dim,
+                                            attention_mask.ndim, bias is not None,
+                                            jax.devices()[0])
+      if kind == 'cudnn':
+        ctx = cudnn_attention(q, k, v, attention_mask)
+      else:
+        ctx = jax.nn.dot_product_attention(
+            q, k, v, bias=None if bias is None else bias.astype(q.dtype), mask=mask)
     else:
       scores = jnp.einsum('bqhd,bkhd->bhqk', q, k,
                           preferred_element_type=jnp.float32) / jnp.sqrt(head_dim)
@@ -234,13 +273,15 @@ class TransformerLayer(nn.Module):
   dtype: Any
   init_std: float = 0.02
   relative_span: int = 0
+  attention_implementation: str = 'auto'
 
   @nn.compact
   def __call__(self, x, attention_mask, deterministic):
     init = _normal(self.init_std)
     attn = SelfAttention(self.hidden_size, self.num_heads, self.dropout_rate,
                          self.attention_dropout_rate, self.dtype, self.init_std,
-                         self.relative_span, name='attention')(x, attention_mask, deterministic)
+                         self.relative_span, self.attention_implementation,
+                         name='attention')(x, attention_mask, deterministic)
     x = _layer_norm('attention_LayerNorm')(x + attn).astype(self.dtype)
     h = _dense(self.intermediate_size, self.dtype, 'intermediate', init)(x)
     h = nn.gelu(h, approximate=False)
@@ -288,7 +329,7 @@ class Encoder(nn.Module):
     for i in range(self.num_layers):
       x = layer(self.hidden_size, self.num_heads, self.intermediate_size, cfg.dropout_rate,
                 cfg.attention_dropout_rate, cfg.dtype, cfg.initializer_range,
-                cfg.relative_attention_span, name=f'layer_{i}')(
+                cfg.relative_attention_span, cfg.attention_implementation, name=f'layer_{i}')(
                     x, attention_mask, deterministic)
     return x
 

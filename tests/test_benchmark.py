@@ -1,5 +1,5 @@
 """The benchmark instrument: analytic FLOPs, the CLI's JSON line, and the HF reference step."""
-import functools
+import contextlib
 import importlib.util
 import math
 import os
@@ -109,6 +109,10 @@ def test_benchmark_cli_prints_a_table_and_a_json_line_with_every_field(tmp_path)
               'jax_version', 'dtype', 'batch', 'seq', 'remat'):
     assert key in result, key
   assert result['batch'] == 8 and result['seq'] == 32 and result['dtype'] == 'float32'
+  # A CPU computes attention with XLA, fused or not.
+  assert result['attention'] == ('xla (attention dropout)' if result['attention_dropout_rate']
+                                 else 'xla')
+  assert f"attention {result['attention']}," in proc.stdout
   assert result['step_ms_p10'] <= result['step_ms'] <= result['step_ms_p90']
   # Each step's call returns before its results are ready, so its host share is within it.
   assert 0 < result['host_dispatch_ms'] <= result['step_ms']
@@ -266,20 +270,20 @@ def test_step_parts_swaps_out_exactly_the_part_each_variant_names():
     step_parts.run(c, 1, 0, 1, ('no_auc',))
 
 
-def test_step_parts_cudnn_variant_is_asked_for_on_a_gpu_without_attention_dropout():
-  """cudnn_attention swaps only the implementation of the model's one attention call; it is
-  refused, before anything compiles, where that call is not made or cuDNN is absent."""
+def test_step_parts_xla_attention_variant_is_asked_for_where_the_step_uses_cudnn():
+  """xla_attention changes only config.attention_implementation; it is refused, before anything
+  compiles, where the step's attention is not cuDNN's to begin with."""
   step_parts = benchmark_script('step_parts')
-  assert 'cudnn_attention' not in step_parts.VARIANTS  # not in the default --variants
+  assert 'xla_attention' not in step_parts.VARIANTS  # not in the default --variants
   c = tiny_config(attention_dropout_rate=0.0)
-  _, patch = step_parts.traced_as('cudnn_attention', c)
-  with patch:
-    assert jax.nn.dot_product_attention.keywords == dict(implementation='cudnn')
-  assert not isinstance(jax.nn.dot_product_attention, functools.partial)  # restored after
-  variants = ('as_trained', 'cudnn_attention')
+  swapped, patch = step_parts.traced_as('xla_attention', c)
+  assert swapped.attention_implementation == 'xla' and c.attention_implementation == 'auto'
+  assert isinstance(patch, contextlib.nullcontext)
+  variants = ('as_trained', 'xla_attention')
   with pytest.raises(UserError, match='needs --config.attention_dropout_rate=0 '):
     step_parts.run(tiny_config(attention_dropout_rate=0.1), 1, 0, 1, variants)
-  with pytest.raises(UserError, match='needs a GPU'):
+  with pytest.raises(UserError, match="compares with cuDNN's attention, which this step does "
+                     'not use'):
     step_parts.run(c, 1, 0, 1, variants)
 
 

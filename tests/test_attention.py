@@ -1,0 +1,120 @@
+"""Who computes the model's fused attention call: cuDNN's flash attention where it computes what
+XLA's would (config.attention_implementation='auto'), else XLA's."""
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from electra_jax import config as config_lib
+from electra_jax import experiment as experiment_lib
+from electra_jax import model as model_lib
+from electra_jax.errors import UserError
+from tests.conftest import tiny_config
+
+H100 = types.SimpleNamespace(platform='gpu', device_kind='NVIDIA H100 80GB HBM3',
+                             compute_capability='9.0')
+ON_GPU = jax.default_backend() == 'gpu'
+
+
+def _choice(requested='auto', dtype=jnp.bfloat16, head_dim=64, mask_ndim=2, has_bias=False,
+            device=H100):
+  return model_lib.fused_attention_implementation(requested, dtype, head_dim, mask_ndim,
+                                                  has_bias, device)
+
+
+def test_auto_takes_cudnn_only_where_it_computes_what_xla_does():
+  assert _choice() == 'cudnn'
+  assert _choice(dtype=jnp.float16, head_dim=128) == 'cudnn'
+  assert _choice(device=types.SimpleNamespace(**{**vars(H100), 'compute_capability': '12.0'}),
+                 head_dim=8) == 'cudnn'
+  not_cudnn = {
+      'asked for XLA': dict(requested='xla'),
+      'float32 (cuDNN flash is bf16/fp16)': dict(dtype=jnp.float32),
+      'head dim not a multiple of 8': dict(head_dim=12),
+      'head dim over 128': dict(head_dim=256),
+      'a query x key mask (the cloze generator)': dict(mask_ndim=3),
+      'a score bias (relative_attention_span)': dict(has_bias=True),
+      'a V100 (no flash attention before Ampere)': dict(
+          device=types.SimpleNamespace(**{**vars(H100), 'compute_capability': '7.0'})),
+      'an AMD GPU': dict(device=types.SimpleNamespace(platform='gpu', device_kind='AMD MI300X')),
+      'this machine\'s CPU': dict(device=jax.devices('cpu')[0]),
+  }
+  for why, kwargs in not_cudnn.items():
+    assert _choice(**kwargs) == 'xla', why
+
+
+def test_config_takes_auto_or_xla_and_a_resume_may_change_it():
+  with pytest.raises(UserError, match=r"config.attention_implementation='cudnn' must be one of "
+                     r"\('auto', 'xla'\)"):
+    config_lib.resolve(tiny_config(attention_implementation='cudnn'))
+  saved = config_lib.resolve(tiny_config(attention_implementation='xla')).to_dict()
+  assert experiment_lib.weight_changing_differences(
+      saved, config_lib.resolve(tiny_config())) == []
+
+
+def _xla_in_place_of_cudnn(monkeypatch):
+  """Runs the cuDNN branch on this backend: the same jax call, implemented by XLA, which reads
+  key_value_seq_lengths as cuDNN does."""
+  xla = jax.nn.dot_product_attention
+
+  def swapped(*args, implementation=None, **kwargs):
+    assert implementation == 'cudnn'
+    return xla(*args, implementation='xla', **kwargs)
+  monkeypatch.setattr(jax.nn, 'dot_product_attention', swapped)
+
+
+def _model_and_inputs(**overrides):
+  c = config_lib.resolve(tiny_config(**overrides))
+  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+  params = model_lib.init_params(model, jax.random.key(0), c.max_seq_length,
+                                 c.max_predictions_per_seq)
+  ids = jnp.asarray(np.random.default_rng(0).integers(5, c.vocab_size, (3, c.max_seq_length)),
+                    jnp.int32)
+  # Padding last in each row, as the pipelines write it; the third row is all padding (a
+  # padded evaluation batch).
+  mask = jnp.ones_like(ids).at[0, 20:].set(0).at[2].set(0)
+  return model, params, ids, mask
+
+
+def _disc_logits(model, params, ids, mask):
+  return model.apply({'params': params}, ids, jnp.zeros_like(ids), mask, True,
+                     method=model_lib.Electra.discriminator_logits)
+
+
+def test_the_cudnn_branch_masks_padding_as_xla_does(monkeypatch):
+  model, params, ids, mask = _model_and_inputs()
+  want = _disc_logits(model, params, ids, mask)
+  _xla_in_place_of_cudnn(monkeypatch)
+  monkeypatch.setattr(model_lib, 'fused_attention_implementation', lambda *args: 'cudnn')
+  got = _disc_logits(model, params, ids, mask)
+  real = np.asarray(mask, bool)
+  error = np.max(np.abs(np.asarray(got) - np.asarray(want))[real])
+  assert np.isfinite(np.asarray(got)).all()  # the all-padding row too
+  # Were the mask not passed on, the first row's real tokens would attend to its padding: a
+  # change of the (small, initial) logits a thousand times the error above.
+  unmasked = _disc_logits(model, params, ids, jnp.ones_like(mask))
+  assert np.max(np.abs(np.asarray(unmasked) - np.asarray(want))[0, :20]) > 1e3 * error
+
+
+@pytest.mark.skipif(not ON_GPU, reason='cuDNN attention needs an NVIDIA GPU '
+                    '(benchmarks/gpu_suite.sh tests)')
+def test_cudnn_attention_on_a_gpu_matches_xla_in_values_and_gradients():
+  model, params, ids, mask = _model_and_inputs(dtype='bfloat16')
+  xla_model, _, _, _ = _model_and_inputs(dtype='bfloat16', attention_implementation='xla')
+  real = np.asarray(mask, bool)
+
+  def loss(p, m):
+    return jnp.sum(_disc_logits(m, p, ids, mask) * mask)
+  auto_hlo = jax.jit(lambda p: _disc_logits(model, p, ids, mask)).lower(params).compile()
+  assert 'cudnn' in auto_hlo.as_text().lower()  # the custom call is there
+  for m in (model, xla_model):
+    assert np.isfinite(np.asarray(_disc_logits(m, params, ids, mask))).all()
+  np.testing.assert_allclose(np.asarray(_disc_logits(model, params, ids, mask))[real],
+                             np.asarray(_disc_logits(xla_model, params, ids, mask))[real],
+                             atol=0.05, rtol=0.05)
+  grads = [jax.grad(loss)(params, m) for m in (model, xla_model)]
+  for got, want in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
+    scale = float(jnp.max(jnp.abs(want))) + 1e-6
+    assert float(jnp.max(jnp.abs(got - want))) <= 0.05 * scale
