@@ -194,9 +194,11 @@ def fused_attention_implementation(requested: str, dtype, head_dim: int, mask_nd
   padding last, as every electra_jax pipeline writes them) and no score bias."""
   if requested == 'xla':
     return 'xla'
-  capability = getattr(device, 'compute_capability', None)
-  usable = (device.platform == 'gpu' and device.device_kind.startswith('NVIDIA')
-            and capability is not None and float(capability) >= 8.0
+  try:  # An NVIDIA GPU's '9.0'; a ROCm GPU reports 'gfx942', a CPU or TPU nothing.
+    capability = tuple(int(x) for x in str(device.compute_capability).split('.')[:2])
+  except (AttributeError, ValueError):
+    capability = ()
+  usable = (device.platform == 'gpu' and capability >= (8, 0)
             and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
             and head_dim % 8 == 0 and head_dim <= 128 and mask_ndim == 2 and not has_bias)
   return 'cudnn' if usable else 'xla'

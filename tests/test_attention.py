@@ -27,8 +27,9 @@ def _choice(requested='auto', dtype=jnp.bfloat16, head_dim=64, mask_ndim=2, has_
 def test_auto_takes_cudnn_only_where_it_computes_what_xla_does():
   assert _choice() == 'cudnn'
   assert _choice(dtype=jnp.float16, head_dim=128) == 'cudnn'
-  assert _choice(device=types.SimpleNamespace(**{**vars(H100), 'compute_capability': '12.0'}),
-                 head_dim=8) == 'cudnn'
+  for capability in ('8.0', '10.3', '12.0'):
+    device = types.SimpleNamespace(**{**vars(H100), 'compute_capability': capability})
+    assert _choice(device=device, head_dim=8) == 'cudnn', capability
   not_cudnn = {
       'asked for XLA': dict(requested='xla'),
       'float32 (cuDNN flash is bf16/fp16)': dict(dtype=jnp.float32),
@@ -38,7 +39,10 @@ def test_auto_takes_cudnn_only_where_it_computes_what_xla_does():
       'a score bias (relative_attention_span)': dict(has_bias=True),
       'a V100 (no flash attention before Ampere)': dict(
           device=types.SimpleNamespace(**{**vars(H100), 'compute_capability': '7.0'})),
-      'an AMD GPU': dict(device=types.SimpleNamespace(platform='gpu', device_kind='AMD MI300X')),
+      'an AMD GPU': dict(device=types.SimpleNamespace(platform='gpu', device_kind='AMD MI300X',
+                                                      compute_capability='gfx942')),
+      'a GPU that says nothing of its capability': dict(
+          device=types.SimpleNamespace(platform='gpu', device_kind='NVIDIA H100')),
       'this machine\'s CPU': dict(device=jax.devices('cpu')[0]),
   }
   for why, kwargs in not_cudnn.items():
