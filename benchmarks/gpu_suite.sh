@@ -12,7 +12,9 @@
 # step. Stage lengths: small about 3.5 min when profile ran first in the call (two compiles
 # and the HF references; 6 min alone), profile about 2 min (Base about 3), parts about 8.5 min
 # (five compiles), base about 7 min, tests over 6 min, pretrain 8 min at PRETRAIN_STEPS=12000,
-# graphs about 4 min (two or three compiles), large over 5 min (one compile of Large).
+# graphs about 4 min (two or three compiles), large about 4 min on an H200 (its compile 121 s
+# when the machine was warm; over 250 s in a first call), parts of Base with two variants
+# about 3.5 min.
 #
 # The machine's image has jax (CUDA), flax, optax, orbax, torch and transformers but not grain,
 # array-record, ml-collections or tensorboardX: fetch their wheels here first, once
@@ -106,13 +108,17 @@ case $1 in
         --warmup=3 --compare=hf
     bench base_b256_accum4 --config=configs/base.py --config.grad_accum_steps=4 --steps=10 \
         --warmup=2 ;;
-  large)  # Target: MFU >= 50 % at the per-device batch that fits. One compile of Large took
-    # over 250 s on an H200 (2026-11-26), so a call holds one: LARGE_BATCH and LARGE_REMAT
-    # choose it (default batch 32 without remat, about 20 GB of activations).
+  large)  # Target: MFU >= 50 % at the per-device batch that fits. One compile of Large takes
+    # 2-4 minutes, so a call holds one: LARGE_BATCH and LARGE_REMAT choose it (default batch 32
+    # without remat: 49 GB peak on an H200), LARGE_FLAGS adds overrides (e.g.
+    # '--config.attention_dropout_rate=0': cuDNN's attention) and names the run after them.
     remat=${LARGE_REMAT:-none}
-    bench "large_b${LARGE_BATCH:-32}_$remat" --config=configs/large.py \
-        --config.train_batch_size="${LARGE_BATCH:-32}" --config.remat="$remat" --steps=10 \
-        --warmup=2 ;;
+    read -ra extra <<< "${LARGE_FLAGS:-}"
+    tag=${LARGE_FLAGS:-}
+    tag=$(printf '%s' "${tag//--config./}" | tr -c 'A-Za-z0-9_.' '_')
+    bench "large_b${LARGE_BATCH:-32}_$remat${tag:+_$tag}" --config=configs/large.py \
+        --config.train_batch_size="${LARGE_BATCH:-32}" --config.remat="$remat" "${extra[@]}" \
+        --steps=10 --warmup=2 ;;
   graphs)  # The host's share of the Small step. XLA:GPU runs the step as one CUDA graph and
     # re-records it when a buffer it uses moved: every step of the 2026-11-26 H200 trace, 4-5 ms
     # of host time, then 14-17 ms in cuGraphLaunch for 2,780 commands. The update modes this

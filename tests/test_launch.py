@@ -61,6 +61,7 @@ cli.parse_flags(sys.argv)
 c = flags.FLAGS.config
 print(json.dumps(dict(model_size=c.model_size, vocab_size=c.vocab_size, dtype=c.dtype,
                       batch=c.train_batch_size, remat=c.remat, compare=flags.FLAGS.compare,
+                      attention_dropout_rate=c.attention_dropout_rate,
                       jax_cache=os.environ.get('JAX_COMPILATION_CACHE_DIR'),
                       xla_flags=os.environ.get('XLA_FLAGS', ''))))
 """
@@ -88,7 +89,8 @@ def test_gpu_suite_benchmark_stages_pass_flags_the_benchmark_accepts(tmp_path):
   cache = tmp_path / 'cache'
   env = dict(os.environ, PATH=f'{shim_dir}:{os.environ["PATH"]}', REAL_PYTHON=sys.executable,
              SUITE_PARSER=str(tmp_path / 'parser.py'), PYTHONPATH=REPO_ROOT,
-             GPU_SUITE_CACHE=str(cache), PROFILE_CONFIG='base')
+             GPU_SUITE_CACHE=str(cache), PROFILE_CONFIG='base',
+             LARGE_FLAGS='--config.attention_dropout_rate=0')
   out = tmp_path / 'out'
   # Five stages in one call: each runs though the first fails.
   proc = subprocess.run(['bash', 'benchmarks/gpu_suite.sh', 'small,base,large,graphs,profile',
@@ -114,9 +116,10 @@ def test_gpu_suite_benchmark_stages_pass_flags_the_benchmark_accepts(tmp_path):
   for stage, batches in (('small', [128]), ('base', [32, 256, 32]), ('large', [32])):
     assert [r['batch'] for r in rows[stage]] == batches  # ... and the next ones still ran.
     assert all(r['vocab_size'] == 30522 and r['dtype'] == 'bfloat16' for r in rows[stage])
-  for log in ('small-small_no_attn_dropout', 'base-base_b32', 'large-large_b32_none'):
+  for log in ('small-small_no_attn_dropout', 'base-base_b32',
+              'large-large_b32_none_attention_dropout_rate_0'):
     assert (out / f'{log}.log').exists(), log  # Each benchmark's log names its stage.
-  assert [r['remat'] for r in rows['large']] == ['none']
+  assert [(r['remat'], r['attention_dropout_rate']) for r in rows['large']] == [('none', 0)]
   assert rows['base'][0]['compare'] == ['hf']
   # Every benchmark shares one compilation cache and one autotuning cache.
   rows = [r for stage in rows.values() for r in stage]
