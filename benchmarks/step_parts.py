@@ -17,8 +17,18 @@ product):
                      optim.skip_if_nonfinite (same results, plus an isfinite reduction of
                      every gradient array): a negative cost is what skip_if_nonfinite saves
 
-Only when named in --variants, and only where the trained step's attention is cuDNN's (an
-NVIDIA GPU, bfloat16, --config.attention_dropout_rate=0: benchmark.attention_path):
+Only when named in --variants:
+
+  flat_optimizer     the same optimizer chain over a few long vectors, not one array per
+                     parameter: each network's decayed and undecayed parameters joined into
+                     one vector each (gradients joined, updates split back every step), and
+                     the logged gradient norm over one joined vector. The same arithmetic (sums
+                     in another order); XLA:GPU runs the per-array Adam and norm as ~900 small
+                     kernels of the Small step's ~2,800 (benchmarks/RESULTS.md): a positive
+                     cost is what fewer, longer kernels would save.
+
+and only where the trained step's attention is cuDNN's (an NVIDIA GPU, bfloat16,
+--config.attention_dropout_rate=0: benchmark.attention_path):
 
   xla_attention      config.attention_implementation='xla': XLA's attention instead; a
                      negative cost is what cuDNN saves; first_loss_sums should agree with
@@ -49,7 +59,65 @@ from electra_jax.objectives import metrics as objective_metrics
 
 FLAGS = flags.FLAGS
 VARIANTS = ('as_trained', 'plain_dropout_key', 'no_auc', 'no_dropout', 'apply_if_finite')
+OPTIONAL_VARIANTS = ('flat_optimizer',)  # Not in the default --variants.
 GPU_VARIANTS = ('xla_attention',)  # Not in the default --variants: they need cuDNN.
+_GROUPS = (('weights', True), ('bias', False))  # optim.weight_decay_mask reads these names.
+_make_optimizer = optim.make_optimizer
+
+
+def _joined(tree, decays):
+  """{network: {'weights': its decayed arrays raveled and joined, 'bias': the others}}."""
+  joined = {}
+  for top, sub in tree.items():
+    pairs = list(zip(jax.tree.leaves(sub), jax.tree.leaves(decays[top])))
+    joined[top] = {name: jnp.concatenate([x.reshape(-1) for x, d in pairs if d == wanted]
+                                         or [jnp.zeros((0,), jnp.float32)])
+                   for name, wanted in _GROUPS}
+  return joined
+
+
+def _split(joined, like, decays):
+  """_joined's inverse: arrays shaped and nested as `like`."""
+  out = {}
+  for top, sub in like.items():
+    leaves, treedef = jax.tree.flatten(sub)
+    offsets, parts = {name: 0 for name, _ in _GROUPS}, []
+    for x, d in zip(leaves, jax.tree.leaves(decays[top])):
+      name = 'weights' if d else 'bias'
+      parts.append(joined[top][name][offsets[name]:offsets[name] + x.size].reshape(x.shape))
+      offsets[name] += x.size
+    out[top] = jax.tree.unflatten(treedef, parts)
+  return out
+
+
+def _flat(tx: optax.GradientTransformationExtraArgs) -> optax.GradientTransformationExtraArgs:
+  """`tx` over _joined vectors: its state holds them, its update takes and gives trees."""
+  def init(params):
+    return tx.init(_joined(params, optim.weight_decay_mask(params)))
+
+  def update(updates, state, params=None, **extra_args):
+    decays = optim.weight_decay_mask(updates)
+    joined_params = None if params is None else _joined(params, decays)
+    joined, state = tx.update(_joined(updates, decays), state, joined_params, **extra_args)
+    return _split(joined, updates, decays), state
+  return optax.GradientTransformationExtraArgs(init, update)
+
+
+def _flat_optimizer(c):
+  tx, schedule = _make_optimizer(c)
+  return _flat(tx), schedule
+
+
+def _joined_norm(tree):
+  return jnp.sqrt(jnp.sum(jnp.square(jnp.concatenate(
+      [x.reshape(-1).astype(jnp.float32) for x in jax.tree.leaves(tree)]))))
+
+
+@contextlib.contextmanager
+def _flat_patches():
+  with mock.patch.object(optim, 'make_optimizer', _flat_optimizer), \
+       mock.patch.object(optax.tree, 'norm', _joined_norm):
+    yield
 
 
 def traced_as(variant: str, config):
@@ -68,13 +136,15 @@ def traced_as(variant: str, config):
     c.dropout_rate = c.attention_dropout_rate = 0.0
   if variant == 'xla_attention':
     c.attention_implementation = 'xla'
+  if variant == 'flat_optimizer':
+    return c, _flat_patches()
   return c, contextlib.nullcontext()
 
 
 def run(config, steps: int, warmup: int, rounds: int, variants=VARIANTS) -> dict:
   if steps < 1 or warmup < 0 or rounds < 1:
     raise UserError(f'--steps={steps} and --rounds={rounds} must be >= 1, --warmup={warmup} >= 0')
-  known = VARIANTS + GPU_VARIANTS
+  known = VARIANTS + OPTIONAL_VARIANTS + GPU_VARIANTS
   unknown = [v for v in variants if v not in known]
   if unknown or 'as_trained' not in variants:
     raise UserError(f'--variants={",".join(variants)}: give as_trained and any of '

@@ -14,6 +14,7 @@ from electra_jax import benchmark
 from electra_jax import chips
 from electra_jax import config as config_lib
 from electra_jax import flops
+from electra_jax import optim
 from electra_jax.errors import UserError
 from tests.conftest import REPO_ROOT, tiny_config, tiny_trainer
 from tests.test_train_cli import last_json, run_cli
@@ -268,6 +269,39 @@ def test_step_parts_swaps_out_exactly_the_part_each_variant_names():
   assert c.dropout_rate == 0.1  # the caller's config is left as it was
   with pytest.raises(UserError, match='--variants=no_auc: give as_trained'):
     step_parts.run(c, 1, 0, 1, ('no_auc',))
+
+
+def test_step_parts_flat_optimizer_updates_parameters_as_the_per_array_optimizer():
+  """flat_optimizer runs the same chain (clipping, AdamW with its decay mask, the generator's
+  learning-rate factor) over a few joined vectors: after three steps the parameters match the
+  per-array optimizer's to float32 rounding, its state holds one vector per network and group,
+  and its step takes a few square roots where the per-array one takes one per array."""
+  step_parts = benchmark_script('step_parts')
+  assert 'flat_optimizer' not in step_parts.VARIANTS  # opt-in
+  c = tiny_config(generator_lr_multiplier=0.5, max_grad_norm=0.1)
+  states, sqrts = {}, {}
+  for variant in ('as_trained', 'flat_optimizer'):
+    vc, patch = step_parts.traced_as(variant, c)
+    with patch:
+      exp, host_batch = benchmark.build(vc, 'synthetic')
+      batch = {k: jax.ShapeDtypeStruct(x.shape, x.dtype) for k, x in host_batch.items()}
+      sqrts[variant] = str(jax.make_jaxpr(exp.jit_train_step())(
+          exp.abstract_state(), batch, jax.random.key(0))).count('sqrt')
+      states[variant] = benchmark.JaxStep(exp, host_batch, warmup=3).state
+  assert optim.make_optimizer is step_parts._make_optimizer  # restored after the trace
+  per_array, flat = states['as_trained'], states['flat_optimizer']
+  assert int(per_array.step) == int(flat.step) == 3
+  start = benchmark.build(c, 'synthetic')[0].init_state().params
+  moved = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), per_array.params, start)
+  assert min(jax.tree.leaves(moved)) > 0  # every array was updated, decayed or not
+  for got, want in zip(jax.tree.leaves(flat.params), jax.tree.leaves(per_array.params)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+  flat_state = jax.tree.leaves(flat.opt_state)
+  num_arrays = len(jax.tree.leaves(per_array.params))
+  assert max(x.size for x in flat_state) > max(x.size for x in jax.tree.leaves(start))
+  assert len(flat_state) <= 20 < 2 * num_arrays <= len(jax.tree.leaves(per_array.opt_state))
+  # Adam's square root: one per parameter array, or one per network and group.
+  assert sqrts['as_trained'] - sqrts['flat_optimizer'] == num_arrays - 2 * len(start)
 
 
 def test_step_parts_xla_attention_variant_is_asked_for_where_the_step_uses_cudnn():
