@@ -23,9 +23,9 @@ Only when named in --variants:
                      parameter: each network's decayed and undecayed parameters joined into
                      one vector each (gradients joined, updates split back every step), and
                      the logged gradient norm over one joined vector. The same arithmetic (sums
-                     in another order); XLA:GPU runs the per-array Adam and norm as ~900 small
-                     kernels of the Small step's ~2,800 (benchmarks/RESULTS.md): a positive
-                     cost is what fewer, longer kernels would save.
+                     in another order); XLA:GPU runs the per-array Adam and norms as ~950
+                     small kernels in Base's step (benchmarks/RESULTS.md, session 15): a
+                     positive cost is what fewer, longer kernels would save.
 
 and only where the trained step's attention is cuDNN's (an NVIDIA GPU, bfloat16,
 --config.attention_dropout_rate=0: benchmark.attention_path):
