@@ -168,8 +168,8 @@ tests/test_train_step.py tests/test_benchmark.py}"
     # PARTS_CONFIG=base and PARTS_FLAGS choose others, e.g. what cuDNN's attention saves in Base:
     # PARTS_FLAGS='--config.train_batch_size=32 --config.attention_dropout_rate=0
     # --variants=as_trained,xla_attention' (two compiles of Base, about 3.5 min on an H200);
-    # PARTS_FLAGS='--variants=as_trained,flat_optimizer': what ~900 per-array optimizer and
-    # norm kernels cost the Small step (two compiles, about 3 min).
+    # PARTS_FLAGS='--variants=as_trained,flat_optimizer': what the per-array optimizer and norm
+    # kernels (~950 in Base's step, session 15) cost the Small step (two compiles, about 3 min).
     read -ra extra <<< "${PARTS_FLAGS:-}"
     measure step_parts benchmarks/step_parts.py --config="configs/${PARTS_CONFIG:-small}.py" \
         "${extra[@]}" --steps=30 --rounds=3 ;;

@@ -209,11 +209,11 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
   device = jax.devices()[0]
   model_flops = flops_lib.model_flops_per_step(c)
   peak, peak_source = chips.peak_tflops(device.device_kind, c.dtype, peak_override)
+  attention = attention_path(c, device)
   print(f'Benchmarking the train step: {device.device_kind} x{devices} ({device.platform}), '
         f'jax {jax.__version__}, {c.dtype}, batch {c.train_batch_size} x {c.max_seq_length}, '
-        f'dropout {c.dropout_rate}/{c.attention_dropout_rate}, attention '
-        f'{attention_path(c, device)}, {rounds} round(s) of {steps} '
-        f'timed steps after {warmup} warmup; data: {data}; '
+        f'dropout {c.dropout_rate}/{c.attention_dropout_rate}, attention {attention}, '
+        f'{rounds} round(s) of {steps} timed steps after {warmup} warmup; data: {data}; '
         f'XLA_FLAGS={os.environ.get("XLA_FLAGS", "")!r}', flush=True)
 
   ours = JaxStep(exp, host_batch, warmup)
@@ -269,7 +269,7 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
       jax_version=jax.__version__, dtype=c.dtype, batch=c.train_batch_size,
       seq=c.max_seq_length, steps=steps, rounds=rounds, warmup=warmup, data=data,
       dropout_rate=c.dropout_rate,
-      attention_dropout_rate=c.attention_dropout_rate, attention=attention_path(c, device),
+      attention_dropout_rate=c.attention_dropout_rate, attention=attention,
       remat=c.remat,
       xla_flags=os.environ.get('XLA_FLAGS'),
       first_loss=losses['electra_jax'][0], last_loss=losses['electra_jax'][-1],
