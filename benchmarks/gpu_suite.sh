@@ -180,16 +180,28 @@ tests/test_train_step.py tests/test_benchmark.py}"
     # held-out AUC and MLM accuracy against tokens from the copied config and eval metrics.
     # PRETRAIN_FLAGS adds overrides, e.g. '--config.relative_attention_span=8' (the demo's
     # attention bias: the paper's network left the held-out AUC at 0.54 after 12,000 steps).
+    # PRETRAIN_PROFILE_STEPS=FIRST:LAST (e.g. 1001:1003) traces those steps of the real loop
+    # (input pipeline and gaps between steps included); the Perfetto JSON and
+    # profile_top_ops' table come back (pretrain_profile.json.gz, pretrain_top_ops.log): with
+    # the stage's other files that makes 8, the device tool's limit, so run it as the only stage.
     steps=${PRETRAIN_STEPS:-12000}
     read -ra extra <<< "${PRETRAIN_FLAGS:-}"
     workdir=/tmp/electra_small_pretrain
+    if [[ -n ${PRETRAIN_PROFILE_STEPS:-} ]]; then
+      extra+=("--profile_dir=$workdir/profile" "--profile_steps=$PRETRAIN_PROFILE_STEPS")
+    fi
     cached timeout -s TERM "${PRETRAIN_SECONDS:-510}" python3 -m electra_jax.train \
         --config=configs/small.py --workdir=$workdir --config.dtype=bfloat16 \
         --config.num_train_steps="$steps" --config.num_warmup_steps=$((steps / 10)) \
         --config.log_every_steps=100 --config.eval_every_steps=500 --config.num_eval_steps=0 \
         --config.save_checkpoints_steps="$steps" --config.progress_bar=false "${extra[@]}" \
         2>&1 | tee "$out/pretrain.log"
-    cp $workdir/metrics.jsonl $workdir/eval_metrics.jsonl $workdir/config.json "$out/" ;;
+    cp $workdir/metrics.jsonl $workdir/eval_metrics.jsonl $workdir/config.json "$out/"
+    if [[ -n ${PRETRAIN_PROFILE_STEPS:-} ]]; then
+      python3 benchmarks/profile_top_ops.py $workdir/profile 2>&1 | tee "$out/pretrain_top_ops.log"
+      traces=("$workdir"/profile/plugins/profile/*/perfetto_trace.json.gz)  # Newest last.
+      cp "${traces[-1]}" "$out/pretrain_profile.json.gz"
+    fi ;;
 esac
 }
 

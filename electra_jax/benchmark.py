@@ -168,15 +168,13 @@ def summarize(name: str, times, model_flops: float, c, num_devices: int,
               peak: float | None) -> dict:
   tokens = c.train_batch_size * c.max_seq_length
   median = statistics.median(times)
-  achieved = model_flops / median / num_devices / 1e12
   return {
       'implementation': name,
       'tokens_per_sec': tokens / median,
       'step_ms': 1e3 * median,
       'step_ms_p10': 1e3 * percentile(times, 10),
       'step_ms_p90': 1e3 * percentile(times, 90),
-      'model_tflops_per_sec_per_device': achieved,
-      'mfu': achieved / peak if peak else None,
+      **flops_lib.utilization(model_flops, 1, median, num_devices, peak),
   }
 
 

@@ -9,7 +9,8 @@ TPU figures per chip from the Cloud TPU system architecture pages (read 2026-11-
 message, "exceeds available HBM (30.75G)", with libtpu 0.0.42): a step that compiles for a
 topology fits under it. GPU entries carry only dense peaks (vendor figures, no sparsity):
 H100/H200 SXM 989 bf16, 67 float32 without tensor cores (TF32 tensor cores, 494, only at
-jax_default_matmul_precision='tensorfloat32'); A100 312 / 19.5.
+jax_default_matmul_precision='tensorfloat32'); H100 PCIe 756 / 51 (its datasheet's 1,513 bf16
+is with sparsity); A100 312 / 19.5.
 """
 import dataclasses
 
@@ -38,12 +39,13 @@ TPU_CHIPS = {c.name: c for c in (
     TpuChip('v6e', 'TPU v6 lite', 'v6e', 1, 32 * 10**9, int(31.25 * GiB), 918e12, 1638e9),
 )}
 
-# Dense peak TFLOP/s per device by device-kind substring, per compute dtype (benchmark MFU).
+# Dense peak TFLOP/s per device by device-kind substring, per compute dtype (the MFU of the
+# benchmark and of the training log).
 PEAK_TFLOPS = {
     'bfloat16': {**{c.device_kind: c.peak_bf16_flops / 1e12 for c in TPU_CHIPS.values()},
                  **{f'TPU {c.name}': c.peak_bf16_flops / 1e12 for c in TPU_CHIPS.values()},
-                 'H100': 989, 'H200': 989, 'A100': 312},
-    'float32': {'H100': 67, 'H200': 67, 'A100': 19.5},
+                 'H100': 989, 'H100 PCIe': 756, 'H200': 989, 'A100': 312},
+    'float32': {'H100': 67, 'H100 PCIe': 51, 'H200': 67, 'A100': 19.5},
 }
 
 

@@ -78,3 +78,12 @@ def model_flops_per_step(config) -> float:
   """
   c = config_lib.resolve(config)
   return objectives.get(c.objective).flops_per_step(c, forward_flops(c))
+
+
+def utilization(model_flops_per_step: float, steps: int, seconds: float, num_devices: int,
+                peak_tflops: float | None) -> dict:
+  """Model TFLOP/s per device and MFU (None where the device's peak is unknown, as on CPUs)
+  of `steps` steps taking `seconds`: the one formula of the benchmark and the training log."""
+  achieved = model_flops_per_step * steps / max(seconds, 1e-9) / num_devices / 1e12
+  return {'model_tflops_per_sec_per_device': achieved,
+          'mfu': achieved / peak_tflops if peak_tflops else None}

@@ -19,6 +19,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from electra_jax import checkpoint
+from electra_jax import chips
 from electra_jax import cli
 from electra_jax import config as config_lib
 from electra_jax import cpu_devices
@@ -26,11 +27,13 @@ from electra_jax import distributed
 from electra_jax import dry_run
 from electra_jax import eval_loop
 from electra_jax import experiment as experiment_lib
+from electra_jax import flops as flops_lib
 from electra_jax import init_from
 from electra_jax import metric_writer
 from electra_jax import nonfinite
 from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import saved_config
+from electra_jax import step_trace
 from electra_jax import tpu_plan
 from electra_jax import train_state as ts
 from electra_jax.data import pipeline
@@ -90,23 +93,26 @@ def _window_from_json(loop_state):
 
 
 def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None,
-                       overridden=()) -> dict:
+                       overridden=(), profile_dir: str | None = None,
+                       profile_steps: tuple[int, int] | None = None) -> dict:
   """Trains (or resumes) to config.num_train_steps; returns the run summary.
 
   stop_after_steps=0 saves the starting state as a checkpoint (e.g. init_from's step 0) and
   stops. overridden: the keys given as --config.KEY=VALUE (init_from checks them against its
-  source).
+  source). profile_dir, profile_steps: trace those steps with jax.profiler (step_trace.py).
   """
   on_error = []  # Cleanups for a run that fails (e.g. finish pending saves of good states).
   try:
-    return _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
+    trace = step_trace.StepTrace(profile_dir, profile_steps)
+    return _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden, trace)
   except Exception:
     for cleanup in reversed(on_error):
       cleanup()
     raise
 
 
-def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden) -> dict:
+def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
+                        trace) -> dict:
   start_time = time.time()
   if stop_after_steps is not None and stop_after_steps < 0:
     raise cli.UserError(f'--stop_after_steps={stop_after_steps} must be >= 0')
@@ -168,14 +174,26 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
   stop.install()
 
   first_step = step
+  note = trace.plan(first_step, c.num_train_steps, enabled=is_chief)
+  if note:
+    say(f'note: {note}', flush=True)
+  on_error.append(lambda: trace.close(step))
   tokens_per_step = c.train_batch_size * c.max_seq_length
+  model_flops = flops_lib.model_flops_per_step(c)
+  peak, _ = chips.peak_tflops(jax.devices()[0].device_kind, c.dtype, None)
+
+  def throughput(steps: int, seconds: float) -> dict:
+    return dict(tokens_per_sec=steps * tokens_per_step / max(seconds, 1e-9),
+                steps_per_sec=steps / max(seconds, 1e-9),
+                **flops_lib.utilization(model_flops, steps, seconds, mesh.devices.size, peak))
+
   train_metrics, eval_metrics, last_eval_step = {}, {}, None
   window = _window_from_json(loop_state)  # A resumed run continues the metric window exactly.
   window_start, window_steps = time.time(), 0  # For throughput: steps of this process only.
   bar = tqdm.tqdm(total=c.num_train_steps, initial=step, unit='step', file=sys.stderr,
                   disable=not (is_chief and c.progress_bar), dynamic_ncols=True,
                   mininterval=1.0 if sys.stderr.isatty() else 30.0)
-  train_seconds = 0.0
+  train_seconds, timed_steps, first_step_seconds = 0.0, 0, None
 
   def run_eval():
     nonlocal eval_metrics, window_start, last_eval_step
@@ -195,6 +213,9 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
     ckpt.save(step, state, force=True, loop_state=_loop_state(window, position))
 
   def stop_now(reason: str) -> dict:
+    traced = trace.close(step)
+    if traced:
+      write_line(traced)
     ckpt.close()
     train_iter.close()
     bar.close()
@@ -211,40 +232,57 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
     if latest is None:  # The starting state, e.g. to export or evaluate init_from's weights.
       save()
     return stop_now('--stop_after_steps=0')
+  loop_start = time.time()
   while step < c.num_train_steps:
     batch = next(train_iter)  # Global arrays, built while the previous step ran.
+    traced_seconds = trace.seconds
+    trace.before(step + 1)
     state, sums = train_step(state, batch, base_rng)
     step += 1
     too_many_nonfinite.push(step, sums.pop('consecutive_nonfinite'))
     window_steps += 1
     window = sums if window is None else _add(window, sums)
+    traced = trace.after(step, window)
+    if traced:
+      write_line(traced)
+    window_start += trace.seconds - traced_seconds  # Writing a trace is not training time.
     bar.update(1)
     budget_spent = stop_after_steps is not None and step - first_step >= stop_after_steps
     preempted = ckpt.reached_preemption(step) or stop.signal is not None or budget_spent
+    log_step = step % c.log_every_steps == 0 or step == c.num_train_steps
+    if step == first_step + 1:
+      # This process's first step compiles the train step (minutes for Large): it is reported
+      # apart, and throughput and MFU count from the next step on unless it is logged at once.
+      jax.block_until_ready(window)
+      first_step_seconds = time.time() - loop_start
+      write_line(f'first step {step}: {first_step_seconds:.1f}s, compiling the train step '
+                 'included')
+      if not (log_step or preempted):
+        window_start, window_steps = time.time(), 0
 
     # A stop between logging steps prints the partial window but does not write it to
     # metrics.jsonl: the window goes into the checkpoint and the resumed run logs it whole,
     # so its metrics.jsonl matches an uninterrupted run's.
-    log_step = step % c.log_every_steps == 0 or step == c.num_train_steps
     if log_step or preempted:
       window = jax.device_get(window)
       elapsed = time.time() - window_start
       train_seconds += elapsed
+      timed_steps += window_steps
       train_metrics = objective_metrics.summarize(window, c.gen_weight, c.disc_weight)
       finite_steps = float(window['num_steps'])  # Skipped (non-finite) steps count 0.
       train_metrics.update(
           grad_norm=float(window['grad_norm_sum']) / finite_steps if finite_steps else None,
           learning_rate=float(exp.schedule(step - 1)),
           skipped_steps=int(nonfinite.total_skipped(state.opt_state)),
-          tokens_per_sec=window_steps * tokens_per_step / max(elapsed, 1e-9),
-          steps_per_sec=window_steps / max(elapsed, 1e-9))
+          **throughput(window_steps, elapsed))
       if log_step:
         writer.write('metrics', step, train_metrics)
       bar.set_postfix(loss=f'{train_metrics["loss"]:.3f}',
                       tok_s=f'{train_metrics["tokens_per_sec"]:.0f}', refresh=False)
       write_line(f'train step {step:>7d} | {objective_metrics.progress_line(train_metrics)} | '
                  f'lr {train_metrics["learning_rate"]:.2e} | '
-                 f'{train_metrics["tokens_per_sec"]:.0f} tok/s')
+                 f'{train_metrics["tokens_per_sec"]:.0f} tok/s'
+                 + (f' | MFU {train_metrics["mfu"]:.1%}' if train_metrics['mfu'] else ''))
       if log_step:
         window, window_start, window_steps = None, time.time(), 0
 
@@ -268,7 +306,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden)
                  checkpoint=ckpt.step_path(ckpt.latest_step()), steps_run=steps_run)
   summary.update(train_metrics)
   if steps_run:
-    summary['tokens_per_sec'] = steps_run * tokens_per_step / max(train_seconds, 1e-9)
+    summary.update(throughput(timed_steps, train_seconds), first_step_sec=first_step_seconds)
   summary.update({f'eval_{k}': v for k, v in eval_metrics.items()})
   summary['wall_time_sec'] = round(time.time() - start_time, 2)
   return summary
@@ -313,8 +351,9 @@ def main(argv):
       print(dry_run.describe(plan), flush=True)
     cli.print_result(plan)
     return
-  cli.print_result(train_and_evaluate(FLAGS.config, FLAGS.workdir, FLAGS.stop_after_steps,
-                                      overridden))
+  cli.print_result(train_and_evaluate(
+      FLAGS.config, FLAGS.workdir, FLAGS.stop_after_steps, overridden, FLAGS.profile_dir,
+      step_trace.parse_steps(FLAGS.profile_steps)))
 
 
 def _define_flags():
@@ -341,6 +380,11 @@ def _define_flags():
   flags.DEFINE_list('sweep_remat', 'none,save_dots,full', 'Remat policies --sweep tries.')
   flags.DEFINE_list('sweep_fsdp', '1,8', 'fsdp_axis_size values --sweep tries (those that divide '
                     'the chip count).')
+  flags.DEFINE_string('profile_dir', None, 'Trace steps of this run with jax.profiler into this '
+                      'local directory (Perfetto JSON and xplane; read it with '
+                      'benchmarks/profile_top_ops.py, TensorBoard or XProf). Process 0 only.')
+  flags.DEFINE_string('profile_steps', None, 'FIRST:LAST, the steps --profile_dir traces '
+                      '(default: the 3 after this process\'s first step, which compiles).')
   cpu_devices.define_flag()
   distributed.define_flags()
 

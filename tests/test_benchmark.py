@@ -67,6 +67,7 @@ def test_model_flops_equal_the_matmuls_the_train_step_actually_traces():
 def test_peak_table_matches_device_kinds_and_dtypes():
   assert chips.peak_tflops('NVIDIA H100 80GB HBM3', 'bfloat16', None)[0] == 989
   assert chips.peak_tflops('NVIDIA H100 80GB HBM3', 'float32', None)[0] == 67
+  assert chips.peak_tflops('NVIDIA H100 PCIe', 'bfloat16', None)[0] == 756  # Longest name wins.
   assert chips.peak_tflops('TPU v5 lite', 'bfloat16', None)[0] == 197
   assert chips.peak_tflops('TPU v5p', 'bfloat16', None)[0] == 459
   assert chips.peak_tflops('TPU v4', 'bfloat16', None)[0] == 275

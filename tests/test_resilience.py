@@ -36,7 +36,7 @@ NUM_STEPS = 12
 # Checkpoints at 3, 6, 9, 12 (all kept), metrics every 2 steps, evaluation every 4.
 FLAGS = ['--config=configs/demo.py', *TINY_FLAGS, f'--config.num_train_steps={NUM_STEPS}',
          '--config.keep_checkpoint_max=4']
-TIMING_KEYS = ('tokens_per_sec', 'steps_per_sec')
+TIMING_KEYS = ('tokens_per_sec', 'steps_per_sec', 'model_tflops_per_sec_per_device', 'mfu')
 
 
 @pytest.fixture(scope='module')

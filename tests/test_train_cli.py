@@ -1,7 +1,10 @@
 """End to end: the train and evaluate commands as a user runs them, in subprocesses."""
 import concurrent.futures
+import glob
+import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -9,6 +12,10 @@ import jax
 import numpy as np
 import pytest
 
+from electra_jax import flops
+from electra_jax import saved_config
+from electra_jax import step_trace
+from electra_jax.errors import UserError
 from tests.conftest import REPO_ROOT, saved_state
 
 # A 1-layer model on a slice of the bundled corpus: the whole CLI path in a few seconds.
@@ -60,13 +67,16 @@ def trained(tmp_path_factory, small_corpus):
   resumed, straight = str(base / 'resumed'), str(base / 'straight')
   # The uninterrupted run is independent of the other two: it runs alongside them (CI time).
   with concurrent.futures.ThreadPoolExecutor(1) as pool:
-    third_future = pool.submit(run_cli, 'electra_jax.train', *flags, f'--workdir={straight}')
+    # Tracing two steps must not change them (the exactness test below compares the states).
+    third_future = pool.submit(run_cli, 'electra_jax.train', *flags, f'--workdir={straight}',
+                               f'--profile_dir={base / "profile"}', '--profile_steps=3:4')
     first = run_cli('electra_jax.train', *flags, f'--workdir={resumed}', '--stop_after_steps=5')
     checkpoints_after_first = sorted(os.listdir(os.path.join(resumed, 'checkpoints')), key=int)
     second = run_cli('electra_jax.train', *flags, f'--workdir={resumed}')
     third = third_future.result()
   return dict(flags=flags, resumed=resumed, straight=straight, first=first, second=second,
-              third=third, checkpoints_after_first=checkpoints_after_first)
+              third=third, checkpoints_after_first=checkpoints_after_first,
+              profile=str(base / 'profile'))
 
 
 def test_train_writes_checkpoints_metrics_config_and_a_json_summary(trained):
@@ -94,6 +104,70 @@ def test_train_writes_checkpoints_metrics_config_and_a_json_summary(trained):
   assert [r['step'] for r in read_jsonl(os.path.join(workdir, 'eval_metrics.jsonl'))] == [4, 8]
   assert any(name.startswith('events.out.tfevents')
              for name in os.listdir(os.path.join(workdir, 'tensorboard')))
+
+
+def test_throughput_leaves_out_the_compiling_first_step_and_gives_model_flops(trained):
+  summary = last_json(trained['third'].stdout)
+  assert 'first step 1: ' in trained['third'].stdout
+  assert 'first step 6: ' in trained['second'].stdout  # Each process compiles its own step.
+  first_step_sec = summary['first_step_sec']
+  rows = read_jsonl(os.path.join(trained['straight'], 'metrics.jsonl'))
+  # Window 1-2 times step 2 alone: far faster than its compiling first step (counted in, the
+  # window would take 2 steps / (compile + a step) < 2 / first_step_sec).
+  assert rows[0]['steps_per_sec'] > 4 / first_step_sec, (rows[0], first_step_sec)
+  model_flops = flops.model_flops_per_step(saved_config.load(trained['straight']))
+  devices = int(re.search(r'(\d+) device\(s\)', trained['third'].stdout).group(1))
+  for r in [*rows, summary]:
+    assert r['mfu'] is None  # No peak is known for a CPU.
+    assert np.isclose(r['model_tflops_per_sec_per_device'],
+                      model_flops * r['steps_per_sec'] / devices / 1e12)
+    assert np.isclose(r['tokens_per_sec'], r['steps_per_sec'] * 8 * 32)
+
+
+def test_profile_dir_traces_exactly_the_chosen_steps(trained):
+  assert f'profile of steps 3 to 4 written to {trained["profile"]}' in trained['third'].stdout
+  [trace] = glob.glob(os.path.join(trained['profile'], 'plugins', 'profile', '*',
+                                   'perfetto_trace.json.gz'))
+  with gzip.open(trace, 'rt') as f:
+    events = json.load(f)['traceEvents']
+  # One host-side execution of the compiled step per traced step ('[i] ...' are per device).
+  runs = [e for e in events if e.get('name', '').endswith('Execute (jit_train_step)')
+          and not e['name'].startswith('[')]
+  assert len(runs) == 2, len(runs)
+
+
+@pytest.mark.parametrize('directory, steps, message', [
+    ('/tmp/p', '4:2', '--profile_steps=4:2 must be FIRST:LAST'),
+    ('/tmp/p', '3', '--profile_steps=3 must be FIRST:LAST'),
+    (None, '3:4', '--profile_steps needs --profile_dir'),
+    ('gs://bucket/profile', '', 'must be a local directory'),
+])
+def test_bad_profile_flags_are_refused(directory, steps, message):
+  with pytest.raises(UserError, match=re.escape(message)):
+    step_trace.StepTrace(directory, step_trace.parse_steps(steps))
+
+
+def test_a_bad_profile_flag_stops_the_command_before_it_writes(tmp_path):
+  proc = run_cli('electra_jax.train', '--config=configs/demo.py', f'--workdir={tmp_path}/w',
+                 '--profile_dir=gs://bucket/profile', check=False)
+  assert proc.returncode == 2 and 'Traceback' not in proc.stderr
+  assert proc.stderr.strip().splitlines()[-1].startswith('error: --profile_dir=gs://bucket')
+  assert not os.path.exists(tmp_path / 'w')
+
+
+def test_profile_steps_are_clipped_to_the_steps_this_run_takes():
+  trace = step_trace.StepTrace('/tmp/p', None)
+  assert trace.plan(first_step=10, num_train_steps=100) is None
+  assert (trace.first, trace.last) == (12, 14)  # Step 11 compiles; the three after it.
+  trace = step_trace.StepTrace('/tmp/p', (5, 50))
+  assert trace.plan(first_step=10, num_train_steps=20) is None
+  assert (trace.first, trace.last) == (11, 20)
+  trace = step_trace.StepTrace('/tmp/p', (1, 5))
+  assert 'nothing traced' in trace.plan(first_step=10, num_train_steps=20)
+  assert trace.directory is None  # before() and after() then do nothing.
+  trace = step_trace.StepTrace('/tmp/p', (1, 5))
+  assert trace.plan(first_step=0, num_train_steps=20, enabled=False) is None
+  assert trace.directory is None  # Processes other than 0 do not trace.
 
 
 def test_rerunning_the_same_command_resumes_where_it_stopped(trained):
