@@ -13,8 +13,6 @@ batch is reused for every step, so input loading is not measured.
 ratio. Prints a table; the last stdout line is a JSON summary.
 """
 import os
-import platform
-import resource
 import statistics
 import time
 
@@ -27,6 +25,7 @@ from electra_jax import atomic
 from electra_jax import chips
 from electra_jax import cli
 from electra_jax import cpu_devices
+from electra_jax import device_memory
 from electra_jax import experiment as experiment_lib
 from electra_jax import flops as flops_lib
 from electra_jax import model as model_lib
@@ -74,16 +73,6 @@ def attention_path(c, device) -> str:
 
 def percentile(values, q: float) -> float:
   return float(np.percentile(np.asarray(values), q))
-
-
-def peak_memory() -> tuple[int | None, str]:
-  """Device allocator peak where the backend reports one, else the process's peak RSS."""
-  stats = jax.devices()[0].memory_stats() or {}
-  if 'peak_bytes_in_use' in stats:
-    return int(stats['peak_bytes_in_use']), 'device memory_stats peak_bytes_in_use'
-  scale = 1 if platform.system() == 'Darwin' else 1024  # ru_maxrss: bytes on macOS, else KiB.
-  return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
-          'process peak RSS (getrusage; includes host runtime, data and compiler)')
 
 
 class JaxStep:
@@ -247,7 +236,7 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
   pipelined_ms = 1e3 * ours.run_pipelined(steps)
   print(f'electra_jax: {pipelined_ms:.2f} ms a step over {steps} steps called back to back '
         '(no wait per step, as in training)', flush=True)
-  memory, memory_source = peak_memory()
+  memory = device_memory.peak()
   if profile_dir:
     profile_dir = paths.absolute(profile_dir)
     ours.profile(profile_dir)
@@ -261,7 +250,7 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
   result.update(
       model_flops_per_step=model_flops, xla_flops_per_step=ours.xla_flops,
       peak_tflops_per_device=peak, peak_source=peak_source,
-      peak_memory_bytes=memory, peak_memory_source=memory_source,
+      **memory,
       host_dispatch_ms=dispatch_ms, pipelined_step_ms=pipelined_ms, compile_s=ours.compile_s,
       device_kind=device.device_kind, platform=device.platform, device_count=devices,
       jax_version=jax.__version__, dtype=c.dtype, batch=c.train_batch_size,

@@ -23,6 +23,7 @@ from electra_jax import chips
 from electra_jax import cli
 from electra_jax import config as config_lib
 from electra_jax import cpu_devices
+from electra_jax import device_memory
 from electra_jax import distributed
 from electra_jax import dry_run
 from electra_jax import eval_loop
@@ -256,7 +257,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
       jax.block_until_ready(window)
       first_step_seconds = time.time() - loop_start
       write_line(f'first step {step}: {first_step_seconds:.1f}s, compiling the train step '
-                 'included')
+                 f'included; {device_memory.describe(device_memory.peak())}')
       if not (log_step or preempted):
         window_start, window_steps = time.time(), 0
 
@@ -306,7 +307,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
                  checkpoint=ckpt.step_path(ckpt.latest_step()), steps_run=steps_run)
   summary.update(train_metrics)
   if steps_run:
-    summary.update(throughput(timed_steps, train_seconds), first_step_sec=first_step_seconds)
+    summary.update(throughput(timed_steps, train_seconds), first_step_sec=first_step_seconds,
+                   **device_memory.peak())
   summary.update({f'eval_{k}': v for k, v in eval_metrics.items()})
   summary['wall_time_sec'] = round(time.time() - start_time, 2)
   return summary

@@ -13,6 +13,7 @@ import pytest
 from electra_jax import benchmark
 from electra_jax import chips
 from electra_jax import config as config_lib
+from electra_jax import device_memory
 from electra_jax import flops
 from electra_jax import optim
 from electra_jax.errors import UserError
@@ -64,6 +65,20 @@ def test_model_flops_equal_the_matmuls_the_train_step_actually_traces():
   assert _dot_general_flops(traced.jaxpr) == flops.model_flops_per_step(c)
 
 
+def test_peak_memory_is_the_device_allocators_where_it_reports_one(monkeypatch):
+  class Device:
+    def memory_stats(self):
+      return {'peak_bytes_in_use': 49_300_000_000, 'bytes_limit': 79_100_000_000}
+  monkeypatch.setattr(jax, 'local_devices', lambda: [Device()])
+  memory = device_memory.peak()
+  assert memory['peak_memory_bytes'] == 49_300_000_000
+  assert device_memory.describe(memory) == 'peak memory 49.3 GB of 79.1 GB (device)'
+  monkeypatch.undo()  # A CPU reports no allocator statistics: the process's peak RSS.
+  memory = device_memory.peak()
+  assert memory['memory_limit_bytes'] is None and memory['peak_memory_bytes'] > 50e6
+  assert device_memory.describe(memory).endswith(' GB (process RSS)')
+
+
 def test_peak_table_matches_device_kinds_and_dtypes():
   assert chips.peak_tflops('NVIDIA H100 80GB HBM3', 'bfloat16', None)[0] == 989
   assert chips.peak_tflops('NVIDIA H100 80GB HBM3', 'float32', None)[0] == 67
@@ -107,8 +122,8 @@ def test_benchmark_cli_prints_a_table_and_a_json_line_with_every_field(tmp_path)
   result = last_json(proc.stdout)
   assert 'tokens/s' in proc.stdout and 'electra_jax' in proc.stdout
   for key in ('tokens_per_sec', 'step_ms', 'step_ms_p10', 'step_ms_p90', 'model_flops_per_step',
-              'mfu', 'peak_memory_bytes', 'peak_memory_source', 'device_kind', 'device_count',
-              'jax_version', 'dtype', 'batch', 'seq', 'remat'):
+              'mfu', 'peak_memory_bytes', 'memory_limit_bytes', 'peak_memory_source',
+              'device_kind', 'device_count', 'jax_version', 'dtype', 'batch', 'seq', 'remat'):
     assert key in result, key
   assert result['batch'] == 8 and result['seq'] == 32 and result['dtype'] == 'float32'
   # A CPU computes attention with XLA, fused or not.

@@ -111,6 +111,9 @@ def test_throughput_leaves_out_the_compiling_first_step_and_gives_model_flops(tr
   assert 'first step 1: ' in trained['third'].stdout
   assert 'first step 6: ' in trained['second'].stdout  # Each process compiles its own step.
   first_step_sec = summary['first_step_sec']
+  assert re.search(r'first step 1: [\d.]+s, compiling the train step included; peak memory '
+                   r'[\d.]+ GB \(process RSS\)', trained['third'].stdout)
+  assert summary['peak_memory_bytes'] > 50e6 and summary['memory_limit_bytes'] is None
   rows = read_jsonl(os.path.join(trained['straight'], 'metrics.jsonl'))
   # Window 1-2 times step 2 alone: far faster than its compiling first step (counted in, the
   # window would take 2 steps / (compile + a step) < 2 / first_step_sec).
