@@ -41,7 +41,8 @@ class StepTrace:
     if directory and paths.is_remote(directory):
       raise UserError(f'--profile_dir={directory} must be a local directory (jax.profiler '
                       'writes local files); copy the trace to the bucket afterwards')
-    self.directory = paths.absolute(directory) if directory else None
+    # Proved writable now: a trace that cannot be written must not end a long run halfway.
+    self.directory = paths.check_writable_dir(directory, '--profile_dir') if directory else None
     self.steps, self.active, self.first, self.last = steps, False, None, None
     self.seconds = 0.0  # Spent starting and writing traces: the loop leaves it out of throughput.
 

@@ -308,6 +308,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   summary.update(train_metrics)
   if steps_run:
     summary.update(throughput(timed_steps, train_seconds), first_step_sec=first_step_seconds,
+                   model_flops_per_step=model_flops, peak_tflops_per_device=peak,
                    **device_memory.peak())
   summary.update({f'eval_{k}': v for k, v in eval_metrics.items()})
   summary['wall_time_sec'] = round(time.time() - start_time, 2)

@@ -119,6 +119,8 @@ def test_throughput_leaves_out_the_compiling_first_step_and_gives_model_flops(tr
   # window would take 2 steps / (compile + a step) < 2 / first_step_sec).
   assert rows[0]['steps_per_sec'] > 4 / first_step_sec, (rows[0], first_step_sec)
   model_flops = flops.model_flops_per_step(saved_config.load(trained['straight']))
+  assert summary['model_flops_per_step'] == model_flops
+  assert summary['peak_tflops_per_device'] is None
   devices = int(re.search(r'(\d+) device\(s\)', trained['third'].stdout).group(1))
   for r in [*rows, summary]:
     assert r['mfu'] is None  # No peak is known for a CPU.
@@ -158,17 +160,23 @@ def test_a_bad_profile_flag_stops_the_command_before_it_writes(tmp_path):
   assert not os.path.exists(tmp_path / 'w')
 
 
-def test_profile_steps_are_clipped_to_the_steps_this_run_takes():
-  trace = step_trace.StepTrace('/tmp/p', None)
+def test_an_unwritable_profile_dir_is_refused_before_training(tmp_path):
+  (tmp_path / 'file').write_text('')
+  with pytest.raises(UserError, match="--profile_dir '.*file' is a file"):
+    step_trace.StepTrace(str(tmp_path / 'file'), None)
+
+
+def test_profile_steps_are_clipped_to_the_steps_this_run_takes(tmp_path):
+  trace = step_trace.StepTrace(str(tmp_path), None)
   assert trace.plan(first_step=10, num_train_steps=100) is None
   assert (trace.first, trace.last) == (12, 14)  # Step 11 compiles; the three after it.
-  trace = step_trace.StepTrace('/tmp/p', (5, 50))
+  trace = step_trace.StepTrace(str(tmp_path), (5, 50))
   assert trace.plan(first_step=10, num_train_steps=20) is None
   assert (trace.first, trace.last) == (11, 20)
-  trace = step_trace.StepTrace('/tmp/p', (1, 5))
+  trace = step_trace.StepTrace(str(tmp_path), (1, 5))
   assert 'nothing traced' in trace.plan(first_step=10, num_train_steps=20)
   assert trace.directory is None  # before() and after() then do nothing.
-  trace = step_trace.StepTrace('/tmp/p', (1, 5))
+  trace = step_trace.StepTrace(str(tmp_path), (1, 5))
   assert trace.plan(first_step=0, num_train_steps=20, enabled=False) is None
   assert trace.directory is None  # Processes other than 0 do not trace.
 
