@@ -49,18 +49,18 @@ class StepTrace:
   def plan(self, first_step: int, num_train_steps: int, enabled: bool = True) -> str | None:
     """`first_step`: the step the loop starts from (it runs first_step + 1 on); `enabled`:
     false on processes other than 0. Returns a note when no step of the run is traced."""
-    if not self.directory:
+    if not (self.directory and enabled):
+      self.directory = None
       return None
     steps = self.steps
     if steps is None:
       start = first_step + 1 + DEFAULT_SKIP
       steps = (start, start + DEFAULT_STEPS - 1)
     self.first, self.last = max(steps[0], first_step + 1), min(steps[1], num_train_steps)
-    if self.first > self.last or not enabled:
+    if self.first > self.last:
       self.directory = None
       return (f'--profile_steps={steps[0]}:{steps[1]}: no step of this run (steps '
-              f'{first_step + 1} to {num_train_steps}) is in that range; nothing traced'
-              if enabled else None)
+              f'{first_step + 1} to {num_train_steps}) is in that range; nothing traced')
     return None
 
   def before(self, step: int):
