@@ -4,7 +4,7 @@
       --steps=20 [--warmup=3] [--compare=hf] [--profile_dir=/tmp/prof] [--peak_tflops=X]
 
 Builds the train step exactly as training does (Experiment + train_state.jit_train_step, state
-donated), compiles it once, runs `--warmup` untimed steps, then times `--steps` steps, blocking
+donated; training calls it config.steps_per_execution at a time), compiles it once, runs `--warmup` untimed steps, then times `--steps` steps, blocking
 on each step's results, then `--steps` more called back to back with one wait at the end
 (pipelined_step_ms: the pace of the training loop, which does not wait for each step). One
 batch is reused for every step, so input loading is not measured.

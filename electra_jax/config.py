@@ -59,8 +59,13 @@ def _validate(c):
               'vocab_size', 'max_seq_length', 'train_batch_size', 'eval_batch_size',
               'num_train_steps', 'log_every_steps', 'max_predictions_per_seq',
               'keep_checkpoint_max', 'save_checkpoints_steps', 'grad_accum_steps',
-              'fsdp_axis_size'):
+              'fsdp_axis_size', 'steps_per_execution'):
     check(c[key] > 0, f'config.{key}={c[key]} must be a positive integer')
+  for key in ('num_train_steps', 'log_every_steps', 'eval_every_steps', 'save_checkpoints_steps'):
+    check(c[key] % c.steps_per_execution == 0,
+          f'config.{key}={c[key]} is not a multiple of config.steps_per_execution='
+          f'{c.steps_per_execution} (the loop logs, evaluates and saves between calls); use a '
+          f'multiple of it or another steps_per_execution')
   for key in ('num_warmup_steps', 'eval_every_steps', 'num_eval_steps', 'seed',
               'max_consecutive_nonfinite'):
     check(c[key] >= 0, f'config.{key}={c[key]} must be >= 0')

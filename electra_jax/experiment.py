@@ -72,12 +72,20 @@ class Experiment:
   def state_shardings(self) -> ts.TrainState:
     return jax.tree.map(lambda x: x.sharding, self.abstract_state())
 
-  def jit_train_step(self):
-    """The train step of a run: jitted over the mesh, state sharded as abstract_state() and
-    donated, grad_accum_steps micro-batches."""
+  def train_step(self):
+    """The train step of a run (not jitted): grad_accum_steps micro-batches."""
     c = self.config
-    step = ts.make_train_step(self.objective, self.tx, c.grad_accum_steps, self.mesh)
-    return ts.jit_train_step(step, self.mesh, self.state_shardings())
+    return ts.make_train_step(self.objective, self.tx, c.grad_accum_steps, self.mesh)
+
+  def jit_train_step(self):
+    """The train step jitted over the mesh, state sharded as abstract_state() and donated."""
+    return ts.jit_train_step(self.train_step(), self.mesh, self.state_shardings())
+
+  def jit_train_steps(self):
+    """What the training loop calls: config.steps_per_execution steps a call
+    (train_state.make_train_steps), jitted as jit_train_step."""
+    return ts.jit_train_steps(ts.make_train_steps(self.train_step()), self.mesh,
+                              self.state_shardings())
 
 
 def check_saved_config_matches(workdir: str, c) -> list[str]:
@@ -94,14 +102,14 @@ def check_saved_config_matches(workdir: str, c) -> list[str]:
   return changed
 
 
-# Keys that change only logging, evaluation, checkpoint bookkeeping, memory use or which kernel
-# computes the same values, never the trained weights: they may differ on resume without being
+# Keys that change only logging, evaluation, checkpoint bookkeeping, memory use, how many steps
+# one call runs or which kernel computes the same values, never the trained weights: they may differ on resume without being
 # listed in allow_config_change. The init_* keys only choose a new run's starting weights; a
 # resumed run ignores them.
 HARMLESS_KEYS = ('log_every_steps', 'eval_every_steps', 'eval_batch_size', 'num_eval_steps',
                  'eval_files', 'save_checkpoints_steps', 'keep_checkpoint_max', 'progress_bar',
                  'max_consecutive_nonfinite', 'allow_config_change', 'remat',
-                 'attention_implementation', 'init_from',
+                 'steps_per_execution', 'attention_implementation', 'init_from',
                  'init_generator_from', 'extend_vocab_file')
 
 

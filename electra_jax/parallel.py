@@ -32,9 +32,10 @@ def make_mesh(devices=None, fsdp_axis_size: int = 1) -> Mesh:
                        devices=devices)
 
 
-def batch_sharding(mesh: Mesh) -> NamedSharding:
-  """Batch rows split over every mesh axis (data, and fsdp when present)."""
-  return NamedSharding(mesh, P(mesh.axis_names))
+def batch_sharding(mesh: Mesh, steps_axis: bool = False) -> NamedSharding:
+  """Batch rows split over every mesh axis (data, and fsdp when present); with `steps_axis`
+  the rows are the second axis, after one of the steps run in one call (train.py)."""
+  return NamedSharding(mesh, P(None, mesh.axis_names) if steps_axis else P(mesh.axis_names))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
@@ -72,15 +73,18 @@ def check_batch_divides(global_batch: int, mesh: Mesh, key: str, grad_accum_step
                     f'multiple of {multiple}')
 
 
-def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict:
-  """Host-local numpy slices -> global jax.Arrays sharded over the batch axes."""
-  sharding = batch_sharding(mesh)
+def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh,
+                 steps_axis: bool = False) -> dict:
+  """Host-local numpy slices -> global jax.Arrays sharded over the batch axes (`steps_axis`:
+  batches of several steps stacked on a leading axis, as batch_sharding)."""
+  sharding = batch_sharding(mesh, steps_axis)
   num_local = len(mesh.local_devices)
   out = {}
   for k, v in local_batch.items():
     v = np.asarray(v)
-    if v.shape[0] % num_local:
-      raise UserError(f'this process holds {v.shape[0]} rows of the batch, not divisible by '
+    rows = v.shape[1 if steps_axis else 0]
+    if rows % num_local:
+      raise UserError(f'this process holds {rows} rows of the batch, not divisible by '
                       f'its {num_local} local devices; use a global batch divisible by '
                       f'{mesh.devices.size} with the same device count on every process')
     out[k] = jax.make_array_from_process_local_data(sharding, v)

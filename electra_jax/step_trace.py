@@ -13,7 +13,7 @@ import jax
 from electra_jax import paths
 from electra_jax.errors import UserError
 
-# Without --profile_steps: the three steps after this process's first, which compiles.
+# Without --profile_steps: the three steps after this process's first call, which compiles.
 DEFAULT_SKIP, DEFAULT_STEPS = 1, 3
 
 
@@ -46,15 +46,21 @@ class StepTrace:
     self.steps, self.active, self.first, self.last = steps, False, None, None
     self.seconds = 0.0  # Spent starting and writing traces: the loop leaves it out of throughput.
 
-  def plan(self, first_step: int, num_train_steps: int, enabled: bool = True) -> str | None:
+  def plan(self, first_step: int, num_train_steps: int, enabled: bool = True,
+           steps_per_execution: int = 1) -> str | None:
     """`first_step`: the step the loop starts from (it runs first_step + 1 on); `enabled`:
-    false on processes other than 0. Returns a note when no step of the run is traced."""
+    false on processes other than 0. Returns a note when no step of the run is traced.
+
+    The loop runs steps in calls of `steps_per_execution` (StepChunks' sizes): a trace holds
+    whole calls, from the one that runs step `first` to the one that runs `last`; the default
+    steps then follow the first call (which compiles)."""
     if not (self.directory and enabled):
       self.directory = None
       return None
     steps = self.steps
     if steps is None:
-      start = first_step + 1 + DEFAULT_SKIP
+      first_call_end = first_step + steps_per_execution - first_step % steps_per_execution
+      start = first_call_end + DEFAULT_SKIP
       steps = (start, start + DEFAULT_STEPS - 1)
     self.first, self.last = max(steps[0], first_step + 1), min(steps[1], num_train_steps)
     if self.first > self.last:
@@ -63,9 +69,10 @@ class StepTrace:
               f'{first_step + 1} to {num_train_steps}) is in that range; nothing traced')
     return None
 
-  def before(self, step: int):
-    """`step`: the step about to run."""
-    if self.directory and step == self.first:
+  def before(self, first: int, last: int):
+    """Steps `first` to `last` are about to run (one call)."""
+    if self.directory and not self.active and first <= self.first <= last:
+      self.first = first  # The trace holds the whole call.
       start = time.time()
       jax.profiler.start_trace(self.directory, create_perfetto_trace=True)
       self.active = True
@@ -74,7 +81,7 @@ class StepTrace:
   def after(self, step: int, outputs) -> str | None:
     """`step`: the step that just ran; `outputs` its results. Returns a line to print when
     the trace is written."""
-    if self.active and step == self.last:
+    if self.active and step >= self.last:
       jax.block_until_ready(outputs)
       return self.close(step)
     return None

@@ -12,7 +12,6 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import tqdm
 from absl import flags
@@ -32,6 +31,7 @@ from electra_jax import flops as flops_lib
 from electra_jax import init_from
 from electra_jax import metric_writer
 from electra_jax import nonfinite
+from electra_jax import parallel
 from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import saved_config
 from electra_jax import step_trace
@@ -62,13 +62,6 @@ class _StopRequest:
         signal.signal(sig, self)
 
 
-@jax.jit
-def _add(a, b):
-  """The metric window plus a step's sums in one dispatch: op by op, each of the 14 sums was a
-  call of its own between steps (on a CPU 370 us of host time a step against 77 us)."""
-  return jax.tree.map(jnp.add, a, b)
-
-
 def _loop_state(window, data_position: int) -> dict:
   """What a checkpoint keeps of the loop: the metric sums not yet logged, exactly (values with
   dtypes), and the data position (examples of the global stream consumed; pipeline.py), which
@@ -87,10 +80,17 @@ def _data_position(loop_state, step: int, c) -> int:
   return step * c.train_batch_size
 
 
-def _window_from_json(loop_state):
+def _window_from_json(loop_state) -> dict | None:
   if not loop_state or loop_state.get('window') is None:
     return None
-  return {k: jnp.asarray(np.asarray(v, dtype)) for k, (v, dtype) in loop_state['window'].items()}
+  return {k: np.asarray(v, dtype) for k, (v, dtype) in loop_state['window'].items()}
+
+
+def _window_arrays(host_window: dict, mesh) -> dict:
+  """Host sums -> the replicated arrays the train call adds into (the same on every process)."""
+  replicated = parallel.replicated(mesh)
+  return {k: jax.make_array_from_process_local_data(replicated, v)
+          for k, v in host_window.items()}
 
 
 def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None,
@@ -152,9 +152,10 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     state = exp.init_state()
   step = int(jax.device_get(state.step))
   first_position = _data_position(loop_state, step, c)
-  train_iter = prefetch.to_mesh(pipeline.make_train_iterator(
+  # Each item holds the batches of one train call (config.steps_per_execution steps).
+  train_iter = prefetch.to_mesh(prefetch.StepChunks(pipeline.make_train_iterator(
       c, exp.tokenizer, jax.process_index(), jax.process_count(), first_position, examples),
-      mesh)
+      step, c.steps_per_execution), mesh, steps_axis=True)
   # Stop the prefetch thread before exiting: one still placing arrays on devices while the
   # interpreter shuts down can abort the process.
   on_error.append(train_iter.close)
@@ -165,7 +166,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
       f'{mesh.devices.size} device(s) {jax.devices()[0].platform} | '
       f'batch {c.train_batch_size} x {c.max_seq_length} tokens', flush=True)
 
-  train_step = exp.jit_train_step()
+  train_steps = exp.jit_train_steps()
   params_sharding = jax.tree.map(lambda x: x.sharding, abstract_state.params)
   eval_step = ts.jit_eval_step(ts.make_eval_step(exp.objective), mesh, params_sharding)
   base_rng = jax.random.key(c.seed)
@@ -175,7 +176,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   stop.install()
 
   first_step = step
-  note = trace.plan(first_step, c.num_train_steps, enabled=is_chief)
+  note = trace.plan(first_step, c.num_train_steps, is_chief, c.steps_per_execution)
   if note:
     say(f'note: {note}', flush=True)
   on_error.append(lambda: trace.close(step))
@@ -189,7 +190,11 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
                 **flops_lib.utilization(model_flops, steps, seconds, mesh.devices.size, peak))
 
   train_metrics, eval_metrics, last_eval_step = {}, {}, None
-  window = _window_from_json(loop_state)  # A resumed run continues the metric window exactly.
+  # The metric sums since the last log, on the devices (host values at a log); a resumed run
+  # continues its checkpoint's window exactly.
+  window, zeros = _window_from_json(loop_state), None
+  if window is not None:
+    window = _window_arrays(window, mesh)
   window_start, window_steps = time.time(), 0  # For throughput: steps of this process only.
   bar = tqdm.tqdm(total=c.num_train_steps, initial=step, unit='step', file=sys.stderr,
                   disable=not (is_chief and c.progress_bar), dynamic_ncols=True,
@@ -235,28 +240,36 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     return stop_now('--stop_after_steps=0')
   loop_start = time.time()
   while step < c.num_train_steps:
-    batch = next(train_iter)  # Global arrays, built while the previous step ran.
+    batches = next(train_iter)  # Global arrays, built while the previous call ran.
+    num_steps = batches['input_ids'].shape[0]
+    if window is None:  # A new log window.
+      if zeros is None:
+        zeros = ts.window_zeros(exp.train_step(), abstract_state, batches, base_rng)
+      window = _window_arrays(zeros, mesh)
     traced_seconds = trace.seconds
-    trace.before(step + 1)
-    state, sums = train_step(state, batch, base_rng)
-    step += 1
-    too_many_nonfinite.push(step, sums.pop('consecutive_nonfinite'))
-    window_steps += 1
-    window = sums if window is None else _add(window, sums)
+    trace.before(step + 1, step + num_steps)
+    state, window, consecutive_nonfinite = train_steps(state, window, batches, base_rng)
+    steps_done = range(step + 1, step + num_steps + 1)
+    step += num_steps
+    too_many_nonfinite.push(step, consecutive_nonfinite)
+    window_steps += num_steps
     traced = trace.after(step, window)
     if traced:
       write_line(traced)
     window_start += trace.seconds - traced_seconds  # Writing a trace is not training time.
-    bar.update(1)
+    bar.update(num_steps)
     budget_spent = stop_after_steps is not None and step - first_step >= stop_after_steps
-    preempted = ckpt.reached_preemption(step) or stop.signal is not None or budget_spent
+    # Every process asks about every step: the preemption sync point is one step number.
+    preempted = any([ckpt.reached_preemption(s) for s in steps_done])
+    preempted = preempted or stop.signal is not None or budget_spent
     log_step = step % c.log_every_steps == 0 or step == c.num_train_steps
-    if step == first_step + 1:
-      # This process's first step compiles the train step (minutes for Large): it is reported
-      # apart, and throughput and MFU count from the next step on unless it is logged at once.
+    if steps_done[0] == first_step + 1:
+      # This process's first call compiles the train steps (minutes for Large): it is reported
+      # apart, and throughput and MFU count from the next call on unless it is logged at once.
       jax.block_until_ready(window)
       first_step_seconds = time.time() - loop_start
-      write_line(f'first step {step}: {first_step_seconds:.1f}s, compiling the train step '
+      what = f'step {step}' if num_steps == 1 else f'steps {steps_done[0]}-{step}'
+      write_line(f'first {what}: {first_step_seconds:.1f}s, compiling the train step '
                  f'included; {device_memory.describe(device_memory.peak())}')
       if not (log_step or preempted):
         window_start, window_steps = time.time(), 0

@@ -4,6 +4,7 @@ from typing import Any, Callable
 import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from electra_jax import model as model_lib
@@ -92,6 +93,40 @@ def make_train_step(objective: Callable, tx: optax.GradientTransformation,
   return train_step
 
 
+def make_train_steps(train_step):
+  """(state, window, batches, base_rng) -> (state, window, consecutive_nonfinite): the steps
+  of `batches`' leading axis in one program (a lax.scan over `train_step`).
+
+  Each step's metric sums are added into `window` (the loop's running sums since the last
+  log) as the loop did between steps; `consecutive_nonfinite` is the longest run of skips the
+  steps reported. The steps compute what one call per step computes, bit for bit on a CPU
+  (tests/test_train_cli.py), with one dispatch, one CUDA-graph update and one host round trip
+  per call instead of per step (config.steps_per_execution).
+  """
+
+  def train_steps(state: TrainState, window: dict, batches, base_rng):
+    def one_step(carry, batch):
+      state, window, worst = carry
+      state, sums = train_step(state, batch, base_rng)
+      worst = jnp.maximum(worst, sums.pop('consecutive_nonfinite'))
+      return (state, jax.tree.map(jnp.add, window, sums), worst), None
+
+    worst = jnp.zeros((), nonfinite.consecutive_skipped(state.opt_state).dtype)
+    (state, window, worst), _ = jax.lax.scan(one_step, (state, window, worst), batches)
+    return state, window, worst
+
+  return train_steps
+
+
+def window_zeros(train_step, abstract_state: TrainState, batches, base_rng) -> dict:
+  """Zeroed host sums of what `train_step` adds into the window (structure and dtypes), for
+  make_train_steps' `window` at the start of a log window."""
+  batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), batches)
+  _, sums = jax.eval_shape(train_step, abstract_state, batch, base_rng)
+  sums.pop('consecutive_nonfinite')
+  return {k: np.zeros(s.shape, s.dtype) for k, s in sums.items()}
+
+
 def make_eval_step(objective: Callable):
   """(params, batch, rng) -> metric sums, without dropout."""
 
@@ -109,6 +144,17 @@ def jit_train_step(train_step, mesh, state_sharding=None):
   state_sharding = rep if state_sharding is None else state_sharding
   return jax.jit(train_step, in_shardings=(state_sharding, data, rep),
                  out_shardings=(state_sharding, rep), donate_argnums=0)
+
+
+def jit_train_steps(train_steps, mesh, state_sharding=None):
+  """make_train_steps' program: as jit_train_step, the window replicated and donated too (its
+  buffers then keep their addresses from call to call), the batches' rows sharded over the
+  mesh after their leading steps axis."""
+  rep = parallel.replicated(mesh)
+  data = parallel.batch_sharding(mesh, steps_axis=True)
+  state_sharding = rep if state_sharding is None else state_sharding
+  return jax.jit(train_steps, in_shardings=(state_sharding, rep, data, rep),
+                 out_shardings=(state_sharding, rep, rep), donate_argnums=(0, 1))
 
 
 def jit_eval_step(eval_step, mesh, params_sharding=None):

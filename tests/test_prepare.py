@@ -135,6 +135,18 @@ def test_a_global_position_resumes_on_any_process_count_past_prefetched_batches(
   assert_batches_equal(uninterrupted[5:], merged)
 
 
+def test_step_chunks_stack_the_batches_of_each_call_on_a_global_steps_axis():
+  """Calls of 4 steps from step 3: step 4 alone (back onto multiples of 4), then 5-8, 9-12;
+  the rows of each batch stay sharded over the mesh after the steps axis."""
+  batches = ({'input_ids': np.full((8, 2), i)} for i in range(100))
+  mesh = parallel.make_mesh()
+  it = prefetch.to_mesh(prefetch.StepChunks(batches, 3, 4), mesh, steps_axis=True)
+  calls = [jax.device_get(next(it)['input_ids']) for _ in range(3)]
+  it.close()
+  assert [c.shape for c in calls] == [(1, 8, 2), (4, 8, 2), (4, 8, 2)]
+  assert [c[:, 0, 0].tolist() for c in calls] == [[0], [1, 2, 3, 4], [5, 6, 7, 8]]
+
+
 def test_prefetcher_passes_errors_on(corpus, tokenizer):
   config = config_for(corpus)
   failing = prefetch.DevicePrefetcher(pipeline.make_train_iterator(config, tokenizer),

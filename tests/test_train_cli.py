@@ -131,14 +131,21 @@ def test_throughput_leaves_out_the_compiling_first_step_and_gives_model_flops(tr
 
 def test_profile_dir_traces_exactly_the_chosen_steps(trained):
   assert f'profile of steps 3 to 4 written to {trained["profile"]}' in trained['third'].stdout
-  [trace] = glob.glob(os.path.join(trained['profile'], 'plugins', 'profile', '*',
+  events = read_trace(trained['profile'])
+  assert executions(events) == 2  # One call per step (steps_per_execution=1).
+
+
+def executions(events) -> int:
+  """Host-side executions of the compiled train call in a trace ('[i] ...' are per device)."""
+  return len([e for e in events if e.get('name', '').endswith('Execute (jit_train_steps)')
+              and not e['name'].startswith('[')])
+
+
+def read_trace(directory):
+  [trace] = glob.glob(os.path.join(directory, 'plugins', 'profile', '*',
                                    'perfetto_trace.json.gz'))
   with gzip.open(trace, 'rt') as f:
-    events = json.load(f)['traceEvents']
-  # One host-side execution of the compiled step per traced step ('[i] ...' are per device).
-  runs = [e for e in events if e.get('name', '').endswith('Execute (jit_train_step)')
-          and not e['name'].startswith('[')]
-  assert len(runs) == 2, len(runs)
+    return json.load(f)['traceEvents']
 
 
 @pytest.mark.parametrize('directory, steps, message', [
@@ -179,6 +186,53 @@ def test_profile_steps_are_clipped_to_the_steps_this_run_takes(tmp_path):
   trace = step_trace.StepTrace(str(tmp_path), (1, 5))
   assert trace.plan(first_step=0, num_train_steps=20, enabled=False) is None
   assert trace.directory is None  # Processes other than 0 do not trace.
+  # Calls of 4 steps from step 10: 11-12 (back onto multiples of 4, compiles), 13-16, ...
+  trace = step_trace.StepTrace(str(tmp_path), None)
+  assert trace.plan(first_step=10, num_train_steps=100, steps_per_execution=4) is None
+  assert (trace.first, trace.last) == (13, 15)
+
+
+def test_steps_per_execution_must_divide_the_loop_intervals(tiny):
+  from electra_jax import config as config_lib  # pylint: disable=import-outside-toplevel
+  config_lib.resolve(tiny(steps_per_execution=5, num_train_steps=100, log_every_steps=10,
+                          eval_every_steps=0, save_checkpoints_steps=50))
+  with pytest.raises(UserError, match=r'config.log_every_steps=4 is not a multiple of '
+                                      r'config.steps_per_execution=8'):
+    config_lib.resolve(tiny(steps_per_execution=8, num_train_steps=96, log_every_steps=4))
+
+
+@pytest.fixture(scope='module')
+def in_calls(tmp_path_factory, trained):
+  """trained's 8 steps again: 3 one per call, then resumed at 2 steps a call (4, 5-6, 7-8),
+  tracing the call that runs step 7 (5-6 compiles)."""
+  base = tmp_path_factory.mktemp('calls')
+  workdir, flags = str(base / 'run'), [*trained['flags'], f'--workdir={base / "run"}']
+  run_cli('electra_jax.train', *flags, '--stop_after_steps=3')
+  resumed = run_cli('electra_jax.train', *flags, '--config.steps_per_execution=2',
+                    '--config.save_checkpoints_steps=4', f'--profile_dir={base / "profile"}',
+                    '--profile_steps=7:7')
+  return dict(workdir=workdir, resumed=resumed, profile=str(base / 'profile'))
+
+
+def test_steps_run_in_calls_match_one_step_a_call_exactly(trained, in_calls):
+  stdout = in_calls['resumed'].stdout
+  assert 'Resuming from step 3' in stdout and 'first step 4: ' in stdout
+  assert last_json(stdout)['status'] == 'completed'
+  assert sorted(os.listdir(os.path.join(in_calls['workdir'], 'checkpoints')), key=int)[-2:] == \
+      ['4', '8']
+  calls, straight = saved_state(in_calls['workdir'], 8), saved_state(trained['straight'], 8)
+  for (path, a), (_, b) in zip(jax.tree_util.tree_leaves_with_path(calls),
+                               jax.tree_util.tree_leaves_with_path(straight)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(path))
+  by_step = lambda w: {r['step']: r for r in read_jsonl(os.path.join(w, 'metrics.jsonl'))}
+  rows_calls, rows_straight = by_step(in_calls['workdir']), by_step(trained['straight'])
+  assert sorted(rows_calls) == [2, 4, 6, 8]
+  for step in (2, 4, 6, 8):
+    for key in ('loss', 'disc_auc', 'grad_norm', 'learning_rate', 'skipped_steps'):
+      assert rows_calls[step][key] == rows_straight[step][key], (step, key)
+  # The trace holds the whole call that ran step 7: one execution for two steps.
+  assert f'profile of steps 7 to 8 written to {in_calls["profile"]}' in stdout
+  assert executions(read_trace(in_calls['profile'])) == 1
 
 
 def test_rerunning_the_same_command_resumes_where_it_stopped(trained):

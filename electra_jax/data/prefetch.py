@@ -10,6 +10,8 @@ import threading
 import weakref
 from typing import Any, Callable, Iterator
 
+import numpy as np
+
 _POLL_SECONDS = 0.1  # How often a blocked producer checks whether it should stop.
 
 
@@ -76,8 +78,33 @@ class DevicePrefetcher:
       close()
 
 
-def to_mesh(iterator: Iterator, mesh, buffer_size: int = 2) -> DevicePrefetcher:
-  """Host-local batches -> global jax.Arrays sharded over `mesh`, `buffer_size` steps ahead."""
+class StepChunks:
+  """The batches of the steps one train call runs (config.steps_per_execution = k), stacked on
+  a new leading axis: k at a time, so that calls end on multiples of k, after a first chunk
+  that brings a run resumed between multiples (e.g. saved with another k) back onto them."""
+
+  def __init__(self, parent: Iterator, first_step: int, steps_per_execution: int):
+    self._parent, self._step, self._k = parent, first_step, steps_per_execution
+
+  def __iter__(self):
+    return self
+
+  def __next__(self) -> dict:
+    size = self._k - self._step % self._k
+    batches = [next(self._parent) for _ in range(size)]
+    self._step += size
+    return {key: np.stack([b[key] for b in batches]) for key in batches[0]}
+
+  def close(self) -> None:
+    close = getattr(self._parent, 'close', None)
+    if close is not None:
+      close()
+
+
+def to_mesh(iterator: Iterator, mesh, buffer_size: int = 2,
+            steps_axis: bool = False) -> DevicePrefetcher:
+  """Host-local batches -> global jax.Arrays sharded over `mesh`, `buffer_size` items ahead
+  (`steps_axis`: items are StepChunks)."""
   from electra_jax import parallel  # pylint: disable=import-outside-toplevel
-  return DevicePrefetcher(iterator, lambda batch: parallel.global_batch(batch, mesh),
+  return DevicePrefetcher(iterator, lambda batch: parallel.global_batch(batch, mesh, steps_axis),
                           buffer_size)
