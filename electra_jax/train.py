@@ -379,7 +379,8 @@ def _define_flags():
                                   'override any key with --config.KEY=VALUE.', lock_config=True)
   flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and TensorBoard logs.')
   flags.DEFINE_integer('stop_after_steps', None, 'Save and exit after this many steps in this '
-                       'invocation (e.g. to fit a job time limit); the schedule still runs to '
+                       'invocation (whole calls of config.steps_per_execution; e.g. to fit a '
+                       'job time limit); the schedule still runs to '
                        'config.num_train_steps and the same command resumes. 0 saves the '
                        'starting state (e.g. the weights of config.init_from) as a checkpoint.')
   flags.DEFINE_bool('dry_run', False, 'Print the mesh, per-host/per-device batch, parameter and '
