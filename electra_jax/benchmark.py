@@ -4,10 +4,11 @@
       --steps=20 [--warmup=3] [--compare=hf] [--profile_dir=/tmp/prof] [--peak_tflops=X]
 
 Builds the train step exactly as training does (Experiment + train_state.jit_train_step, state
-donated; training calls it config.steps_per_execution at a time), compiles it once, runs `--warmup` untimed steps, then times `--steps` steps, blocking
-on each step's results, then `--steps` more called back to back with one wait at the end
-(pipelined_step_ms: the pace of the training loop, which does not wait for each step). One
-batch is reused for every step, so input loading is not measured.
+donated; training calls it config.steps_per_execution at a time), compiles it once, runs
+`--warmup` untimed steps, then times `--steps` steps, blocking on each step's results, then
+`--steps` more called back to back with one wait at the end (pipelined_step_ms: the pace of
+the training loop, which does not wait for each step). One batch is reused for every step, so
+input loading is not measured.
 `--compare=hf` then runs a HF transformers + PyTorch implementation of the same objective
 (benchmarks/hf_reference.py) in the same process on the same batch and reports both and the
 ratio. Prints a table; the last stdout line is a JSON summary.

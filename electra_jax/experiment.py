@@ -103,9 +103,9 @@ def check_saved_config_matches(workdir: str, c) -> list[str]:
 
 
 # Keys that change only logging, evaluation, checkpoint bookkeeping, memory use, how many steps
-# one call runs or which kernel computes the same values, never the trained weights: they may differ on resume without being
-# listed in allow_config_change. The init_* keys only choose a new run's starting weights; a
-# resumed run ignores them.
+# one call runs or which kernel computes the same values, never the trained weights: they may
+# differ on resume without being listed in allow_config_change. The init_* keys only choose a
+# new run's starting weights; a resumed run ignores them.
 HARMLESS_KEYS = ('log_every_steps', 'eval_every_steps', 'eval_batch_size', 'num_eval_steps',
                  'eval_files', 'save_checkpoints_steps', 'keep_checkpoint_max', 'progress_bar',
                  'max_consecutive_nonfinite', 'allow_config_change', 'remat',

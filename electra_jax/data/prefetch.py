@@ -15,6 +15,13 @@ import numpy as np
 _POLL_SECONDS = 0.1  # How often a blocked producer checks whether it should stop.
 
 
+def _close(iterator) -> None:
+  """Closes an iterator that can be closed (e.g. a data loader's), else nothing."""
+  close = getattr(iterator, 'close', None)
+  if close is not None:
+    close()
+
+
 def _put(q: queue.Queue, item, stop: threading.Event) -> bool:
   while not stop.is_set():
     try:
@@ -73,9 +80,7 @@ class DevicePrefetcher:
 
   def close(self) -> None:
     self._stop_thread()
-    close = getattr(self._parent, 'close', None)
-    if close is not None:
-      close()
+    _close(self._parent)
 
 
 class StepChunks:
@@ -96,9 +101,7 @@ class StepChunks:
     return {key: np.stack([b[key] for b in batches]) for key in batches[0]}
 
   def close(self) -> None:
-    close = getattr(self._parent, 'close', None)
-    if close is not None:
-      close()
+    _close(self._parent)
 
 
 def to_mesh(iterator: Iterator, mesh, buffer_size: int = 2,
