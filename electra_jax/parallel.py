@@ -89,3 +89,11 @@ def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh,
                       f'{mesh.devices.size} with the same device count on every process')
     out[k] = jax.make_array_from_process_local_data(sharding, v)
   return out
+
+
+def replicated_arrays(host_values: Mapping[str, np.ndarray], mesh: Mesh) -> dict:
+  """Host values, the same on every process -> replicated global arrays (e.g. the metric window
+  the train call adds into)."""
+  sharding = replicated(mesh)
+  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
+          for k, v in host_values.items()}

@@ -86,13 +86,6 @@ def _window_from_json(loop_state) -> dict | None:
   return {k: np.asarray(v, dtype) for k, (v, dtype) in loop_state['window'].items()}
 
 
-def _window_arrays(host_window: dict, mesh) -> dict:
-  """Host sums -> the replicated arrays the train call adds into (the same on every process)."""
-  replicated = parallel.replicated(mesh)
-  return {k: jax.make_array_from_process_local_data(replicated, v)
-          for k, v in host_window.items()}
-
-
 def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None,
                        overridden=(), profile_dir: str | None = None,
                        profile_steps: tuple[int, int] | None = None) -> dict:
@@ -194,7 +187,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   # continues its checkpoint's window exactly.
   window, zeros = _window_from_json(loop_state), None
   if window is not None:
-    window = _window_arrays(window, mesh)
+    window = parallel.replicated_arrays(window, mesh)
   window_start, window_steps = time.time(), 0  # For throughput: steps of this process only.
   bar = tqdm.tqdm(total=c.num_train_steps, initial=step, unit='step', file=sys.stderr,
                   disable=not (is_chief and c.progress_bar), dynamic_ncols=True,
@@ -214,9 +207,12 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     window_start += time.time() - t  # Evaluation time does not count as training time.
 
   def save():
+    nonlocal window_start
+    t = time.time()
     writer.flush()  # Rows up to this step reach the workdir before the checkpoint does.
     position = first_position + (step - first_step) * c.train_batch_size
     ckpt.save(step, state, force=True, loop_state=_loop_state(window, position))
+    window_start += time.time() - t  # Nor does saving (async: the copy off the devices).
 
   def stop_now(reason: str) -> dict:
     traced = trace.close(step)
@@ -245,7 +241,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     if window is None:  # A new log window.
       if zeros is None:
         zeros = ts.window_zeros(exp.train_step(), abstract_state, batches, base_rng)
-      window = _window_arrays(zeros, mesh)
+      window = parallel.replicated_arrays(zeros, mesh)
     traced_seconds = trace.seconds
     trace.before(step + 1, step + num_steps)
     state, window, consecutive_nonfinite = train_steps(state, window, batches, base_rng)

@@ -1,4 +1,5 @@
-"""End to end: the train and evaluate commands as a user runs them, in subprocesses."""
+"""End to end: the train and evaluate commands as a user runs them, in subprocesses (the loop
+in-process where a test patches what it calls)."""
 import concurrent.futures
 import glob
 import gzip
@@ -127,6 +128,45 @@ def test_throughput_leaves_out_the_compiling_first_step_and_gives_model_flops(tr
     assert np.isclose(r['model_tflops_per_sec_per_device'],
                       model_flops * r['steps_per_sec'] / devices / 1e12)
     assert np.isclose(r['tokens_per_sec'], r['steps_per_sec'] * 8 * 32)
+
+
+def test_throughput_leaves_out_evaluations_and_checkpoint_saves(tmp_path, small_corpus,
+                                                              monkeypatch):
+  """The loop in-process under a clock on which every save and evaluation takes 1000 s: no
+  window's throughput may count them (a save or evaluation mid-window or right after a log)."""
+  # pylint: disable=import-outside-toplevel
+  import time
+  from electra_jax import checkpoint, eval_loop, train
+  from tests.conftest import tiny_config
+  offset = [0.0]
+
+  class Clock:
+    @staticmethod
+    def time():
+      return time.time() + offset[0]
+
+  def slow(fn):
+    def wrapped(*args, **kwargs):
+      result = fn(*args, **kwargs)
+      offset[0] += 1000.0
+      return result
+    return wrapped
+
+  monkeypatch.setattr(train, 'time', Clock)
+  monkeypatch.setattr(checkpoint.Checkpointer, 'save', slow(checkpoint.Checkpointer.save))
+  monkeypatch.setattr(eval_loop, 'evaluate_params', slow(eval_loop.evaluate_params))
+  # Logs at 2, 4, 6, 8; saves at 3 (inside window 3-4), 6 and 8; evaluations at 4 and 8.
+  c = tiny_config(vocab_size=8000, num_layers=1, num_train_steps=8, log_every_steps=2,
+                  save_checkpoints_steps=3, eval_every_steps=4, num_eval_steps=1,
+                  progress_bar=False, train_files=small_corpus, eval_files=small_corpus)
+  workdir = str(tmp_path / 'run')
+  summary = train.train_and_evaluate(c, workdir)
+  assert offset[0] == 5000.0  # Three saves and two evaluations happened.
+  rows = read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
+  assert [r['step'] for r in rows] == [2, 4, 6, 8]
+  for r in rows:
+    assert 2 / r['steps_per_sec'] < 1000, r  # Window seconds: real training time only.
+  assert 7 / summary['steps_per_sec'] < 1000, summary  # Steps 2-8 (step 1 compiles).
 
 
 def test_profile_dir_traces_exactly_the_chosen_steps(trained):
