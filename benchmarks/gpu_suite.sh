@@ -3,7 +3,7 @@
 # Run from the repository root on the GPU machine:
 #
 #   bash benchmarks/gpu_suite.sh STAGE[,STAGE...] OUT_DIR
-#       STAGE: tests | small | base | large | profile | parts | pretrain | graphs
+#       STAGE: tests | small | base | large | profile | parts | pretrain | graphs | calls
 #
 # Several stages in one call save a machine start where they fit together in 10 minutes; each
 # runs even when one before it failed, and any failure fails the call. Measured on an H100
@@ -14,7 +14,7 @@
 # (five compiles), base about 7 min, tests over 6 min, pretrain 8 min at PRETRAIN_STEPS=12000,
 # graphs about 4 min (two or three compiles), large about 4 min on an H200 (its compile 121 s
 # when the machine was warm; over 250 s in a first call), parts of Base with two variants
-# about 3.5 min.
+# about 3.5 min; calls (two or three compiles) not run yet: about 5 min by those figures.
 #
 # The machine's image has jax (CUDA), flax, optax, orbax, torch and transformers but not grain,
 # array-record, ml-collections or tensorboardX: fetch their wheels here first, once
@@ -23,15 +23,15 @@
 # (a failed benchmark: "!! NAME failed" on stderr, the stage goes on and exits 1);
 # copy the figures into benchmarks/RESULTS.md with date, device and commit.
 set -uo pipefail
-usage='usage: gpu_suite.sh STAGE[,STAGE...] OUT_DIR (tests|small|base|large|profile|parts|pretrain|graphs)'
+usage='usage: gpu_suite.sh STAGE[,STAGE...] OUT_DIR (tests|small|base|large|profile|parts|pretrain|graphs|calls)'
 stages=${1:?$usage}
 out=${2:?$usage}
 IFS=, read -ra stage_list <<< "$stages"
 for stage in "${stage_list[@]}"; do
   case $stage in
-    tests|small|base|large|profile|parts|pretrain|graphs) ;;
-    *) echo "unknown stage '$stage'; use tests, small, base, large, profile, parts, pretrain" \
-            "or graphs" >&2
+    tests|small|base|large|profile|parts|pretrain|graphs|calls) ;;
+    *) echo "unknown stage '$stage'; use tests, small, base, large, profile, parts, pretrain," \
+            "graphs or calls" >&2
        exit 2 ;;
   esac
 done
@@ -149,6 +149,17 @@ tests/test_train_step.py tests/test_benchmark.py}"
       { echo "$summary"
         python3 benchmarks/profile_top_ops.py "/tmp/electra_graphs_$mode" --top=3
       } >> "$log" 2>&1
+    done ;;
+  calls)  # The Small step at N steps a call (config.steps_per_execution): the benchmark times
+    # the loop's N-step program, one dispatch and one CUDA-graph update a call, where the
+    # 2026-11-26 H100 trace showed 4 ms of graph update and 12 ms of launch a step against 15 ms
+    # of kernels. CALLS='1 10 100' chooses the N (divisors of 100; each one compile, about 90 s;
+    # N=1 comes from the cache when small ran before). Compare pipelined_step_ms (the loop's
+    # pace), host_dispatch_ms (a call's, per step) and the losses.
+    read -ra counts <<< "${CALLS:-1 10 100}"
+    for n in "${counts[@]}"; do
+      bench "small_calls_$n" --config=configs/small.py --config.steps_per_execution="$n" \
+          --steps=100 --warmup="$n"
     done ;;
   profile)  # A jax.profiler trace of three steps and the optimised HLO that names its fusions
     # (the trace shows only fusion names; the benchmark writes train_step.hlo.txt beside it,

@@ -3,12 +3,13 @@
   python -m electra_jax.benchmark --config=configs/small.py --config.train_batch_size=32 \
       --steps=20 [--warmup=3] [--compare=hf] [--profile_dir=/tmp/prof] [--peak_tflops=X]
 
-Builds the train step exactly as training does (Experiment + train_state.jit_train_step, state
-donated; training calls it config.steps_per_execution at a time), compiles it once, runs
-`--warmup` untimed steps, then times `--steps` steps, blocking on each step's results, then
-`--steps` more called back to back with one wait at the end (pipelined_step_ms: the pace of
-the training loop, which does not wait for each step). One batch is reused for every step, so
-input loading is not measured.
+Builds the program the training loop calls (Experiment.jit_train_steps: state and metric
+window donated, config.steps_per_execution steps a call), compiles it once, runs `--warmup`
+untimed steps, then times `--steps` steps, blocking on each call's results, then `--steps`
+more called back to back with one wait at the end (pipelined_step_ms: the pace of the training
+loop, which does not wait for each call). Step counts are whole calls; a step's time is its
+call's over the call's steps. One batch is reused for every step, so input loading is not
+measured.
 `--compare=hf` then runs a HF transformers + PyTorch implementation of the same objective
 (benchmarks/hf_reference.py) in the same process on the same batch and reports both and the
 ratio. Prints a table; the last stdout line is a JSON summary.
@@ -33,6 +34,7 @@ from electra_jax import model as model_lib
 from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import parallel
 from electra_jax import paths
+from electra_jax import train_state as ts
 from electra_jax.data import pipeline
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
@@ -77,61 +79,77 @@ def percentile(values, q: float) -> float:
 
 
 class JaxStep:
-  """The jitted train step, compiled once and warmed up; `run(n)` times n blocking steps."""
+  """The program the training loop calls (Experiment.jit_train_steps: state and metric window
+  donated, config.steps_per_execution steps a call, here each on the same batch), compiled
+  once and warmed up. Times are per step: a call's time over its steps."""
 
   def __init__(self, exp, host_batch: dict, warmup: int):
     c = self.config = exp.config
+    self.steps_per_call = c.steps_per_execution
+    self.mesh = exp.mesh
     self.state = exp.init_state()
-    self.batch = parallel.global_batch(host_batch, exp.mesh)
+    self.batches = parallel.global_batch(
+        {k: np.stack([v] * self.steps_per_call) for k, v in host_batch.items()}, exp.mesh,
+        steps_axis=True)
     self.rng = jax.random.key(c.seed)
-    step_fn = exp.jit_train_step()
+    self.zeros = ts.window_zeros(exp.train_step(), exp.abstract_state(), self.batches, self.rng)
     t = time.perf_counter()
-    self.compiled = step_fn.lower(self.state, self.batch, self.rng).compile()
+    self.compiled = exp.jit_train_steps().lower(
+        self.state, self.new_window(), self.batches, self.rng).compile()
     self.compile_s = time.perf_counter() - t
     cost = self.compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    # XLA counts a loop's body once, so this is one step's count for any steps_per_execution.
     self.xla_flops = float(cost['flops']) if cost and 'flops' in cost else None
-    # Host seconds each step's call took to return (JAX dispatches asynchronously, so this is
+    # Host seconds a call took to return, per step (JAX dispatches asynchronously, so this is
     # the host's share of a step; near the step time, the step is bound by the host).
     self.dispatch_s = []
-    self.run(warmup)
+    self.run(-(-warmup // self.steps_per_call) * self.steps_per_call)  # Whole calls.
     self.dispatch_s.clear()  # Timed steps only.
 
-  def step(self):
+  def new_window(self) -> dict:
+    return parallel.replicated_arrays(self.zeros, self.mesh)
+
+  def call(self, window):
+    """One call; returns the window (the steps' metric sums added into `window`)."""
     t = time.perf_counter()
-    self.state, sums = self.compiled(self.state, self.batch, self.rng)
-    self.dispatch_s.append(time.perf_counter() - t)
-    jax.block_until_ready((self.state, sums))
-    return sums
+    self.state, window, _ = self.compiled(self.state, window, self.batches, self.rng)
+    self.dispatch_s.append((time.perf_counter() - t) / self.steps_per_call)
+    return window
 
   def run(self, steps: int) -> tuple[list[float], list[float]]:
+    """`steps` (whole calls), blocking on each call: per step, its seconds and loss (those of
+    its call: the call's time over its steps, the call's mean loss)."""
     times, losses = [], []
-    for _ in range(steps):
+    for _ in range(steps // self.steps_per_call):
+      window = self.new_window()
       t = time.perf_counter()
-      sums = self.step()
-      times.append(time.perf_counter() - t)
+      window = self.call(window)
+      jax.block_until_ready((self.state, window))
+      times += [(time.perf_counter() - t) / self.steps_per_call] * self.steps_per_call
       c = self.config
-      losses.append(objective_metrics.summarize(jax.device_get(sums), c.gen_weight,
-                                            c.disc_weight)['loss'])
+      losses += [objective_metrics.summarize(jax.device_get(window), c.gen_weight,
+                                             c.disc_weight)['loss']] * self.steps_per_call
     return times, losses
 
   def run_pipelined(self, steps: int) -> float:
-    """Seconds a step when the host does not wait for each step: calls back to back, one
-    block at the end, as the training loop runs. Against the blocking step time it says how
-    much of the host's work overlaps the device's."""
+    """Seconds a step when the host does not wait for each call: `steps` (whole calls) back to
+    back, one block at the end, as the training loop runs. Against the blocking step time it
+    says how much of the host's work overlaps the device's."""
+    window = self.new_window()
     t = time.perf_counter()
-    for _ in range(steps):
-      self.state, sums = self.compiled(self.state, self.batch, self.rng)
-    jax.block_until_ready((self.state, sums))
+    for _ in range(steps // self.steps_per_call):
+      window = self.call(window)
+    jax.block_until_ready((self.state, window))
     return (time.perf_counter() - t) / steps
 
-  def profile(self, profile_dir: str, steps: int = 3):
+  def profile(self, profile_dir: str, calls: int = 3):
     # The Perfetto JSON beside the xplane reads without TensorBoard (e.g. a per-op table); the
     # trace names fusions only, so the optimised HLO that says what each computes goes beside
     # it (from the executable: XLA's dump flags write nothing when the persistent cache hits).
     with jax.profiler.trace(profile_dir, create_perfetto_trace=True):
-      for _ in range(steps):
-        self.step()
+      for _ in range(calls):
+        jax.block_until_ready(self.call(self.new_window()))
     atomic.write_text(paths.join(profile_dir, 'train_step.hlo.txt'), self.compiled.as_text())
 
 
@@ -187,6 +205,10 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
                   rounds: int = 1) -> dict:
   if steps < 1 or warmup < 0 or rounds < 1:
     raise UserError(f'--steps={steps} and --rounds={rounds} must be >= 1, --warmup={warmup} >= 0')
+  if steps % config.steps_per_execution:
+    raise UserError(f'--steps={steps} is not a multiple of config.steps_per_execution='
+                    f'{config.steps_per_execution} (the step runs in calls of that many steps, '
+                    'as in training); pass a multiple')
   unknown = sorted(set(compare) - {'hf', 'hf_full'})
   if unknown:
     raise UserError(f'--compare={",".join(unknown)} is not known; use hf and/or hf_full')
@@ -232,16 +254,19 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
           f'{n} {1e3 * statistics.median(times[n][r * steps:]):.1f} ms' for n in times),
             flush=True)
   dispatch_ms = 1e3 * statistics.median(ours.dispatch_s)
-  print(f'electra_jax: the host returns from a step\'s call after {dispatch_ms:.2f} ms '
-        '(median; the rest of the step time is waiting for the device)', flush=True)
+  per_call = c.steps_per_execution
+  print(f'electra_jax: the host returns from a call after {dispatch_ms * per_call:.2f} ms, '
+        f'{dispatch_ms:.2f} ms a step (median; {per_call} step(s) a call; the rest of the step '
+        'time is waiting for the device)', flush=True)
   pipelined_ms = 1e3 * ours.run_pipelined(steps)
   print(f'electra_jax: {pipelined_ms:.2f} ms a step over {steps} steps called back to back '
-        '(no wait per step, as in training)', flush=True)
+        '(no wait per call, as in training)', flush=True)
   memory = device_memory.peak()
   if profile_dir:
     profile_dir = paths.absolute(profile_dir)
     ours.profile(profile_dir)
-    print(f'Profile of 3 steps written to {profile_dir}', flush=True)
+    print(f'Profile of 3 calls ({3 * c.steps_per_execution} steps) written to {profile_dir}',
+          flush=True)
 
   rows = [summarize(name, times[name], model_flops, c, devices, peak) for name in times]
   for name in times:
@@ -283,10 +308,12 @@ def _define_flags():
   command's module (tests, notebooks) does not clash on --config."""
   config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
                                   'override any key with --config.KEY=VALUE.', lock_config=True)
-  flags.DEFINE_integer('steps', 20, 'Timed train steps (per round).')
+  flags.DEFINE_integer('steps', 20, 'Timed train steps (per round; a multiple of '
+                       'config.steps_per_execution).')
   flags.DEFINE_integer('rounds', 1, 'With --compare: alternate the implementations this many '
                        'times, --steps each (fairer ratios on a machine whose load changes).')
-  flags.DEFINE_integer('warmup', 3, 'Untimed steps after compilation (first-run effects).')
+  flags.DEFINE_integer('warmup', 3, 'Untimed steps after compilation (first-run effects; rounded up to '
+                       'whole calls).')
   flags.DEFINE_list('compare', [], "Reference implementations to run after ours: 'hf' (HF "
                     "transformers + PyTorch, generator logits only at masked positions) and/or "
                     "'hf_full' (HF's ElectraForMaskedLM as is: logits at every position).")

@@ -62,6 +62,7 @@ c = flags.FLAGS.config
 print(json.dumps(dict(model_size=c.model_size, vocab_size=c.vocab_size, dtype=c.dtype,
                       batch=c.train_batch_size, remat=c.remat, compare=flags.FLAGS.compare,
                       attention_dropout_rate=c.attention_dropout_rate,
+                      steps_per_execution=c.steps_per_execution, steps=flags.FLAGS.steps,
                       jax_cache=os.environ.get('JAX_COMPILATION_CACHE_DIR'),
                       xla_flags=os.environ.get('XLA_FLAGS', ''))))
 """
@@ -78,7 +79,7 @@ fi
 
 
 def test_gpu_suite_benchmark_stages_pass_flags_the_benchmark_accepts(tmp_path):
-  """Every benchmark command of the small/base/large stages parses (--config=FILE before its
+  """Every benchmark command of the small/base/large/graphs/profile/calls stages parses (--config=FILE before its
   --config.KEY overrides, which absl refuses otherwise) with the suite's common keys applied;
   a failed benchmark fails its stage with its name but does not stop the others."""
   shim_dir = tmp_path / 'bin'
@@ -92,9 +93,9 @@ def test_gpu_suite_benchmark_stages_pass_flags_the_benchmark_accepts(tmp_path):
              GPU_SUITE_CACHE=str(cache), PROFILE_CONFIG='base',
              LARGE_FLAGS='--config.attention_dropout_rate=0')
   out = tmp_path / 'out'
-  # Five stages in one call: each runs though the first fails.
-  proc = subprocess.run(['bash', 'benchmarks/gpu_suite.sh', 'small,base,large,graphs,profile',
-                         str(out)],
+  # Six stages in one call: each runs though the first fails.
+  proc = subprocess.run(['bash', 'benchmarks/gpu_suite.sh',
+                         'small,base,large,graphs,profile,calls', str(out)],
                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
   # The small stage's --compare=hf,hf_full run fails in the shim (no torch) ...
   assert proc.returncode == 1, proc.stderr
@@ -111,6 +112,9 @@ def test_gpu_suite_benchmark_stages_pass_flags_the_benchmark_accepts(tmp_path):
   assert [m for m in modes for r in graph_rows
           if f'--xla_gpu_command_buffer_update_mode={m}' in r['xla_flags']] == modes
   assert 'update_mode' not in graph_rows[0]['xla_flags']
+  # calls: the Small step at 1, 10 and 100 steps a call, 100 timed steps each (whole calls).
+  assert [(r['steps_per_execution'], r['steps']) for r in rows['small'][-3:]] == [
+      (1, 100), (10, 100), (100, 100)]
   rows['small'] = rows['small'][:1]
   # profile, PROFILE_CONFIG=base: Base at the batch its MFU was measured at.
   for stage, batches in (('small', [128]), ('base', [32, 256, 32]), ('large', [32])):

@@ -229,3 +229,24 @@ def test_train_runs_on_prepared_shards_and_checkpoints_the_consumed_position(cor
   assert summary['status'] == 'completed' and summary['step'] == 3
   with open(tmp_path / 'run' / 'checkpoints' / '3' / 'loop' / 'metadata') as f:
     assert json.load(f)['data_position'] == 3 * config.train_batch_size
+
+
+def test_data_benchmark_cli_reads_the_same_batches_from_every_source_and_times_the_step(
+    corpus, prepared):
+  """`electra_jax.data.benchmark`: raw text and prepared shards give the same batches, and
+  --train_steps times the train program in whole calls of config.steps_per_execution."""
+  env = dict(os.environ, PYTHONPATH=REPO_ROOT, JAX_PLATFORMS='cpu')
+  proc = subprocess.run(
+      [sys.executable, '-m', 'electra_jax.data.benchmark', '--config=configs/demo.py',
+       f'--config.train_files={corpus}', f'--config.max_seq_length={SEQ}',
+       '--config.short_seq_prob=0.1', '--config.seed=5', '--config.num_layers=1',
+       '--config.train_batch_size=8', '--config.steps_per_execution=2',
+       f'--data_dir={prepared[0]}', '--num_batches=3', '--workers=0', '--train_steps=3'],
+      cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert summary['same_batches_for_all_runs'] is True
+  assert [(r['source'], r['workers']) for r in summary['results']] == [('raw', 0),
+                                                                        ('prepared', 0)]
+  assert summary['train_step_tokens_per_sec'] > 0
+  assert 'train step (demo):' in proc.stdout

@@ -3,7 +3,7 @@
     python benchmarks/probes/program_ops.py --config=configs/small.py \
         --config.train_batch_size=8 [--config.KEY=VALUE ...]
 
-Compiles the step as the benchmark does (benchmark.JaxStep: the training step, state donated)
+Compiles the step as the benchmark does (benchmark.JaxStep: the program training calls)
 for this machine's backend and counts, in its optimised HLO, the ops outside fused computations
 that run work
 (fusions, copies, dots, custom calls, reductions, sorts, scatters, whiles, conditionals): a

@@ -49,25 +49,15 @@ def time_pipeline(config, tokenizer, num_batches: int) -> dict:
 
 
 def time_train_steps(config, num_steps: int) -> float:
-  """tokens/s (batch x max_seq_length per step) of the config's train step, data excluded."""
-  # pylint: disable=import-outside-toplevel
-  import jax
-  from electra_jax import experiment as experiment_lib
-  from electra_jax import parallel
-  from electra_jax import train_state as ts
-  exp = experiment_lib.Experiment.create(config)
+  """tokens/s (batch x max_seq_length per step) of the config's train program on the first
+  batch, called back to back as training calls it (benchmark.JaxStep), data excluded;
+  num_steps rounded up to whole calls of config.steps_per_execution."""
+  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
+  exp, host_batch = benchmark.build(config, 'corpus')
   c = exp.config
-  state = exp.init_state()
-  step = ts.jit_train_step(ts.make_train_step(exp.objective, exp.tx), exp.mesh)
-  batch = parallel.global_batch(next(pipeline.make_train_iterator(c, exp.tokenizer)), exp.mesh)
-  rng = jax.random.key(c.seed)
-  state, sums = step(state, batch, rng)  # Compile.
-  jax.block_until_ready(sums)
-  start = time.perf_counter()
-  for _ in range(num_steps):
-    state, sums = step(state, batch, rng)
-  jax.block_until_ready(sums)
-  return num_steps * c.train_batch_size * c.max_seq_length / (time.perf_counter() - start)
+  step = benchmark.JaxStep(exp, host_batch, warmup=1)
+  num_steps = -(-num_steps // c.steps_per_execution) * c.steps_per_execution
+  return c.train_batch_size * c.max_seq_length / step.run_pipelined(num_steps)
 
 
 def main(argv):
