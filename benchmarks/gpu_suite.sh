@@ -23,7 +23,8 @@
 # (a failed benchmark: "!! NAME failed" on stderr, the stage goes on and exits 1);
 # copy the figures into benchmarks/RESULTS.md with date, device and commit.
 set -uo pipefail
-usage='usage: gpu_suite.sh STAGE[,STAGE...] OUT_DIR (tests|small|base|large|profile|parts|pretrain|graphs|calls)'
+usage='usage: gpu_suite.sh STAGE[,STAGE...] OUT_DIR
+  (tests|small|base|large|profile|parts|pretrain|graphs|calls)'
 stages=${1:?$usage}
 out=${2:?$usage}
 IFS=, read -ra stage_list <<< "$stages"

@@ -202,9 +202,11 @@ def get_config():
   # --- Loop, evaluation and checkpoints ----------------------------------------------------
   # Train steps per call of the compiled program (a lax.scan; Keras' steps_per_execution, the
   # official code's iterations_per_loop): the host dispatches, and on a GPU updates the step's
-  # CUDA graph, once per call instead of once per step. The same weights and metrics as 1;
-  # logging, evaluation, checkpoints and stops happen between calls, so num_train_steps,
-  # log_every_steps, eval_every_steps and save_checkpoints_steps must be multiples of it.
+  # CUDA graph, once per call instead of once per step. The same weights and metrics as 1.
+  # Logging, evaluation, checkpoints and stops happen between calls: a call also ends at each
+  # multiple of log_every_steps, eval_every_steps, save_checkpoints_steps and at
+  # num_train_steps, so intervals that are not multiples of it give shorter calls too (each
+  # other length compiles once more; the run prints a note).
   c.steps_per_execution = 1
   # Write metrics (metrics.jsonl, TensorBoard, progress line) every N steps.
   c.log_every_steps = 100

@@ -7,9 +7,9 @@ Builds the program the training loop calls (Experiment.jit_train_steps: state an
 window donated, config.steps_per_execution steps a call), compiles it once, runs `--warmup`
 untimed steps, then times `--steps` steps, blocking on each call's results, then `--steps`
 more called back to back with one wait at the end (pipelined_step_ms: the pace of the training
-loop, which does not wait for each call). Step counts are whole calls; a step's time is its
-call's over the call's steps. One batch is reused for every step, so input loading is not
-measured.
+loop, which does not wait for each call). Step counts are rounded up to whole calls; a
+step's time is its call's over the call's steps. One batch is reused for every step, so input
+loading is not measured.
 `--compare=hf` then runs a HF transformers + PyTorch implementation of the same objective
 (benchmarks/hf_reference.py) in the same process on the same batch and reports both and the
 ratio. Prints a table; the last stdout line is a JSON summary.
@@ -205,16 +205,17 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
                   rounds: int = 1) -> dict:
   if steps < 1 or warmup < 0 or rounds < 1:
     raise UserError(f'--steps={steps} and --rounds={rounds} must be >= 1, --warmup={warmup} >= 0')
-  if steps % config.steps_per_execution:
-    raise UserError(f'--steps={steps} is not a multiple of config.steps_per_execution='
-                    f'{config.steps_per_execution} (the step runs in calls of that many steps, '
-                    'as in training); pass a multiple')
   unknown = sorted(set(compare) - {'hf', 'hf_full'})
   if unknown:
     raise UserError(f'--compare={",".join(unknown)} is not known; use hf and/or hf_full')
   hf_reference = load_hf_reference() if compare else None  # Fail before any compile.
   exp, host_batch = build(config, data)
   c = exp.config
+  per_call = c.steps_per_execution
+  if steps % per_call:  # Whole calls, as training runs them.
+    print(f'note: --steps={steps} rounded up to {-(-steps // per_call) * per_call}, whole calls '
+          f'of config.steps_per_execution={per_call}', flush=True)
+    steps = -(-steps // per_call) * per_call
   devices = exp.mesh.devices.size
   device = jax.devices()[0]
   model_flops = flops_lib.model_flops_per_step(c)
@@ -254,7 +255,6 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
           f'{n} {1e3 * statistics.median(times[n][r * steps:]):.1f} ms' for n in times),
             flush=True)
   dispatch_ms = 1e3 * statistics.median(ours.dispatch_s)
-  per_call = c.steps_per_execution
   print(f'electra_jax: the host returns from a call after {dispatch_ms * per_call:.2f} ms, '
         f'{dispatch_ms:.2f} ms a step (median; {per_call} step(s) a call; the rest of the step '
         'time is waiting for the device)', flush=True)
@@ -308,12 +308,12 @@ def _define_flags():
   command's module (tests, notebooks) does not clash on --config."""
   config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
                                   'override any key with --config.KEY=VALUE.', lock_config=True)
-  flags.DEFINE_integer('steps', 20, 'Timed train steps (per round; a multiple of '
-                       'config.steps_per_execution).')
+  flags.DEFINE_integer('steps', 20, 'Timed train steps (per round; rounded up to whole '
+                       'calls of config.steps_per_execution).')
   flags.DEFINE_integer('rounds', 1, 'With --compare: alternate the implementations this many '
                        'times, --steps each (fairer ratios on a machine whose load changes).')
-  flags.DEFINE_integer('warmup', 3, 'Untimed steps after compilation (first-run effects; rounded up to '
-                       'whole calls).')
+  flags.DEFINE_integer('warmup', 3, 'Untimed steps after compilation (first-run effects; '
+                       'rounded up to whole calls).')
   flags.DEFINE_list('compare', [], "Reference implementations to run after ours: 'hf' (HF "
                     "transformers + PyTorch, generator logits only at masked positions) and/or "
                     "'hf_full' (HF's ElectraForMaskedLM as is: logits at every position).")

@@ -61,11 +61,6 @@ def _validate(c):
               'keep_checkpoint_max', 'save_checkpoints_steps', 'grad_accum_steps',
               'fsdp_axis_size', 'steps_per_execution'):
     check(c[key] > 0, f'config.{key}={c[key]} must be a positive integer')
-  for key in ('num_train_steps', 'log_every_steps', 'eval_every_steps', 'save_checkpoints_steps'):
-    check(c[key] % c.steps_per_execution == 0,
-          f'config.{key}={c[key]} is not a multiple of config.steps_per_execution='
-          f'{c.steps_per_execution} (the loop logs, evaluates and saves between calls); use a '
-          f'multiple of it or another steps_per_execution')
   for key in ('num_warmup_steps', 'eval_every_steps', 'num_eval_steps', 'seed',
               'max_consecutive_nonfinite'):
     check(c[key] >= 0, f'config.{key}={c[key]} must be >= 0')
@@ -143,6 +138,26 @@ def warmup_note(config) -> str | None:
           f'config.num_train_steps={config.num_train_steps}; warming up over all '
           f'{config.num_train_steps} steps instead (fine for a smoke run; lower the warmup '
           'for a real one)')
+
+
+LOOP_INTERVALS = ('log_every_steps', 'eval_every_steps', 'save_checkpoints_steps',
+                  'num_train_steps')
+
+
+def loop_boundaries(config) -> tuple[int, ...]:
+  """The intervals the training loop acts at (0: never): a train call ends at each."""
+  return tuple(config[key] for key in LOOP_INTERVALS)
+
+
+def steps_per_execution_note(config) -> str | None:
+  """The line that tells a user some train calls run fewer steps than asked, if some do."""
+  k = config.steps_per_execution
+  off = [f'config.{key}={config[key]}' for key in LOOP_INTERVALS if config[key] % k]
+  if not off:
+    return None
+  return (f'{" and ".join(off)} {"is not a multiple" if len(off) == 1 else "are not multiples"}'
+          f' of config.steps_per_execution={k}: calls also end there, so some run fewer steps '
+          '(each other length of call is one more compile)')
 
 
 def split_keys(text: str) -> list[str]:

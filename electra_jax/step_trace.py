@@ -47,20 +47,20 @@ class StepTrace:
     self.seconds = 0.0  # Spent starting and writing traces: the loop leaves it out of throughput.
 
   def plan(self, first_step: int, num_train_steps: int, enabled: bool = True,
-           steps_per_execution: int = 1) -> str | None:
+           first_call_steps: int = 1) -> str | None:
     """`first_step`: the step the loop starts from (it runs first_step + 1 on); `enabled`:
-    false on processes other than 0. Returns a note when no step of the run is traced.
+    false on processes other than 0; `first_call_steps`: the steps of the loop's first call.
+    Returns a note when no step of the run is traced.
 
-    The loop runs steps in calls of `steps_per_execution` (StepChunks' sizes): a trace holds
-    whole calls, from the one that runs step `first` to the one that runs `last`; the default
-    steps then follow the first call (which compiles)."""
+    The loop runs steps in calls (config.steps_per_execution; prefetch.call_size): a trace
+    holds whole calls, from the one that runs step `first` to the one that runs `last`; the
+    default steps then follow the first call (which compiles)."""
     if not (self.directory and enabled):
       self.directory = None
       return None
     steps = self.steps
     if steps is None:
-      first_call_end = first_step + steps_per_execution - first_step % steps_per_execution
-      start = first_call_end + DEFAULT_SKIP
+      start = first_step + first_call_steps + DEFAULT_SKIP
       steps = (start, start + DEFAULT_STEPS - 1)
     self.first, self.last = max(steps[0], first_step + 1), min(steps[1], num_train_steps)
     if self.first > self.last:

@@ -118,7 +118,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   is_chief = jax.process_index() == 0
   say = print if is_chief else (lambda *a, **k: None)
   write_line = (lambda line: bar.write(line, file=sys.stdout)) if is_chief else say
-  for note in [config_lib.warmup_note(config), *start.notes]:
+  for note in [config_lib.warmup_note(config), config_lib.steps_per_execution_note(c),
+               *start.notes]:
     if note:
       say(f'note: {note}', flush=True)
 
@@ -145,10 +146,12 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     state = exp.init_state()
   step = int(jax.device_get(state.step))
   first_position = _data_position(loop_state, step, c)
-  # Each item holds the batches of one train call (config.steps_per_execution steps).
+  # Each item holds the batches of one train call (config.steps_per_execution steps, fewer
+  # where a log, evaluation or save comes first).
+  boundaries = config_lib.loop_boundaries(c)
   train_iter = prefetch.to_mesh(prefetch.StepChunks(pipeline.make_train_iterator(
       c, exp.tokenizer, jax.process_index(), jax.process_count(), first_position, examples),
-      step, c.steps_per_execution), mesh, steps_axis=True)
+      step, c.steps_per_execution, boundaries), mesh, steps_axis=True)
   # Stop the prefetch thread before exiting: one still placing arrays on devices while the
   # interpreter shuts down can abort the process.
   on_error.append(train_iter.close)
@@ -169,7 +172,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   stop.install()
 
   first_step = step
-  note = trace.plan(first_step, c.num_train_steps, is_chief, c.steps_per_execution)
+  note = trace.plan(first_step, c.num_train_steps, is_chief,
+                    prefetch.call_size(first_step, c.steps_per_execution, boundaries))
   if note:
     say(f'note: {note}', flush=True)
   on_error.append(lambda: trace.close(step))

@@ -34,7 +34,10 @@ def tiny_config(**overrides):
                 # Dropout multiplies XLA compile time on CPU; tests that need it turn it on.
                 dropout_rate=0.0, attention_dropout_rate=0.0,
                 # The paper's architecture (transformers-exportable); tests of the option set it.
-                relative_attention_span=0))
+                relative_attention_span=0,
+                # One step a call: tiny runs' intervals would cut the demo's 10 into calls of
+                # several lengths, each a compile; tests of calls set it.
+                steps_per_execution=1))
   c.update(overrides)
   return c
 

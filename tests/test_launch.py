@@ -79,9 +79,10 @@ fi
 
 
 def test_gpu_suite_benchmark_stages_pass_flags_the_benchmark_accepts(tmp_path):
-  """Every benchmark command of the small/base/large/graphs/profile/calls stages parses (--config=FILE before its
-  --config.KEY overrides, which absl refuses otherwise) with the suite's common keys applied;
-  a failed benchmark fails its stage with its name but does not stop the others."""
+  """Every benchmark command of the small/base/large/graphs/profile/calls stages parses
+  (--config=FILE before its --config.KEY overrides, which absl refuses otherwise) with the
+  suite's common keys applied; a failed benchmark fails its stage with its name but does not
+  stop the others."""
   shim_dir = tmp_path / 'bin'
   shim_dir.mkdir()
   (shim_dir / 'python3').write_text(_SUITE_SHIM)

@@ -26,6 +26,7 @@ TINY_FLAGS = [
     '--config.train_batch_size=8', '--config.eval_batch_size=8', '--config.num_eval_steps=2',
     '--config.num_warmup_steps=2', '--config.log_every_steps=2', '--config.eval_every_steps=4',
     '--config.save_checkpoints_steps=3', '--config.progress_bar=false',
+    '--config.steps_per_execution=1',
 ]
 
 
@@ -228,38 +229,52 @@ def test_profile_steps_are_clipped_to_the_steps_this_run_takes(tmp_path):
   assert trace.directory is None  # Processes other than 0 do not trace.
   # Calls of 4 steps from step 10: 11-12 (back onto multiples of 4, compiles), 13-16, ...
   trace = step_trace.StepTrace(str(tmp_path), None)
-  assert trace.plan(first_step=10, num_train_steps=100, steps_per_execution=4) is None
+  assert trace.plan(first_step=10, num_train_steps=100, first_call_steps=2) is None
   assert (trace.first, trace.last) == (13, 15)
 
 
-def test_steps_per_execution_must_divide_the_loop_intervals(tiny):
-  from electra_jax import config as config_lib  # pylint: disable=import-outside-toplevel
-  config_lib.resolve(tiny(steps_per_execution=5, num_train_steps=100, log_every_steps=10,
-                          eval_every_steps=0, save_checkpoints_steps=50))
-  with pytest.raises(UserError, match=r'config.log_every_steps=4 is not a multiple of '
-                                      r'config.steps_per_execution=8'):
-    config_lib.resolve(tiny(steps_per_execution=8, num_train_steps=96, log_every_steps=4))
+def test_calls_end_at_every_step_the_loop_acts_at_and_the_run_says_where_they_are_shorter(tiny):
+  # pylint: disable=import-outside-toplevel
+  from electra_jax import config as config_lib
+  from electra_jax.data import prefetch
+  # 4 steps a call; logs every 6, no evaluation, saves every 10, 20 steps.
+  ends, step = [], 0
+  while step < 20:
+    step += prefetch.call_size(step, 4, (6, 0, 10, 20))
+    ends.append(step)
+  assert ends == sorted({s for s in range(1, 21) if s % 4 == 0 or s % 6 == 0 or s % 10 == 0})
+  assert prefetch.call_size(3, 4) == 1  # Back onto multiples of 4 (e.g. a resumed run).
+  aligned = tiny(steps_per_execution=5, num_train_steps=100, log_every_steps=10,
+                 eval_every_steps=0, save_checkpoints_steps=50)
+  assert config_lib.steps_per_execution_note(config_lib.resolve(aligned)) is None
+  note = config_lib.steps_per_execution_note(config_lib.resolve(tiny(
+      steps_per_execution=8, num_train_steps=96, log_every_steps=4, save_checkpoints_steps=48,
+      eval_every_steps=0)))
+  assert note.startswith('config.log_every_steps=4 is not a multiple of '
+                         'config.steps_per_execution=8: calls also end there')
 
 
 @pytest.fixture(scope='module')
 def in_calls(tmp_path_factory, trained):
-  """trained's 8 steps again: 3 one per call, then resumed at 2 steps a call (4, 5-6, 7-8),
-  tracing the call that runs step 7 (5-6 compiles)."""
+  """trained's 8 steps again: 3 one per call, then resumed at 4 steps a call, which the loop's
+  logs every 2 and saves every 3 cut to 4, 5-6, 7-8; tracing the call that runs step 7 (5-6
+  compiles)."""
   base = tmp_path_factory.mktemp('calls')
   workdir, flags = str(base / 'run'), [*trained['flags'], f'--workdir={base / "run"}']
   run_cli('electra_jax.train', *flags, '--stop_after_steps=3')
-  resumed = run_cli('electra_jax.train', *flags, '--config.steps_per_execution=2',
-                    '--config.save_checkpoints_steps=4', f'--profile_dir={base / "profile"}',
-                    '--profile_steps=7:7')
+  resumed = run_cli('electra_jax.train', *flags, '--config.steps_per_execution=4',
+                    f'--profile_dir={base / "profile"}', '--profile_steps=7:7')
   return dict(workdir=workdir, resumed=resumed, profile=str(base / 'profile'))
 
 
 def test_steps_run_in_calls_match_one_step_a_call_exactly(trained, in_calls):
   stdout = in_calls['resumed'].stdout
   assert 'Resuming from step 3' in stdout and 'first step 4: ' in stdout
+  assert ('note: config.log_every_steps=2 and config.save_checkpoints_steps=3 are not '
+          'multiples of config.steps_per_execution=4') in stdout
   assert last_json(stdout)['status'] == 'completed'
   assert sorted(os.listdir(os.path.join(in_calls['workdir'], 'checkpoints')), key=int)[-2:] == \
-      ['4', '8']
+      ['6', '8']
   calls, straight = saved_state(in_calls['workdir'], 8), saved_state(trained['straight'], 8)
   for (path, a), (_, b) in zip(jax.tree_util.tree_leaves_with_path(calls),
                                jax.tree_util.tree_leaves_with_path(straight)):

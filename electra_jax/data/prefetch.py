@@ -83,19 +83,29 @@ class DevicePrefetcher:
     _close(self._parent)
 
 
+def call_size(step: int, steps_per_execution: int, boundaries=()) -> int:
+  """Steps of the train call that runs after `step`: up to the next multiple of
+  steps_per_execution, or of a boundary (a positive interval the loop acts at: log, eval, save,
+  the last step) if one comes first."""
+  return min(b - step % b for b in (steps_per_execution, *boundaries) if b > 0)
+
+
 class StepChunks:
   """The batches of the steps one train call runs (config.steps_per_execution = k), stacked on
-  a new leading axis: k at a time, so that calls end on multiples of k, after a first chunk
-  that brings a run resumed between multiples (e.g. saved with another k) back onto them."""
+  a new leading axis: k at a time, each call ending at the next multiple of k or of a boundary
+  (call_size), so the loop logs, evaluates and saves after the very step it names, and a run
+  resumed between multiples (e.g. saved with another k) comes back onto them."""
 
-  def __init__(self, parent: Iterator, first_step: int, steps_per_execution: int):
+  def __init__(self, parent: Iterator, first_step: int, steps_per_execution: int,
+               boundaries=()):
     self._parent, self._step, self._k = parent, first_step, steps_per_execution
+    self._boundaries = tuple(boundaries)
 
   def __iter__(self):
     return self
 
   def __next__(self) -> dict:
-    size = self._k - self._step % self._k
+    size = call_size(self._step, self._k, self._boundaries)
     batches = [next(self._parent) for _ in range(size)]
     self._step += size
     return {key: np.stack([b[key] for b in batches]) for key in batches[0]}
