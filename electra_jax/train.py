@@ -239,6 +239,9 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
       save()
     return stop_now('--stop_after_steps=0')
   loop_start = time.time()
+  # Calls of a length not run before compile (after the first: shorter calls at a log, save or
+  # resume): such a call's time and steps are left out of its window unless nothing else ran.
+  call_lengths, compile_seconds, compile_steps = set(), 0.0, 0
   while step < c.num_train_steps:
     batches = next(train_iter)  # Global arrays, built while the previous call ran.
     num_steps = batches['input_ids'].shape[0]
@@ -248,7 +251,16 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
       window = parallel.replicated_arrays(zeros, mesh)
     traced_seconds = trace.seconds
     trace.before(step + 1, step + num_steps)
+    compiles = bool(call_lengths) and num_steps not in call_lengths
+    if compiles:
+      jax.block_until_ready(window)  # Time this call alone.
+      call_start = time.time()
     state, window, consecutive_nonfinite = train_steps(state, window, batches, base_rng)
+    call_lengths.add(num_steps)
+    if compiles:
+      jax.block_until_ready(window)
+      compile_seconds += time.time() - call_start
+      compile_steps += num_steps
     steps_done = range(step + 1, step + num_steps + 1)
     step += num_steps
     too_many_nonfinite.push(step, consecutive_nonfinite)
@@ -279,16 +291,18 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     # so its metrics.jsonl matches an uninterrupted run's.
     if log_step or preempted:
       window = jax.device_get(window)
-      elapsed = time.time() - window_start
+      elapsed, window_timed_steps = time.time() - window_start, window_steps
+      if window_steps > compile_steps:
+        elapsed, window_timed_steps = elapsed - compile_seconds, window_steps - compile_steps
       train_seconds += elapsed
-      timed_steps += window_steps
+      timed_steps += window_timed_steps
       train_metrics = objective_metrics.summarize(window, c.gen_weight, c.disc_weight)
       finite_steps = float(window['num_steps'])  # Skipped (non-finite) steps count 0.
       train_metrics.update(
           grad_norm=float(window['grad_norm_sum']) / finite_steps if finite_steps else None,
           learning_rate=float(exp.schedule(step - 1)),
           skipped_steps=int(nonfinite.total_skipped(state.opt_state)),
-          **throughput(window_steps, elapsed))
+          **throughput(window_timed_steps, elapsed))
       if log_step:
         writer.write('metrics', step, train_metrics)
       bar.set_postfix(loss=f'{train_metrics["loss"]:.3f}',
@@ -299,6 +313,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
                  + (f' | MFU {train_metrics["mfu"]:.1%}' if train_metrics['mfu'] else ''))
       if log_step:
         window, window_start, window_steps = None, time.time(), 0
+        compile_seconds, compile_steps = 0.0, 0
 
     if c.eval_every_steps and step % c.eval_every_steps == 0:
       run_eval()
