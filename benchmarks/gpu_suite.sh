@@ -192,7 +192,7 @@ tests/test_train_step.py tests/test_benchmark.py}"
     # held-out AUC and MLM accuracy against tokens from the copied config and eval metrics.
     # PRETRAIN_FLAGS adds overrides, e.g. '--config.relative_attention_span=8' (the demo's
     # attention bias: the paper's network left the held-out AUC at 0.54 after 12,000 steps),
-    # or '--config.steps_per_execution=100' (a divisor of 100, 500 and PRETRAIN_STEPS): the
+    # or '--config.steps_per_execution=100' (best a divisor of 100, 500 and PRETRAIN_STEPS): the
     # host's dispatch and CUDA-graph update once per 100 steps (2026-11-26, H100: 4 ms of
     # graph update and 12 ms of launch a step against 15 ms of kernels).
     # PRETRAIN_PROFILE_STEPS=FIRST:LAST (e.g. 1001:1003) traces those steps of the real loop

@@ -1,4 +1,4 @@
-"""A tiny ELECTRA on the bundled Jane Austen corpus: about seven minutes on a 2-core CPU.
+"""A tiny ELECTRA on the bundled Jane Austen corpus: five to seven minutes on a 2-core CPU.
 
 The paper's objective, shrunk to a 'demo'-size model (2 layers, H 128; see
 electra_jax/config.py) with a 1/4-width generator, a short warmup, no dropout (a few hundred
@@ -12,8 +12,8 @@ checkpoints. Two keys differ from the paper's recipe because a few CPU minutes n
   `--config.relative_attention_span=0` trains the paper's (exportable) network.
 - learning_rate 1e-3 (paper's Small: 5e-4): a short run needs the larger steps.
 Ten steps a call of the compiled program (steps_per_execution): the same weights as one a
-call, and on a 2-core CPU 1.4x the steps/s of one a call in the benchmark, the demo's training
-13 % shorter (benchmarks/RESULTS.md, session 20).
+call, and on a 2-core CPU 1.4x the steps/s of one a call in the benchmark, 1.25-1.38x the
+demo's tokens/s (benchmarks/RESULTS.md, session 20).
 """
 from configs import base_config
 
