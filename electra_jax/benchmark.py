@@ -78,6 +78,11 @@ def percentile(values, q: float) -> float:
   return float(np.percentile(np.asarray(values), q))
 
 
+def whole_calls(steps: int, steps_per_call: int) -> int:
+  """`steps` rounded up to whole calls of `steps_per_call` steps (as training runs them)."""
+  return -(-steps // steps_per_call) * steps_per_call
+
+
 class JaxStep:
   """The program the training loop calls (Experiment.jit_train_steps: state and metric window
   donated, config.steps_per_execution steps a call, here each on the same batch), compiled
@@ -104,7 +109,7 @@ class JaxStep:
     # Host seconds a call took to return, per step (JAX dispatches asynchronously, so this is
     # the host's share of a step; near the step time, the step is bound by the host).
     self.dispatch_s = []
-    self.run(-(-warmup // self.steps_per_call) * self.steps_per_call)  # Whole calls.
+    self.run(whole_calls(warmup, self.steps_per_call))
     self.dispatch_s.clear()  # Timed steps only.
 
   def new_window(self) -> dict:
@@ -212,10 +217,10 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
   exp, host_batch = build(config, data)
   c = exp.config
   per_call = c.steps_per_execution
-  if steps % per_call:  # Whole calls, as training runs them.
-    print(f'note: --steps={steps} rounded up to {-(-steps // per_call) * per_call}, whole calls '
+  if steps != whole_calls(steps, per_call):
+    print(f'note: --steps={steps} rounded up to {whole_calls(steps, per_call)}, whole calls '
           f'of config.steps_per_execution={per_call}', flush=True)
-    steps = -(-steps // per_call) * per_call
+    steps = whole_calls(steps, per_call)
   devices = exp.mesh.devices.size
   device = jax.devices()[0]
   model_flops = flops_lib.model_flops_per_step(c)
@@ -265,7 +270,7 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
   if profile_dir:
     profile_dir = paths.absolute(profile_dir)
     ours.profile(profile_dir)
-    print(f'Profile of 3 calls ({3 * c.steps_per_execution} steps) written to {profile_dir}',
+    print(f'Profile of 3 calls ({3 * per_call} steps) written to {profile_dir}',
           flush=True)
 
   rows = [summarize(name, times[name], model_flops, c, devices, peak) for name in times]

@@ -56,8 +56,8 @@ def time_train_steps(config, num_steps: int) -> float:
   exp, host_batch = benchmark.build(config, 'corpus')
   c = exp.config
   step = benchmark.JaxStep(exp, host_batch, warmup=1)
-  num_steps = -(-num_steps // c.steps_per_execution) * c.steps_per_execution
-  return c.train_batch_size * c.max_seq_length / step.run_pipelined(num_steps)
+  return c.train_batch_size * c.max_seq_length / step.run_pipelined(
+      benchmark.whole_calls(num_steps, c.steps_per_execution))
 
 
 def main(argv):
