@@ -1,8 +1,11 @@
 """What every electra_jax command shares: error handling, quiet library logs, JSON results."""
+import importlib.metadata
+import importlib.util
 import json
 import logging as std_logging
 import math
 import os
+import pkgutil
 import re
 import sys
 
@@ -113,6 +116,37 @@ def use_compilation_cache(directory: str | None):
     jax.config.update('jax_compilation_cache_dir', paths.absolute(directory))
 
 
+def _jax_plugins() -> list[str]:
+  """The PJRT plugins (GPU backends) JAX will load: modules under the `jax_plugins` namespace
+  package and `jax_plugins` entry points, the two places JAX looks."""
+  names = [e.value for e in importlib.metadata.entry_points(group='jax_plugins')]
+  try:
+    import jax_plugins  # pylint: disable=import-outside-toplevel
+    names += [name for _, name, _ in pkgutil.iter_modules(jax_plugins.__path__)]
+  except ImportError:
+    pass
+  return names
+
+
+def skip_absent_tpu_runtime():
+  """With libtpu installed (the `tpu` extra, e.g. to plan a pod with --dry_run --topology on a
+  laptop) JAX starts the TPU runtime on any machine, and where there is no TPU libtpu prints
+  six lines of errors before JAX falls back to the CPU. Where no TPU chip is attached and no
+  GPU plugin is installed the CPU is the only platform: tell JAX before it starts (compiling for
+  a topology does not need the runtime). $JAX_PLATFORMS, when set, is left to decide."""
+  if os.environ.get('JAX_PLATFORMS') or importlib.util.find_spec('libtpu') is None:
+    return
+  import jax  # pylint: disable=import-outside-toplevel
+  from jax._src import hardware_utils  # pylint: disable=import-outside-toplevel
+  try:
+    tpu_chips = hardware_utils.num_available_tpu_chips_and_device_id()[0]
+  except Exception:  # pylint: disable=broad-except  # A JAX without it: leave JAX to decide.
+    return
+  if jax.config.jax_platforms or tpu_chips or _jax_plugins():
+    return
+  jax.config.update('jax_platforms', 'cpu')
+
+
 def _define_common_flags():
   """The flags every command has; defined when a command runs, never at import."""
   flags.DEFINE_bool('verbose', False, 'Show library INFO logs and full tracebacks on errors.')
@@ -134,6 +168,7 @@ def run(main, keys_file: str = 'configs/base_config.py'):
       for name in _QUIET_LOGGERS:
         std_logging.getLogger(name).setLevel(std_logging.CRITICAL)
     try:
+      skip_absent_tpu_runtime()
       use_compilation_cache(flags.FLAGS.compilation_cache_dir)
       return main(argv)
     except Exception as e:  # pylint: disable=broad-except

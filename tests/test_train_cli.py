@@ -2,6 +2,7 @@
 in-process where a test patches what it calls)."""
 import concurrent.futures
 import glob
+import importlib.util
 import gzip
 import json
 import os
@@ -379,3 +380,24 @@ def test_resume_with_other_model_shapes_is_refused(trained):
   proc = run_cli('electra_jax.train', *trained['flags'], f'--workdir={trained["straight"]}',
                  '--config.relative_attention_span=0', check=False)
   assert proc.returncode == 2 and 'relative_attention_span: 8 -> 0' in proc.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec('libtpu') is None, reason='needs libtpu installed')
+@pytest.mark.parametrize('gpu_plugin', [False, True])
+def test_no_tpu_runtime_start_where_there_is_no_tpu(tmp_path, gpu_plugin):
+  """With libtpu installed (the tpu and test extras) on a machine without a TPU, a command runs
+  on the CPU without libtpu's six lines of start-up errors; where a GPU plugin is installed JAX
+  is left to choose its platforms (libtpu then speaks again, as it does without electra_jax)."""
+  from jax._src import hardware_utils  # pylint: disable=import-outside-toplevel
+  if hardware_utils.num_available_tpu_chips_and_device_id()[0]:
+    pytest.skip('this machine has a TPU')
+  env = {k: v for k, v in os.environ.items() if k != 'JAX_PLATFORMS'}
+  if gpu_plugin:  # A PJRT plugin as JAX discovers them, registering nothing.
+    (tmp_path / 'jax_plugins' / 'fake_gpu').mkdir(parents=True)
+    (tmp_path / 'jax_plugins' / 'fake_gpu' / '__init__.py').write_text('def initialize():\n  pass\n')
+    env['PYTHONPATH'] = os.pathsep.join([str(tmp_path), REPO_ROOT])
+  proc = subprocess.run([sys.executable, '-m', 'electra_jax.train', '--config=configs/demo.py',
+                         '--dry_run', '--cpu_devices=1'], cwd=REPO_ROOT, env=env,
+                        capture_output=True, text=True, timeout=300, check=True)
+  assert last_json(proc.stdout)['platform'] == 'cpu'
+  assert ('TPU' in proc.stderr) == gpu_plugin, proc.stderr
