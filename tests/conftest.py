@@ -1,6 +1,7 @@
 """Shared fixtures: tiny configs that compile and run in seconds on a CPU."""
 import os
 import sys
+import tempfile
 
 import pytest
 
@@ -16,6 +17,22 @@ FAST_COMPILE_XLA_FLAGS = ('--xla_backend_optimization_level=0 '
                           '--xla_llvm_disable_expensive_passes=true')
 if FAST_COMPILE_XLA_FLAGS not in os.environ.get('XLA_FLAGS', ''):  # (a subprocess has them)
   os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_XLA_FLAGS}".strip()
+
+
+@pytest.fixture(scope='session', autouse=True)
+def library_temp_files(tmp_path_factory):
+  """Libraries' own temporary files, in this process and the commands tests start, go under
+  pytest's temporary root (which pytest prunes) instead of piling up in /tmp: TFDS leaves an
+  empty tmp*tfds directory behind every builder of a dataset not yet prepared."""
+  root = str(tmp_path_factory.mktemp('tempfile'))
+  saved = os.environ.get('TMPDIR')
+  os.environ['TMPDIR'], tempfile.tempdir = root, root
+  yield root
+  tempfile.tempdir = None
+  if saved is None:
+    del os.environ['TMPDIR']
+  else:
+    os.environ['TMPDIR'] = saved
 
 
 def xla_flags_with(*flags):
