@@ -23,10 +23,13 @@
 # (a failed benchmark: "!! NAME failed" on stderr, the stage goes on and exits 1);
 # copy the figures into benchmarks/RESULTS.md with date, device and commit.
 set -uo pipefail
-usage='usage: gpu_suite.sh STAGE[,STAGE...] OUT_DIR
-  (tests|small|base|large|profile|parts|pretrain|graphs|calls)'
-stages=${1:?$usage}
-out=${2:?$usage}
+if [ $# -ne 2 ]; then
+  echo 'usage: gpu_suite.sh STAGE[,STAGE...] OUT_DIR' >&2
+  echo '  STAGE: tests, small, base, large, profile, parts, pretrain, graphs or calls' >&2
+  exit 2
+fi
+stages=$1
+out=$2
 IFS=, read -ra stage_list <<< "$stages"
 for stage in "${stage_list[@]}"; do
   case $stage in

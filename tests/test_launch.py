@@ -47,6 +47,10 @@ def test_gpu_suite_refuses_an_unknown_stage_before_touching_anything(tmp_path):
   bad = sh('benchmarks/gpu_suite.sh', 'tests,smal', str(out), check=False)
   assert bad.returncode == 2 and "unknown stage 'smal'" in bad.stderr
   assert not out.exists()
+  missing = sh('benchmarks/gpu_suite.sh', 'tests', check=False)
+  assert missing.returncode == 2 and missing.stderr.splitlines() == [
+      'usage: gpu_suite.sh STAGE[,STAGE...] OUT_DIR',
+      '  STAGE: tests, small, base, large, profile, parts, pretrain, graphs or calls']
 
 
 # Stands in for python3 in gpu_suite.sh: each benchmark command's flags are parsed by the real
