@@ -1,4 +1,4 @@
-"""Times the real pretraining step: tokens/s, step time, model FLOPs, MFU, peak memory.
+r"""Times the real pretraining step: tokens/s, step time, model FLOPs, MFU, peak memory.
 
   python -m electra_jax.benchmark --config=configs/small.py --config.train_batch_size=32 \
       --steps=20 [--warmup=3] [--compare=hf] [--profile_dir=/tmp/prof] [--peak_tflops=X]

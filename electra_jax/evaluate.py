@@ -1,4 +1,4 @@
-"""Restore a checkpoint and report pretraining metrics on held-out text.
+r"""Restore a checkpoint and report pretraining metrics on held-out text.
 
   python -m electra_jax.evaluate --workdir=/tmp/electra_demo [--config=configs/demo.py] \
       [--eval_files=GLOB] [--num_batches=N] [--step=K]

@@ -1,4 +1,4 @@
-"""Pretrain ELECTRA.
+r"""Pretrain ELECTRA.
 
   python -m electra_jax.train --config=configs/demo.py --workdir=/tmp/electra_demo \
       [--config.num_train_steps=200 --config.train_batch_size=16 ...]

@@ -283,3 +283,19 @@ def test_readme_command_runs_as_written(command, ctx):
     assert re.search(r'\d+ tests? collected', proc.stdout), output
   else:  # Every electra_jax command ends with a JSON summary line.
     assert proc.stdout.strip().splitlines()[-1].startswith('{'), output
+
+
+COMMAND_MODULES = ['electra_jax.train', 'electra_jax.evaluate', 'electra_jax.export',
+                   'electra_jax.finetune.__main__', 'electra_jax.benchmark',
+                   'electra_jax.experiments.compare', 'electra_jax.data.prepare',
+                   'electra_jax.data.build_vocab', 'electra_jax.data.benchmark']
+
+
+@pytest.mark.parametrize('module', COMMAND_MODULES)
+def test_help_shows_the_usage_as_a_command_to_copy(module):
+  """--help prints the module docstring: a usage command over several lines must keep its
+  backslashes (a plain docstring joins the lines with a run of spaces)."""
+  doc = importlib.import_module(module).__doc__
+  usage = [line for line in doc.splitlines() if line.strip().startswith('python -m ')]
+  assert usage, f'{module} docstring shows no command'
+  assert not re.search(r'\S {3,}\S', doc), doc

@@ -1,4 +1,4 @@
-"""Input-pipeline throughput alone, for raw text and prepared shards, 0/1/2 worker processes.
+r"""Input-pipeline throughput alone, for raw text and prepared shards, 0/1/2 worker processes.
 
   python -m electra_jax.data.benchmark --config=configs/small.py [--num_batches=200] \
       [--workers=0,1,2] [--data_dir=DIR] [--train_steps=5]

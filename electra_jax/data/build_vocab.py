@@ -1,4 +1,4 @@
-"""Train a sentencepiece vocabulary for ELECTRA.
+r"""Train a sentencepiece vocabulary for ELECTRA.
 
   python -m electra_jax.data.build_vocab --input='corpus/*.txt' --vocab_size=30522 \
       --output=vocab/spm

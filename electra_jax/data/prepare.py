@@ -1,4 +1,4 @@
-"""Tokenize and pack a pretraining corpus once, into sharded ArrayRecord files.
+r"""Tokenize and pack a pretraining corpus once, into sharded ArrayRecord files.
 
   python -m electra_jax.data.prepare --config=configs/small.py --output=prepared/small \
       [--config.train_files=GLOB | --config.tfds_name=c4/en ...] [--examples_per_shard=N]
