@@ -128,12 +128,18 @@ def _jax_plugins() -> list[str]:
   return names
 
 
+def cpu_is_the_only_platform(jax_platforms: str | None, libtpu_installed: bool,
+                              tpu_chips: int, plugins) -> bool:
+  """Whether JAX would try the TPU runtime (libtpu installed) where only the CPU can run: no
+  TPU chip attached, no GPU plugin, no platforms chosen by the user ($JAX_PLATFORMS)."""
+  return libtpu_installed and not (jax_platforms or tpu_chips or plugins)
+
+
 def skip_absent_tpu_runtime():
   """With libtpu installed (the `tpu` extra, e.g. to plan a pod with --dry_run --topology on a
-  laptop) JAX starts the TPU runtime on any machine, and where there is no TPU libtpu prints
-  six lines of errors before JAX falls back to the CPU. Where no TPU chip is attached and no
-  GPU plugin is installed the CPU is the only platform: tell JAX before it starts (compiling for
-  a topology does not need the runtime). $JAX_PLATFORMS, when set, is left to decide."""
+  laptop) JAX starts the TPU runtime on any machine, and where there is no TPU libtpu 0.0.42
+  prints six lines of errors before JAX falls back to the CPU. Where the CPU is the only
+  platform, tell JAX before it starts (compiling for a topology does not need the runtime)."""
   if os.environ.get('JAX_PLATFORMS') or importlib.util.find_spec('libtpu') is None:
     return
   import jax  # pylint: disable=import-outside-toplevel
@@ -142,9 +148,8 @@ def skip_absent_tpu_runtime():
     tpu_chips = hardware_utils.num_available_tpu_chips_and_device_id()[0]
   except Exception:  # pylint: disable=broad-except  # A JAX without it: leave JAX to decide.
     return
-  if jax.config.jax_platforms or tpu_chips or _jax_plugins():
-    return
-  jax.config.update('jax_platforms', 'cpu')
+  if cpu_is_the_only_platform(jax.config.jax_platforms, True, tpu_chips, _jax_plugins()):
+    jax.config.update('jax_platforms', 'cpu')
 
 
 def _define_common_flags():

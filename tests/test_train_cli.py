@@ -382,22 +382,39 @@ def test_resume_with_other_model_shapes_is_refused(trained):
   assert proc.returncode == 2 and 'relative_attention_span: 8 -> 0' in proc.stderr
 
 
+
 @pytest.mark.skipif(importlib.util.find_spec('libtpu') is None, reason='needs libtpu installed')
-@pytest.mark.parametrize('gpu_plugin', [False, True])
-def test_no_tpu_runtime_start_where_there_is_no_tpu(tmp_path, gpu_plugin):
+def test_no_tpu_runtime_start_where_there_is_no_tpu():
   """With libtpu installed (the tpu and test extras) on a machine without a TPU, a command runs
-  on the CPU without libtpu's six lines of start-up errors; where a GPU plugin is installed JAX
-  is left to choose its platforms (libtpu then speaks again, as it does without electra_jax)."""
+  on the CPU without libtpu's start-up errors (libtpu 0.0.42 prints six lines)."""
   from jax._src import hardware_utils  # pylint: disable=import-outside-toplevel
   if hardware_utils.num_available_tpu_chips_and_device_id()[0]:
     pytest.skip('this machine has a TPU')
   env = {k: v for k, v in os.environ.items() if k != 'JAX_PLATFORMS'}
-  if gpu_plugin:  # A PJRT plugin as JAX discovers them, registering nothing.
-    (tmp_path / 'jax_plugins' / 'fake_gpu').mkdir(parents=True)
-    (tmp_path / 'jax_plugins' / 'fake_gpu' / '__init__.py').write_text('def initialize():\n  pass\n')
-    env['PYTHONPATH'] = os.pathsep.join([str(tmp_path), REPO_ROOT])
   proc = subprocess.run([sys.executable, '-m', 'electra_jax.train', '--config=configs/demo.py',
                          '--dry_run', '--cpu_devices=1'], cwd=REPO_ROOT, env=env,
                         capture_output=True, text=True, timeout=300, check=True)
   assert last_json(proc.stdout)['platform'] == 'cpu'
-  assert ('TPU' in proc.stderr) == gpu_plugin, proc.stderr
+  assert 'TPU' not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize('jax_platforms, libtpu, chips, plugins, cpu_only', [
+    (None, True, 0, [], True),                # libtpu on a laptop: the CPU.
+    (None, False, 0, [], False),              # No libtpu: nothing to skip.
+    (None, True, 4, [], False),               # A TPU VM.
+    (None, True, 0, ['xla_cuda13'], False),   # A GPU plugin: JAX chooses.
+    ('cpu,tpu', True, 0, [], False),          # The user chose ($JAX_PLATFORMS).
+])
+def test_the_cpu_is_chosen_only_where_it_is_the_only_platform(jax_platforms, libtpu, chips,
+                                                               plugins, cpu_only):
+  from electra_jax import cli  # pylint: disable=import-outside-toplevel
+  assert cli.cpu_is_the_only_platform(jax_platforms, libtpu, chips, plugins) == cpu_only
+
+
+def test_jax_plugins_are_found_where_jax_looks(tmp_path, monkeypatch):
+  from electra_jax import cli  # pylint: disable=import-outside-toplevel
+  (tmp_path / 'jax_plugins' / 'fake_gpu').mkdir(parents=True)
+  (tmp_path / 'jax_plugins' / 'fake_gpu' / '__init__.py').write_text('')
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.delitem(sys.modules, 'jax_plugins', raising=False)
+  assert 'fake_gpu' in cli._jax_plugins()  # pylint: disable=protected-access
