@@ -138,13 +138,13 @@ def cpu_is_the_only_platform(jax_platforms: str | None, libtpu_installed: bool,
 def skip_absent_tpu_runtime():
   """With libtpu installed (the `tpu` extra, e.g. to plan a pod with --dry_run --topology on a
   laptop) JAX starts the TPU runtime on any machine, and where there is no TPU libtpu 0.0.42
-  prints six lines of errors before JAX falls back to the CPU. Where the CPU is the only
+  prints five lines of errors before JAX falls back to the CPU. Where the CPU is the only
   platform, tell JAX before it starts (compiling for a topology does not need the runtime)."""
   if os.environ.get('JAX_PLATFORMS') or importlib.util.find_spec('libtpu') is None:
     return
   import jax  # pylint: disable=import-outside-toplevel
-  from jax._src import hardware_utils  # pylint: disable=import-outside-toplevel
   try:
+    from jax._src import hardware_utils  # pylint: disable=import-outside-toplevel
     tpu_chips = hardware_utils.num_available_tpu_chips_and_device_id()[0]
   except Exception:  # pylint: disable=broad-except  # A JAX without it: leave JAX to decide.
     return

@@ -386,7 +386,7 @@ def test_resume_with_other_model_shapes_is_refused(trained):
 @pytest.mark.skipif(importlib.util.find_spec('libtpu') is None, reason='needs libtpu installed')
 def test_no_tpu_runtime_start_where_there_is_no_tpu():
   """With libtpu installed (the tpu and test extras) on a machine without a TPU, a command runs
-  on the CPU without libtpu's start-up errors (libtpu 0.0.42 prints six lines)."""
+  on the CPU without libtpu's start-up errors (libtpu 0.0.42 prints five lines)."""
   from jax._src import hardware_utils  # pylint: disable=import-outside-toplevel
   if hardware_utils.num_available_tpu_chips_and_device_id()[0]:
     pytest.skip('this machine has a TPU')
