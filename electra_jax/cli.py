@@ -139,8 +139,9 @@ def skip_absent_tpu_runtime():
   """With libtpu installed (the `tpu` extra, e.g. to plan a pod with --dry_run --topology on a
   laptop) JAX starts the TPU runtime on any machine, and where there is no TPU libtpu 0.0.42
   prints five lines of errors before JAX falls back to the CPU. Where the CPU is the only
-  platform, tell JAX before it starts (compiling for a topology does not need the runtime)."""
-  if os.environ.get('JAX_PLATFORMS') or importlib.util.find_spec('libtpu') is None:
+  platform, tell JAX before it starts (compiling for a topology does not need the runtime).
+  jax.config.jax_platforms holds $JAX_PLATFORMS, which, when set, decides."""
+  if importlib.util.find_spec('libtpu') is None:
     return
   import jax  # pylint: disable=import-outside-toplevel
   try:

@@ -25,14 +25,10 @@ def library_temp_files(tmp_path_factory):
   pytest's temporary root (which pytest prunes) instead of piling up in /tmp: TFDS leaves an
   empty tmp*tfds directory behind every builder of a dataset not yet prepared."""
   root = str(tmp_path_factory.mktemp('tempfile'))
-  saved = os.environ.get('TMPDIR')
-  os.environ['TMPDIR'], tempfile.tempdir = root, root
-  yield root
-  tempfile.tempdir = None
-  if saved is None:
-    del os.environ['TMPDIR']
-  else:
-    os.environ['TMPDIR'] = saved
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setenv('TMPDIR', root)
+    patch.setattr(tempfile, 'tempdir', root)
+    yield root
 
 
 def xla_flags_with(*flags):

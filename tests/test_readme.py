@@ -12,6 +12,7 @@ in the background on a free port, and `export` sets the variable for the command
 (naming that port). A command no rule knows fails the test: add a rule.
 """
 import dataclasses
+import glob
 import importlib.util
 import os
 import re
@@ -285,10 +286,14 @@ def test_readme_command_runs_as_written(command, ctx):
     assert proc.stdout.strip().splitlines()[-1].startswith('{'), output
 
 
-COMMAND_MODULES = ['electra_jax.train', 'electra_jax.evaluate', 'electra_jax.export',
-                   'electra_jax.finetune.__main__', 'electra_jax.benchmark',
-                   'electra_jax.experiments.compare', 'electra_jax.data.prepare',
-                   'electra_jax.data.build_vocab', 'electra_jax.data.benchmark']
+def command_modules() -> list[str]:
+  """Every `python -m` command: the modules that run through cli.run."""
+  files = glob.glob(os.path.join(REPO_ROOT, 'electra_jax', '**', '*.py'), recursive=True)
+  return sorted(os.path.relpath(f, REPO_ROOT)[:-3].replace(os.sep, '.') for f in files
+                if 'cli.run(' in open(f, encoding='utf-8').read())
+
+
+COMMAND_MODULES = command_modules()
 
 
 @pytest.mark.parametrize('module', COMMAND_MODULES)

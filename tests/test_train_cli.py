@@ -382,7 +382,6 @@ def test_resume_with_other_model_shapes_is_refused(trained):
   assert proc.returncode == 2 and 'relative_attention_span: 8 -> 0' in proc.stderr
 
 
-
 @pytest.mark.skipif(importlib.util.find_spec('libtpu') is None, reason='needs libtpu installed')
 def test_no_tpu_runtime_start_where_there_is_no_tpu():
   """With libtpu installed (the tpu and test extras) on a machine without a TPU, a command runs
