@@ -14,7 +14,9 @@
 # (five compiles), base about 7 min, tests over 6 min, pretrain 8 min at PRETRAIN_STEPS=12000,
 # graphs about 4 min (two or three compiles), large about 4 min on an H200 (its compile 121 s
 # when the machine was warm; over 250 s in a first call), parts of Base with two variants
-# about 3.5 min; calls (two or three compiles) not run yet: about 5 min by those figures.
+# about 3.5 min; calls about 2.5 min per N on an H100 (2026-11-27: compile 107 s at N = 100,
+# 84 s at N = 1), pretrain at PRETRAIN_FLAGS='--config.steps_per_execution=100' a first call
+# of 127 s (compile included) after about 90 s of set-up.
 #
 # The machine's image has jax (CUDA), flax, optax, orbax, torch and transformers but not grain,
 # array-record, ml-collections or tensorboardX: fetch their wheels here first, once
@@ -159,7 +161,11 @@ tests/test_train_step.py tests/test_benchmark.py}"
     # 2026-11-26 H100 trace showed 4 ms of graph update and 12 ms of launch a step against 15 ms
     # of kernels. CALLS='1 10 100' chooses the N (divisors of 100; each one compile, about 90 s;
     # N=1 comes from the cache when small ran before). Compare pipelined_step_ms (the loop's
-    # pace), host_dispatch_ms (a call's, per step) and the losses.
+    # pace), host_dispatch_ms (a call's, per step) and the losses. On the 2026-11-27 H100: 15.6
+    # and 15.5 ms back to back at N = 1 and 100, but at 100 the host still spends 12.5 ms a
+    # step driving the loop (XLA:GPU launches the body's graph per iteration; a call returns
+    # near its end): XLA_FLAGS=--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL (the whole
+    # loop as one graph, conditional nodes) is the next thing to try, in this stage's JSON.
     read -ra counts <<< "${CALLS:-1 10 100}"
     for n in "${counts[@]}"; do
       bench "small_calls_$n" --config=configs/small.py --config.steps_per_execution="$n" \

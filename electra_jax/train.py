@@ -32,6 +32,7 @@ from electra_jax import init_from
 from electra_jax import metric_writer
 from electra_jax import nonfinite
 from electra_jax import parallel
+from electra_jax import paths
 from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import saved_config
 from electra_jax import step_trace
@@ -88,17 +89,22 @@ def _window_from_json(loop_state) -> dict | None:
 
 def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None,
                        overridden=(), profile_dir: str | None = None,
-                       profile_steps: tuple[int, int] | None = None) -> dict:
+                       profile_steps: tuple[int, int] | None = None,
+                       cache_in_workdir: bool = False) -> dict:
   """Trains (or resumes) to config.num_train_steps; returns the run summary.
 
   stop_after_steps=0 saves the starting state as a checkpoint (e.g. init_from's step 0) and
   stops. overridden: the keys given as --config.KEY=VALUE (init_from checks them against its
   source). profile_dir, profile_steps: trace those steps with jax.profiler (step_trace.py).
+  cache_in_workdir: compile into JAX's persistent cache at WORKDIR/jax_cache once the workdir
+  and config are checked, so a restart (preemption, resume) loads its steps instead of
+  compiling them (the command's default; JAX's cache, once set, stays for the process).
   """
   on_error = []  # Cleanups for a run that fails (e.g. finish pending saves of good states).
   try:
     trace = step_trace.StepTrace(profile_dir, profile_steps)
-    return _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden, trace)
+    return _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden, trace,
+                               cache_in_workdir)
   except Exception:
     for cleanup in reversed(on_error):
       cleanup()
@@ -106,7 +112,7 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
 
 
 def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
-                        trace) -> dict:
+                        trace, cache_in_workdir) -> dict:
   start_time = time.time()
   if stop_after_steps is not None and stop_after_steps < 0:
     raise cli.UserError(f'--stop_after_steps={stop_after_steps} must be >= 0')
@@ -131,6 +137,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   ckpt = checkpoint.Checkpointer(checkpoint.directory_of(workdir), keep=c.keep_checkpoint_max)
   on_error.append(ckpt.close_after_error)
   latest, state, loop_state = ckpt.restore_latest_valid(abstract_state)
+  if cache_in_workdir:  # The directory appears at the next compile: the state's or the step's.
+    cli.use_compilation_cache(paths.join(workdir, 'jax_cache'))
   if latest is not None:
     say(f'Resuming from step {latest} in {ckpt.directory}'
         + (f' (config keys changed since: {", ".join(changed)})' if changed else ''))
@@ -182,6 +190,9 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   peak, _ = chips.peak_tflops(jax.devices()[0].device_kind, c.dtype, None)
 
   def throughput(steps: int, seconds: float) -> dict:
+    if not steps:  # Only calls that compiled ran: no steady-state figure (null in the JSON).
+      return dict.fromkeys(('tokens_per_sec', 'steps_per_sec',
+                            'model_tflops_per_sec_per_device', 'mfu'))
     return dict(tokens_per_sec=steps * tokens_per_step / max(seconds, 1e-9),
                 steps_per_sec=steps / max(seconds, 1e-9),
                 **flops_lib.utilization(model_flops, steps, seconds, mesh.devices.size, peak))
@@ -239,8 +250,11 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
       save()
     return stop_now('--stop_after_steps=0')
   loop_start = time.time()
-  # Calls of a length not run before compile (after the first: shorter calls at a log, save or
-  # resume): such a call's time and steps are left out of its window unless nothing else ran.
+  # Before the loop: the mesh, the data, the initial state (its compile: 14 s for Small on a
+  # 2-core CPU) or the restore.
+  setup_seconds = loop_start - start_time
+  # Calls of a length not run before compile (the first call, then shorter calls at a log,
+  # save or resume): their time and steps are left out of their window's throughput.
   call_lengths, compile_seconds, compile_steps = set(), 0.0, 0
   while step < c.num_train_steps:
     batches = next(train_iter)  # Global arrays, built while the previous call ran.
@@ -251,7 +265,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
       window = parallel.replicated_arrays(zeros, mesh)
     traced_seconds = trace.seconds
     trace.before(step + 1, step + num_steps)
-    compiles = bool(call_lengths) and num_steps not in call_lengths
+    compiles = num_steps not in call_lengths
     if compiles:
       jax.block_until_ready(window)  # Time this call alone.
       call_start = time.time()
@@ -277,25 +291,27 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     log_step = step % c.log_every_steps == 0 or step == c.num_train_steps
     if steps_done[0] == first_step + 1:
       # This process's first call compiles the train steps (minutes for Large): it is reported
-      # apart, and throughput and MFU count from the next call on unless it is logged at once.
+      # apart, and throughput and MFU count from the next call on (a window that holds only
+      # this call logs them as null).
       jax.block_until_ready(window)
       first_step_seconds = time.time() - loop_start
       what = f'step {step}' if num_steps == 1 else f'steps {steps_done[0]}-{step}'
-      write_line(f'first {what}: {first_step_seconds:.1f}s, compiling the train step '
-                 f'included; {device_memory.describe(device_memory.peak())}')
+      write_line(f'first {what}: {first_step_seconds:.1f}s, compiling or loading the train '
+                 f'step included, after {setup_seconds:.1f}s of set-up (data, initial or '
+                 f'restored state); {device_memory.describe(device_memory.peak())}')
       if not (log_step or preempted):
-        window_start, window_steps = time.time(), 0
+        window_start, window_steps, compile_seconds, compile_steps = time.time(), 0, 0.0, 0
 
     # A stop between logging steps prints the partial window but does not write it to
     # metrics.jsonl: the window goes into the checkpoint and the resumed run logs it whole,
     # so its metrics.jsonl matches an uninterrupted run's.
     if log_step or preempted:
       window = jax.device_get(window)
-      elapsed, window_timed_steps = time.time() - window_start, window_steps
-      if window_steps > compile_steps:
-        elapsed, window_timed_steps = elapsed - compile_seconds, window_steps - compile_steps
-      train_seconds += elapsed
-      timed_steps += window_timed_steps
+      elapsed = time.time() - window_start - compile_seconds
+      window_timed_steps = window_steps - compile_steps
+      if window_timed_steps:
+        train_seconds += elapsed
+        timed_steps += window_timed_steps
       train_metrics = objective_metrics.summarize(window, c.gen_weight, c.disc_weight)
       finite_steps = float(window['num_steps'])  # Skipped (non-finite) steps count 0.
       train_metrics.update(
@@ -305,11 +321,13 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
           **throughput(window_timed_steps, elapsed))
       if log_step:
         writer.write('metrics', step, train_metrics)
-      bar.set_postfix(loss=f'{train_metrics["loss"]:.3f}',
-                      tok_s=f'{train_metrics["tokens_per_sec"]:.0f}', refresh=False)
+      tokens_per_sec = train_metrics['tokens_per_sec']
+      speed = (f'{tokens_per_sec:.0f} tok/s' if tokens_per_sec is not None else
+               'no tok/s (only compiling calls)')
+      bar.set_postfix(loss=f'{train_metrics["loss"]:.3f}', refresh=False,
+                      **({} if tokens_per_sec is None else {'tok_s': f'{tokens_per_sec:.0f}'}))
       write_line(f'train step {step:>7d} | {objective_metrics.progress_line(train_metrics)} | '
-                 f'lr {train_metrics["learning_rate"]:.2e} | '
-                 f'{train_metrics["tokens_per_sec"]:.0f} tok/s'
+                 f'lr {train_metrics["learning_rate"]:.2e} | {speed}'
                  + (f' | MFU {train_metrics["mfu"]:.1%}' if train_metrics['mfu'] else ''))
       if log_step:
         window, window_start, window_steps = None, time.time(), 0
@@ -336,6 +354,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   summary.update(train_metrics)
   if steps_run:
     summary.update(throughput(timed_steps, train_seconds), first_step_sec=first_step_seconds,
+                   setup_sec=round(setup_seconds, 2),
                    model_flops_per_step=model_flops, peak_tflops_per_device=peak,
                    **device_memory.peak())
   summary.update({f'eval_{k}': v for k, v in eval_metrics.items()})
@@ -384,7 +403,8 @@ def main(argv):
     return
   cli.print_result(train_and_evaluate(
       FLAGS.config, FLAGS.workdir, FLAGS.stop_after_steps, overridden, FLAGS.profile_dir,
-      step_trace.parse_steps(FLAGS.profile_steps)))
+      step_trace.parse_steps(FLAGS.profile_steps),
+      cache_in_workdir=not jax.config.jax_compilation_cache_dir))
 
 
 def _define_flags():

@@ -54,7 +54,8 @@ def test_paper_configs_carry_paper_hyperparameters(module, expected):
 
 def test_paper_configs_change_only_paper_keys():
   allowed = {'model_size', 'generator_hidden_size', 'mask_prob', 'learning_rate',
-             'train_batch_size', 'max_seq_length', 'num_train_steps', 'num_warmup_steps'}
+             'train_batch_size', 'max_seq_length', 'num_train_steps', 'num_warmup_steps',
+             'steps_per_execution'}  # How, not what, is computed (Small: 100 steps a call).
   defaults = base_config.get_config().to_dict()
   for module in (small, base, large):
     cfg = module.get_config().to_dict()

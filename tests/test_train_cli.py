@@ -69,17 +69,22 @@ def trained(tmp_path_factory, small_corpus):
            '--config.num_train_steps=8']
   resumed, straight = str(base / 'resumed'), str(base / 'straight')
   # The uninterrupted run is independent of the other two: it runs alongside them (CI time).
+  # The resumed run loads its train step from the workdir's compilation cache (JAX logs each
+  # hit with JAX_LOG_COMPILES; this tiny step may compile in under JAX's 1 s for caching).
+  cached = dict(os.environ, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0', JAX_LOG_COMPILES='1')
   with concurrent.futures.ThreadPoolExecutor(1) as pool:
     # Tracing two steps must not change them (the exactness test below compares the states).
     third_future = pool.submit(run_cli, 'electra_jax.train', *flags, f'--workdir={straight}',
-                               f'--profile_dir={base / "profile"}', '--profile_steps=3:4')
-    first = run_cli('electra_jax.train', *flags, f'--workdir={resumed}', '--stop_after_steps=5')
+                               f'--profile_dir={base / "profile"}', '--profile_steps=3:4',
+                               f'--compilation_cache_dir={base / "cache"}', env=cached)
+    first = run_cli('electra_jax.train', *flags, f'--workdir={resumed}', '--stop_after_steps=5',
+                    env=cached)
     checkpoints_after_first = sorted(os.listdir(os.path.join(resumed, 'checkpoints')), key=int)
-    second = run_cli('electra_jax.train', *flags, f'--workdir={resumed}')
+    second = run_cli('electra_jax.train', *flags, f'--workdir={resumed}', env=cached)
     third = third_future.result()
   return dict(flags=flags, resumed=resumed, straight=straight, first=first, second=second,
               third=third, checkpoints_after_first=checkpoints_after_first,
-              profile=str(base / 'profile'))
+              profile=str(base / 'profile'), cache=str(base / 'cache'))
 
 
 def test_train_writes_checkpoints_metrics_config_and_a_json_summary(trained):
@@ -103,7 +108,9 @@ def test_train_writes_checkpoints_metrics_config_and_a_json_summary(trained):
   assert 'train step       5' in trained['first'].stdout
   for r in rows:
     assert required <= set(r)
-    assert np.isfinite(r['loss']) and r['tokens_per_sec'] > 0
+    assert np.isfinite(r['loss'])
+    # Window 5-6 holds only the resumed process's first call (step 6, compiling): no timing.
+    assert r['tokens_per_sec'] is None if r['step'] == 6 else r['tokens_per_sec'] > 0
   assert [r['step'] for r in read_jsonl(os.path.join(workdir, 'eval_metrics.jsonl'))] == [4, 8]
   assert any(name.startswith('events.out.tfevents')
              for name in os.listdir(os.path.join(workdir, 'tensorboard')))
@@ -114,8 +121,12 @@ def test_throughput_leaves_out_the_compiling_first_step_and_gives_model_flops(tr
   assert 'first step 1: ' in trained['third'].stdout
   assert 'first step 6: ' in trained['second'].stdout  # Each process compiles its own step.
   first_step_sec = summary['first_step_sec']
-  assert re.search(r'first step 1: [\d.]+s, compiling the train step included; peak memory '
-                   r'[\d.]+ GB \(process RSS\)', trained['third'].stdout)
+  line = re.search(r'first step 1: [\d.]+s, compiling or loading the train step included, '
+                   r'after ([\d.]+)s of set-up \(data, initial or restored state\); peak '
+                   r'memory [\d.]+ GB \(process RSS\)', trained['third'].stdout)
+  # Set-up (the initial state's compile included) comes before the loop and within the run.
+  assert line and 0 < summary['setup_sec'] < summary['wall_time_sec'] - first_step_sec
+  assert abs(float(line[1]) - summary['setup_sec']) < 0.1
   assert summary['peak_memory_bytes'] > 50e6 and summary['memory_limit_bytes'] is None
   rows = read_jsonl(os.path.join(trained['straight'], 'metrics.jsonl'))
   # Window 1-2 times step 2 alone: far faster than its compiling first step (counted in, the
@@ -136,8 +147,9 @@ def test_throughput_leaves_out_the_compiling_first_step_and_gives_model_flops(tr
 def test_throughput_leaves_out_evaluations_checkpoint_saves_and_compiles(
     tmp_path, small_corpus, monkeypatch, steps_per_execution):
   """The loop in-process under a clock on which every save and evaluation, and every call of a
-  length not run before (it compiles) after the first, takes 1000 s: no window's throughput
-  may count them (a save or evaluation mid-window or right after a log)."""
+  length not run before (it compiles; the first call too), takes 1000 s: no window's
+  throughput may count them (a save or evaluation mid-window or right after a log), and a
+  window of compiling calls alone has none (null)."""
   # pylint: disable=import-outside-toplevel
   import time
   from electra_jax import checkpoint, eval_loop, experiment, train
@@ -163,7 +175,7 @@ def test_throughput_leaves_out_evaluations_checkpoint_saves_and_compiles(
 
     def call(state, window, batches, rng):
       result = train_steps(state, window, batches, rng)
-      if lengths and batches['input_ids'].shape[0] not in lengths:
+      if batches['input_ids'].shape[0] not in lengths:
         offset[0] += 1000.0
       lengths.add(batches['input_ids'].shape[0])
       return result
@@ -181,10 +193,14 @@ def test_throughput_leaves_out_evaluations_checkpoint_saves_and_compiles(
                   steps_per_execution=steps_per_execution)
   workdir = str(tmp_path / 'run')
   summary = train.train_and_evaluate(c, workdir)
-  # Three saves and two evaluations happened (and one compile of a second length).
-  assert offset[0] == 5000.0 + (1000.0 if steps_per_execution == 4 else 0.0)
+  # Three saves, two evaluations and the first call (and one compile of a second length).
+  assert offset[0] == 6000.0 + (1000.0 if steps_per_execution == 4 else 0.0)
   rows = read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
   assert [r['step'] for r in rows] == [2, 4, 6, 8]
+  if steps_per_execution == 4:  # Window 1-2 is the compiling first call alone.
+    assert all(rows[0][key] is None for key in
+               ('tokens_per_sec', 'steps_per_sec', 'model_tflops_per_sec_per_device', 'mfu'))
+    rows = rows[1:]
   for r in rows:  # A window times at most its 2 steps: real training time only.
     assert 2 / r['steps_per_sec'] < 1000, r
   assert 7 / summary['steps_per_sec'] < 1000, summary  # Step 1 (or 3, compiling) left out.
@@ -313,6 +329,17 @@ def test_steps_run_in_calls_match_one_step_a_call_exactly(trained, in_calls):
 def test_rerunning_the_same_command_resumes_where_it_stopped(trained):
   assert 'Resuming from step 5' in trained['second'].stdout
   assert last_json(trained['second'].stdout)['steps_run'] == 3
+
+
+def test_a_resumed_run_loads_its_train_step_from_the_workdirs_compilation_cache(trained):
+  cache = os.path.join(trained['resumed'], 'jax_cache')
+  assert any(name.startswith('jit_train_steps-') for name in os.listdir(cache))
+  assert "Persistent compilation cache hit for 'jit_train_steps'" in trained['second'].stderr
+  assert "Persistent compilation cache hit for 'jit_train_steps'" not in trained['first'].stderr
+  assert 'Compiling jit(train_steps)' in trained['first'].stderr  # The log is on in both.
+  # --compilation_cache_dir (or $JAX_COMPILATION_CACHE_DIR), where given, replaces it.
+  assert not os.path.exists(os.path.join(trained['straight'], 'jax_cache'))
+  assert any(name.startswith('jit_train_steps-') for name in os.listdir(trained['cache']))
 
 
 def test_resumed_run_matches_an_uninterrupted_run_exactly(trained):
