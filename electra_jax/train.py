@@ -32,7 +32,6 @@ from electra_jax import init_from
 from electra_jax import metric_writer
 from electra_jax import nonfinite
 from electra_jax import parallel
-from electra_jax import paths
 from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import saved_config
 from electra_jax import step_trace
@@ -89,22 +88,17 @@ def _window_from_json(loop_state) -> dict | None:
 
 def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None,
                        overridden=(), profile_dir: str | None = None,
-                       profile_steps: tuple[int, int] | None = None,
-                       cache_in_workdir: bool = False) -> dict:
+                       profile_steps: tuple[int, int] | None = None) -> dict:
   """Trains (or resumes) to config.num_train_steps; returns the run summary.
 
   stop_after_steps=0 saves the starting state as a checkpoint (e.g. init_from's step 0) and
   stops. overridden: the keys given as --config.KEY=VALUE (init_from checks them against its
   source). profile_dir, profile_steps: trace those steps with jax.profiler (step_trace.py).
-  cache_in_workdir: compile into JAX's persistent cache at WORKDIR/jax_cache once the workdir
-  and config are checked, so a restart (preemption, resume) loads its steps instead of
-  compiling them (the command's default; JAX's cache, once set, stays for the process).
   """
   on_error = []  # Cleanups for a run that fails (e.g. finish pending saves of good states).
   try:
     trace = step_trace.StepTrace(profile_dir, profile_steps)
-    return _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden, trace,
-                               cache_in_workdir)
+    return _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden, trace)
   except Exception:
     for cleanup in reversed(on_error):
       cleanup()
@@ -112,7 +106,7 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
 
 
 def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
-                        trace, cache_in_workdir) -> dict:
+                        trace) -> dict:
   start_time = time.time()
   if stop_after_steps is not None and stop_after_steps < 0:
     raise cli.UserError(f'--stop_after_steps={stop_after_steps} must be >= 0')
@@ -137,8 +131,6 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   ckpt = checkpoint.Checkpointer(checkpoint.directory_of(workdir), keep=c.keep_checkpoint_max)
   on_error.append(ckpt.close_after_error)
   latest, state, loop_state = ckpt.restore_latest_valid(abstract_state)
-  if cache_in_workdir:  # The directory appears at the next compile: the state's or the step's.
-    cli.use_compilation_cache(paths.join(workdir, 'jax_cache'))
   if latest is not None:
     say(f'Resuming from step {latest} in {ckpt.directory}'
         + (f' (config keys changed since: {", ".join(changed)})' if changed else ''))
@@ -403,8 +395,7 @@ def main(argv):
     return
   cli.print_result(train_and_evaluate(
       FLAGS.config, FLAGS.workdir, FLAGS.stop_after_steps, overridden, FLAGS.profile_dir,
-      step_trace.parse_steps(FLAGS.profile_steps),
-      cache_in_workdir=not jax.config.jax_compilation_cache_dir))
+      step_trace.parse_steps(FLAGS.profile_steps)))
 
 
 def _define_flags():

@@ -35,8 +35,7 @@ Options:
   --config=FILE          experiment config (default configs/large.py)
   --workdir=DIR          training workdir, a gs:// path shared by all workers (default $WORKDIR)
   --cache=DIR            persistent XLA compilation cache shared by the workers and by restarts
-                         (default: the train command's, WORKDIR/jax_cache): a restarted job
-                         does not compile again
+                         (default WORKDIR/jax_cache): a restarted job does not compile again
   --spot                 use Spot capacity (preemptible; training resumes from checkpoints)
   --queued               obtain the slice through a queued resource
   --print                print the gcloud commands instead of running them
@@ -128,7 +127,7 @@ case "${STEP}" in
       FLAGS=""
     fi
     COMMAND="cd electra_jax && python3 -m electra_jax.train --config=${CONFIG} \
---workdir=${WORKDIR}${CACHE:+ --compilation_cache_dir=${CACHE}}${FLAGS}"
+--workdir=${WORKDIR} --compilation_cache_dir=${CACHE:-${WORKDIR%/}/jax_cache}${FLAGS}"
     if [[ "${PRINT}" == 1 ]]; then
       run "${SSH[@]}" --command="${COMMAND}"
     else
