@@ -284,8 +284,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     if steps_done[0] == first_step + 1:
       # This process's first call compiles the train steps (minutes for Large): it is reported
       # apart, and throughput and MFU count from the next call on (a window that holds only
-      # this call logs them as null).
-      jax.block_until_ready(window)
+      # this call logs them as null). Like every call of a new length, it was waited for above.
       first_step_seconds = time.time() - loop_start
       what = f'step {step}' if num_steps == 1 else f'steps {steps_done[0]}-{step}'
       write_line(f'first {what}: {first_step_seconds:.1f}s, compiling or loading the train '
