@@ -16,7 +16,8 @@
 # when the machine was warm; over 250 s in a first call), parts of Base with two variants
 # about 3.5 min; calls about 2.5 min per N on an H100 (2026-11-27: compile 107 s at N = 100,
 # 84 s at N = 1), pretrain at PRETRAIN_FLAGS='--config.steps_per_execution=100' a first call
-# of 127 s (compile included) after about 90 s of set-up.
+# of 127 s (compile included) after about 90 s of set-up (H200, 2026-11-27: all 12,000 steps
+# in 324 s: 55 s of set-up, a first call of 86.5 s, 12.9 ms a step).
 #
 # The machine's image has jax (CUDA), flax, optax, orbax, torch and transformers but not grain,
 # array-record, ml-collections or tensorboardX: fetch their wheels here first, once
@@ -164,8 +165,9 @@ tests/test_train_step.py tests/test_benchmark.py}"
     # pace), host_dispatch_ms (a call's, per step) and the losses. On the 2026-11-27 H100: 15.6
     # and 15.5 ms back to back at N = 1 and 100, but at 100 the host still spends 12.5 ms a
     # step driving the loop (XLA:GPU launches the body's graph per iteration; a call returns
-    # near its end): XLA_FLAGS=--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL (the whole
-    # loop as one graph, conditional nodes) is the next thing to try, in this stage's JSON.
+    # near its end). XLA_FLAGS=--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL (the whole
+    # loop as one graph) was tried on the 2026-11-27 H200: 18.4 ms back to back against 13.8,
+    # the host held until the call ends; not adopted (RESULTS.md, session 23).
     read -ra counts <<< "${CALLS:-1 10 100}"
     for n in "${counts[@]}"; do
       bench "small_calls_$n" --config=configs/small.py --config.steps_per_execution="$n" \
