@@ -8,13 +8,14 @@ WORKDIR="${WORKDIR:-}"
 COORDINATOR="${JAX_COORDINATOR_ADDRESS:-}"
 NUM_PROCESSES="${JAX_NUM_PROCESSES:-}"
 PROCESS_ID="${JAX_PROCESS_ID:-}"
+CACHE=""
 PRINT=0
 EXTRA=()
 
 usage() {
   cat <<'USAGE'
 Usage: launch/multinode.sh --coordinator=HOST:PORT --num_processes=N --process_id=I \
-         --workdir=DIR [--config=FILE] [--print] [-- TRAIN_FLAGS...]
+         --workdir=DIR [--config=FILE] [--cache=DIR] [--print] [-- TRAIN_FLAGS...]
 
 On node 0:  launch/multinode.sh --coordinator=node0:8476 --num_processes=2 --process_id=0 --workdir=/shared/run
 On node 1:  launch/multinode.sh --coordinator=node0:8476 --num_processes=2 --process_id=1 --workdir=/shared/run
@@ -30,6 +31,8 @@ Options:
   --process_id=I            this node's index in [0, N) (default $JAX_PROCESS_ID)
   --workdir=DIR             shared training workdir (required; default $WORKDIR)
   --config=FILE             experiment config (default configs/large.py)
+  --cache=DIR               persistent XLA compilation cache (default WORKDIR/jax_cache): a
+                            restarted run loads its train step instead of compiling it again
   --print                   print the command instead of running it
   -h, --help                show this help
 USAGE
@@ -43,6 +46,7 @@ while [[ $# -gt 0 ]]; do
     --process_id=*) PROCESS_ID="${1#*=}" ;;
     --workdir=*) WORKDIR="${1#*=}" ;;
     --config=*) CONFIG="${1#*=}" ;;
+    --cache=*) CACHE="${1#*=}" ;;
     --print) PRINT=1 ;;
     --) shift; EXTRA=("$@"); break ;;
     *) echo "error: unknown argument '$1'; see --help" >&2; exit 2 ;;
@@ -59,7 +63,8 @@ done
 
 COMMAND=(env "JAX_COORDINATOR_ADDRESS=${COORDINATOR}" "JAX_NUM_PROCESSES=${NUM_PROCESSES}"
          "JAX_PROCESS_ID=${PROCESS_ID}" python -m electra_jax.train --config="${CONFIG}"
-         --workdir="${WORKDIR}" "${EXTRA[@]}")
+         --workdir="${WORKDIR}" --compilation_cache_dir="${CACHE:-${WORKDIR%/}/jax_cache}"
+         "${EXTRA[@]}")
 if [[ "${PRINT}" == 1 ]]; then
   printf '%q ' "${COMMAND[@]}"
   printf '\n'

@@ -14,12 +14,13 @@ set -euo pipefail
 
 CONFIG="configs/large.py"
 WORKDIR="${WORKDIR:-}"
+CACHE=""
 PRINT=0
 EXTRA=()
 
 usage() {
   cat <<'USAGE'
-Usage: sbatch launch/slurm_gpu.sh --config=FILE --workdir=DIR [--print] [-- TRAIN_FLAGS...]
+Usage: sbatch launch/slurm_gpu.sh --config=FILE --workdir=DIR [--cache=DIR] [--print] [-- TRAIN_FLAGS...]
 
 Runs python -m electra_jax.train under srun, one task per GPU (see the #SBATCH lines). Each
 task calls jax.distributed.initialize(), which reads the SLURM environment (coordinator = first
@@ -30,6 +31,8 @@ a checkpoint and exits, and resubmitting the same command resumes.
 Options:
   --config=FILE   experiment config (default configs/large.py)
   --workdir=DIR   shared training workdir (required; default $WORKDIR)
+  --cache=DIR     persistent XLA compilation cache for the resubmitted job (default
+                  WORKDIR/jax_cache): it loads its train step instead of compiling it again
   --print         print the srun command instead of running it (works outside SLURM)
   -h, --help      show this help
 Install first on a shared filesystem: pip install -e '.[cuda12]' (or '.[cuda13]')
@@ -50,6 +53,7 @@ while [[ $# -gt 0 ]]; do
     -h|--help) usage; exit 0 ;;
     --config=*) CONFIG="${1#*=}" ;;
     --workdir=*) WORKDIR="${1#*=}" ;;
+    --cache=*) CACHE="${1#*=}" ;;
     --print) PRINT=1 ;;
     --) shift; EXTRA=("$@"); break ;;
     *) echo "error: unknown argument '$1'; see --help" >&2; exit 2 ;;
@@ -69,4 +73,4 @@ if [[ "${PRINT}" == 0 ]]; then
   mkdir -p logs
 fi
 run srun --kill-on-bad-exit=1 python -m electra_jax.train --config="${CONFIG}" \
-  --workdir="${WORKDIR}" "${EXTRA[@]}"
+  --workdir="${WORKDIR}" --compilation_cache_dir="${CACHE:-${WORKDIR%/}/jax_cache}" "${EXTRA[@]}"

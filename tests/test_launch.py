@@ -162,9 +162,12 @@ def test_slurm_prints_srun_of_the_train_module():
   out = sh('launch/slurm_gpu.sh', '--print', '--workdir=/shared/run', '--config=configs/base.py',
            '--', '--config.fsdp_axis_size=2').stdout
   assert out.startswith('srun ')
+  # A resubmitted job loads its compiled step from the workdir's cache (or --cache=DIR).
   for piece in ('-m electra_jax.train', '--config=configs/base.py', '--workdir=/shared/run',
-                '--config.fsdp_axis_size=2'):
+                '--compilation_cache_dir=/shared/run/jax_cache', '--config.fsdp_axis_size=2'):
     assert piece in out
+  cached = sh('launch/slurm_gpu.sh', '--print', '--workdir=/shared/run', '--cache=/fast/c').stdout
+  assert '--compilation_cache_dir=/fast/c' in cached and 'jax_cache' not in cached
   missing = sh('launch/slurm_gpu.sh', '--print', check=False)
   assert missing.returncode == 2 and '--workdir' in missing.stderr
 
@@ -173,7 +176,8 @@ def test_multinode_prints_env_for_jax_distributed():
   out = sh('launch/multinode.sh', '--print', '--coordinator=node0:8476', '--num_processes=4',
            '--process_id=3', '--workdir=/shared/run').stdout
   for piece in ('JAX_COORDINATOR_ADDRESS=node0:8476', 'JAX_NUM_PROCESSES=4', 'JAX_PROCESS_ID=3',
-                '-m electra_jax.train', '--config=configs/large.py'):
+                '-m electra_jax.train', '--config=configs/large.py',
+                '--compilation_cache_dir=/shared/run/jax_cache'):
     assert piece in out
   missing = sh('launch/multinode.sh', '--print', '--workdir=/x', check=False)
   assert missing.returncode == 2 and '--coordinator' in missing.stderr

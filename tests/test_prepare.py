@@ -147,6 +147,18 @@ def test_step_chunks_stack_the_batches_of_each_call_on_a_global_steps_axis():
   assert [c[:, 0, 0].tolist() for c in calls] == [[0], [1, 2, 3, 4], [5, 6, 7, 8]]
 
 
+def test_peek_shows_the_next_item_without_taking_it():
+  it = prefetch.DevicePrefetcher(iter(range(5)), lambda x: x * 10)
+  assert it.peek() == 0 and it.peek() == 0
+  assert [next(it), next(it)] == [0, 10]
+  assert it.peek() == 20 and next(it) == 20
+  it.close()
+  failing = prefetch.DevicePrefetcher(iter([1]), lambda b: 1 / 0)
+  assert failing.peek() is None  # The error is the next item's: __next__ raises it.
+  with pytest.raises(ZeroDivisionError):
+    next(failing)
+
+
 def test_prefetcher_passes_errors_on(corpus, tokenizer):
   config = config_for(corpus)
   failing = prefetch.DevicePrefetcher(pipeline.make_train_iterator(config, tokenizer),

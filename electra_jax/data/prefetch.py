@@ -49,6 +49,7 @@ class DevicePrefetcher:
     self._parent = parent
     self._transform, self._buffer_size = transform, buffer_size
     self._thread = self._stop = self._queue = None
+    self._peeked = None  # (batch, error) taken by peek(), the next __next__'s item.
 
   def start_prefetch(self) -> None:
     if self._thread is None:
@@ -71,12 +72,24 @@ class DevicePrefetcher:
     return self
 
   def __next__(self):
-    self.start_prefetch()
-    batch, error = self._queue.get()
+    batch, error = self._take()
+    self._peeked = None
     if error is not None:
-      self._stop_thread()
       raise error
     return batch
+
+  def peek(self):
+    """The item the next __next__ returns (or None where it raises), without consuming it:
+    for compiling the first train call from its batches while the state initialises."""
+    return self._take()[0]
+
+  def _take(self):
+    if self._peeked is None:
+      self.start_prefetch()
+      self._peeked = self._queue.get()
+      if self._peeked[1] is not None:
+        self._stop_thread()
+    return self._peeked
 
   def close(self) -> None:
     self._stop_thread()
