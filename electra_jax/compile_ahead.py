@@ -3,8 +3,8 @@
 Before its first step a run initialises (or restores) the state, which compiles a program of
 its own (Small's initialisation: 16 s on a 2-core CPU, one threefry draw per array), and the
 first call compiles the train step (31 s there; 1.5-2 minutes on a GPU with autotuning). The
-two compiles are independent, so the train step's runs beside the set-up: XLA compiles without
-the GIL and jit's call then finds the executable (same function, shapes, shardings). The
+two compiles are independent, so the train step's runs beside the set-up (XLA compiles without
+the GIL) and jit's call then finds its executable (same function, shapes, shardings). The
 batches come from the prefetcher's first item (peek), so the shapes are the loop's own.
 
 Purely a head start: if anything here fails, the loop's own call compiles (and raises) as it
@@ -27,7 +27,7 @@ class FirstCallCompile:
 
   def __init__(self, train_steps, train_step, state, abstract_state, train_iter, mesh,
                base_rng):
-    self.seconds = None  # Of the compile, once done; None if it failed or never ran.
+    self.seconds = None  # From the first batch's wait to the compiled step; None if it failed.
     self.window_zeros = None  # The loop's zeroed metric sums (ts.window_zeros), once traced.
     self._args = (train_steps, train_step, state, abstract_state, train_iter, mesh, base_rng)
     self._thread = threading.Thread(target=self._compile, name='electra-compile-ahead',
