@@ -29,14 +29,13 @@ class FirstCallCompile:
                base_rng):
     self.seconds = None  # From the first batch's wait to the compiled step; None if it failed.
     self.window_zeros = None  # The loop's zeroed metric sums (ts.window_zeros), once traced.
-    self._args = (train_steps, train_step, state, abstract_state, train_iter, mesh, base_rng)
-    self._thread = threading.Thread(target=self._compile, name='electra-compile-ahead',
-                                    daemon=True)
+    self._thread = threading.Thread(
+        target=self._compile, name='electra-compile-ahead', daemon=True,
+        args=(train_steps, train_step, state, abstract_state, train_iter, mesh, base_rng))
     self._thread.start()
 
-  def _compile(self):
-    train_steps, train_step, state, abstract_state, train_iter, mesh, base_rng = self._args
-    self._args = None
+  def _compile(self, train_steps, train_step, state, abstract_state, train_iter, mesh,
+               base_rng):
     start = time.time()
     try:
       batches = train_iter.peek()
