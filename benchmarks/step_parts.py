@@ -26,6 +26,12 @@ Only when named in --variants:
                      in another order); XLA:GPU runs the per-array Adam and norms as ~950
                      small kernels in Base's step (benchmarks/RESULTS.md, session 15): a
                      positive cost is what fewer, longer kernels would save.
+  f32_scores         attention's q.k matmul writing float32 scores (and the 1/sqrt(head_dim)
+                     after it), as the model did before 2026-11-27; it writes them in the
+                     compute dtype now (model.attention_scores). Where attention dropout
+                     makes the model write the [batch, heads, seq, seq] scores (needs
+                     --config.attention_dropout_rate > 0) a negative cost is what bf16 scores
+                     save; first_loss_sums should agree with as_trained's to bf16 rounding
 
 and only where the trained step's attention is cuDNN's (an NVIDIA GPU, bfloat16,
 --config.attention_dropout_rate=0: benchmark.attention_path):
@@ -34,7 +40,8 @@ and only where the trained step's attention is cuDNN's (an NVIDIA GPU, bfloat16,
                      negative cost is what cuDNN saves; first_loss_sums should agree with
                      as_trained's to bf16 rounding
 
-The variants are timed in alternating rounds (a load change hits all alike). Prints a table;
+The variants are timed in alternating rounds (a load change hits all alike), each round
+--steps rounded up to whole calls of config.steps_per_execution steps. Prints a table;
 the last stdout line is JSON: each variant's median step time and `cost_ms` of the swapped
 part (as trained minus the variant).
 """
@@ -52,6 +59,7 @@ from electra_jax import benchmark
 from electra_jax import cli
 from electra_jax import config as config_lib
 from electra_jax import cpu_devices
+from electra_jax import model
 from electra_jax import optim
 from electra_jax import row_keys
 from electra_jax.errors import UserError
@@ -59,7 +67,7 @@ from electra_jax.objectives import metrics as objective_metrics
 
 FLAGS = flags.FLAGS
 VARIANTS = ('as_trained', 'plain_dropout_key', 'no_auc', 'no_dropout', 'apply_if_finite')
-OPTIONAL_VARIANTS = ('flat_optimizer',)  # Not in the default --variants.
+OPTIONAL_VARIANTS = ('flat_optimizer', 'f32_scores')  # Not in the default --variants.
 GPU_VARIANTS = ('xla_attention',)  # Not in the default --variants: they need cuDNN.
 _GROUPS = (('weights', True), ('bias', False))  # optim.weight_decay_mask reads these names.
 _make_optimizer = optim.make_optimizer
@@ -113,6 +121,11 @@ def _joined_norm(tree):
       [x.reshape(-1).astype(jnp.float32) for x in jax.tree.leaves(tree)]))))
 
 
+def _f32_scores(q, k):
+  return jnp.einsum('bqhd,bkhd->bhqk', q, k,
+                    preferred_element_type=jnp.float32) / jnp.sqrt(q.shape[-1])
+
+
 @contextlib.contextmanager
 def _flat_patches():
   with mock.patch.object(optim, 'make_optimizer', _flat_optimizer), \
@@ -138,6 +151,8 @@ def traced_as(variant: str, config):
     c.attention_implementation = 'xla'
   if variant == 'flat_optimizer':
     return c, _flat_patches()
+  if variant == 'f32_scores':
+    return c, mock.patch.object(model, 'attention_scores', _f32_scores)
   return c, contextlib.nullcontext()
 
 
@@ -149,6 +164,9 @@ def run(config, steps: int, warmup: int, rounds: int, variants=VARIANTS) -> dict
   if unknown or 'as_trained' not in variants:
     raise UserError(f'--variants={",".join(variants)}: give as_trained and any of '
                     f'{", ".join(known[1:])}')
+  if 'f32_scores' in variants and not config_lib.resolve(config).attention_dropout_rate:
+    raise UserError('--variants=f32_scores needs --config.attention_dropout_rate > 0 '
+                    '(is 0): without attention dropout the model writes no scores')
   if 'xla_attention' in variants:
     c = config_lib.resolve(config)
     if c.attention_dropout_rate:
@@ -167,18 +185,20 @@ def run(config, steps: int, warmup: int, rounds: int, variants=VARIANTS) -> dict
     with patch:
       exp, host_batch = benchmark.build(c, 'synthetic')  # A fresh Experiment: a fresh trace.
       compiled[variant] = benchmark.JaxStep(exp, host_batch, warmup)
-    first_sums[variant] = compiled[variant].step()
+    step = compiled[variant]
+    first_sums[variant] = jax.device_get(step.call(step.new_window()))  # After the warmup.
     print(f'{variant}: compiled in {compiled[variant].compile_s:.1f}s', flush=True)
   times = {v: [] for v in variants}
+  steps = benchmark.whole_calls(steps, compiled['as_trained'].steps_per_call)
   for _ in range(rounds):
     for variant in variants:
       times[variant] += compiled[variant].run(steps)[0]
   ms = {v: 1e3 * statistics.median(t) for v, t in times.items()}
   c = compiled['as_trained'].config
-  print(f'{"variant":>18}  {"step ms (median)":>16}  {"cost of the part ms":>19}')
+  print(f'{"variant":>20}  {"step ms (median)":>16}  {"cost of the part ms":>19}')
   for v in variants:
     cost = f'{ms["as_trained"] - ms[v]:.2f}' if v != 'as_trained' else '-'
-    print(f'{v:>18}  {ms[v]:16.2f}  {cost:>19}')
+    print(f'{v:>20}  {ms[v]:16.2f}  {cost:>19}')
   device = jax.devices()[0]
   return {
       'step_ms': ms,

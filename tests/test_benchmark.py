@@ -15,6 +15,7 @@ from electra_jax import chips
 from electra_jax import config as config_lib
 from electra_jax import device_memory
 from electra_jax import flops
+from electra_jax import model as model_lib
 from electra_jax import optim
 from electra_jax.errors import UserError
 from tests.conftest import REPO_ROOT, tiny_config, tiny_trainer
@@ -217,7 +218,6 @@ def test_hf_reference_shares_embeddings_masks_exactly_and_learns():
 
 
 def test_half_bits_dropout_keeps_the_rate_and_the_expectation():
-  from electra_jax import model as model_lib  # pylint: disable=import-outside-toplevel
   x = jax.numpy.ones((64, 33, 130))  # odd widths: the last element of a 32-bit pair is dropped
   layer = model_lib.Dropout(0.1)
   out = layer.apply({}, x, deterministic=False, rngs={'dropout': jax.random.key(0)})
@@ -356,6 +356,50 @@ def test_step_parts_xla_attention_variant_is_asked_for_where_the_step_uses_cudnn
   with pytest.raises(UserError, match="compares with cuDNN's attention, which this step does "
                      'not use'):
     step_parts.run(c, 1, 0, 1, variants)
+
+
+def test_step_parts_f32_scores_swaps_the_models_bf16_scores_for_the_same_loss():
+  """The model's attention scores are a bf16 matmul in a bf16 step; f32_scores swaps only that
+  matmul for one that writes float32, and the first step's loss agrees to bf16 rounding;
+  without attention dropout (no scores written) it is refused before compiling."""
+  step_parts = benchmark_script('step_parts')
+  assert 'f32_scores' not in step_parts.VARIANTS  # opt-in
+  c = tiny_config(dtype='bfloat16', attention_dropout_rate=0.1)
+  variants = ('as_trained', 'f32_scores')
+  score_dtypes = {}
+  for variant in variants:
+    vc, patch = step_parts.traced_as(variant, c)
+    with patch:
+      exp, host_batch = benchmark.build(vc, 'synthetic')
+      batch = {k: jax.ShapeDtypeStruct(x.shape, x.dtype) for k, x in host_batch.items()}
+      jaxpr = jax.make_jaxpr(exp.jit_train_step())(exp.abstract_state(), batch,
+                                                   jax.random.key(0))
+    seq = host_batch['input_ids'].shape[1]
+    score_dtypes[variant] = {
+        str(eqn.outvars[0].aval.dtype) for eqn in _equations(jaxpr.jaxpr)
+        if eqn.primitive.name == 'dot_general' and eqn.outvars[0].aval.shape[-2:] == (seq, seq)}
+  # (The backward's [.., seq, seq] gradient of the probabilities is bf16 in both.)
+  assert score_dtypes == {'as_trained': {'bfloat16'}, 'f32_scores': {'float32', 'bfloat16'}}
+  # A float32 model's scores are those of the f32 form bit for bit (power-of-two head dim).
+  q, k = jax.random.normal(jax.random.key(1), (2, 2, 8, 3, 16))
+  np.testing.assert_array_equal(model_lib.attention_scores(q, k), step_parts._f32_scores(q, k))
+  result = step_parts.run(c, steps=1, warmup=0, rounds=1, variants=variants)
+  sums = result['first_loss_sums']
+  assert set(result['step_ms']) == set(variants) and sums['as_trained'] > 0
+  np.testing.assert_allclose(sums['f32_scores'], sums['as_trained'], rtol=2e-2)
+  with pytest.raises(UserError, match='f32_scores needs --config.attention_dropout_rate'):
+    step_parts.run(tiny_config(), 1, 0, 1, ('as_trained', 'f32_scores'))
+
+
+def _equations(jaxpr):
+  """Every equation of a jaxpr, those of nested jaxprs (jit, scan, custom_vjp, ...) included."""
+  for eqn in jaxpr.eqns:
+    yield eqn
+    for param in eqn.params.values():
+      for sub in param if isinstance(param, (list, tuple)) else (param,):
+        inner = getattr(sub, 'jaxpr', sub)
+        if hasattr(inner, 'eqns'):
+          yield from _equations(inner)
 
 
 @pytest.mark.slow
