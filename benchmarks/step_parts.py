@@ -26,6 +26,14 @@ Only when named in --variants:
                      in another order); XLA:GPU runs the per-array Adam and norms as ~950
                      small kernels in Base's step (benchmarks/RESULTS.md, session 15): a
                      positive cost is what fewer, longer kernels would save.
+  lean_softmax_backward  attention's softmax and dropout (model.softmax_dropout) with a
+                     hand-written backward that keeps only the probabilities, in the compute
+                     dtype, and the keep mask: besides the bf16 dropped probabilities the
+                     next matmul keeps, JAX's own backward keeps 14 bytes a score element
+                     (the masked f32 scores, the f32 exp, the f32 dropped probabilities, two
+                     bool masks), this one 3 (needs --config.attention_dropout_rate > 0).
+                     The same forward, the backward from bf16 probabilities: a positive cost
+                     is what it saves
   f32_scores         attention's q.k matmul writing float32 scores (and the 1/sqrt(head_dim)
                      after it), as the model did before 2026-11-27; it writes them in the
                      compute dtype now (model.attention_scores). Where attention dropout
@@ -46,6 +54,7 @@ the last stdout line is JSON: each variant's median step time and `cost_ms` of t
 part (as trained minus the variant).
 """
 import contextlib
+import functools
 import statistics
 from unittest import mock
 
@@ -67,10 +76,14 @@ from electra_jax.objectives import metrics as objective_metrics
 
 FLAGS = flags.FLAGS
 VARIANTS = ('as_trained', 'plain_dropout_key', 'no_auc', 'no_dropout', 'apply_if_finite')
-OPTIONAL_VARIANTS = ('flat_optimizer', 'f32_scores')  # Not in the default --variants.
+# Not in the default --variants.
+OPTIONAL_VARIANTS = ('flat_optimizer', 'f32_scores', 'lean_softmax_backward')
 GPU_VARIANTS = ('xla_attention',)  # Not in the default --variants: they need cuDNN.
+# Variants of the path that writes attention's scores (attention dropout > 0).
+SCORE_VARIANTS = ('f32_scores', 'lean_softmax_backward')
 _GROUPS = (('weights', True), ('bias', False))  # optim.weight_decay_mask reads these names.
 _make_optimizer = optim.make_optimizer
+_softmax_dropout = model.softmax_dropout
 
 
 def _joined(tree, decays):
@@ -126,6 +139,35 @@ def _f32_scores(q, k):
                     preferred_element_type=jnp.float32) / jnp.sqrt(q.shape[-1])
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _lean_softmax_dropout(scores, mask, keep, keep_prob):
+  return _softmax_dropout(scores, mask, keep, keep_prob)
+
+
+def _lean_forward(scores, mask, keep, keep_prob):
+  # The probabilities before dropout, in the scores' dtype (XLA computes the softmax once).
+  probs = _softmax_dropout(scores, mask, None, keep_prob)
+  return _softmax_dropout(scores, mask, keep, keep_prob), (probs, keep)
+
+
+def _lean_backward(keep_prob, residuals, grad):
+  probs, keep = residuals
+  p = probs.astype(jnp.float32)
+  d_probs = jnp.where(keep, grad.astype(jnp.float32) / jnp.asarray(keep_prob, jnp.float32),
+                      jnp.zeros((), jnp.float32))
+  d_scores = p * (d_probs - jnp.sum(d_probs * p, axis=-1, keepdims=True))
+  return d_scores.astype(probs.dtype), None, None
+
+
+_lean_softmax_dropout.defvjp(_lean_forward, _lean_backward)
+
+
+def _lean_softmax(scores, mask, keep, keep_prob):
+  if keep is None:  # A rate that rounds to keeping all: nothing to swap.
+    return _softmax_dropout(scores, mask, keep, keep_prob)
+  return _lean_softmax_dropout(scores, mask, keep, keep_prob)
+
+
 @contextlib.contextmanager
 def _flat_patches():
   with mock.patch.object(optim, 'make_optimizer', _flat_optimizer), \
@@ -153,6 +195,8 @@ def traced_as(variant: str, config):
     return c, _flat_patches()
   if variant == 'f32_scores':
     return c, mock.patch.object(model, 'attention_scores', _f32_scores)
+  if variant == 'lean_softmax_backward':
+    return c, mock.patch.object(model, 'softmax_dropout', _lean_softmax)
   return c, contextlib.nullcontext()
 
 
@@ -164,9 +208,10 @@ def run(config, steps: int, warmup: int, rounds: int, variants=VARIANTS) -> dict
   if unknown or 'as_trained' not in variants:
     raise UserError(f'--variants={",".join(variants)}: give as_trained and any of '
                     f'{", ".join(known[1:])}')
-  if 'f32_scores' in variants and not config_lib.resolve(config).attention_dropout_rate:
-    raise UserError('--variants=f32_scores needs --config.attention_dropout_rate > 0 '
-                    '(is 0): without attention dropout the model writes no scores')
+  for variant in SCORE_VARIANTS:
+    if variant in variants and not config_lib.resolve(config).attention_dropout_rate:
+      raise UserError(f'--variants={variant} needs --config.attention_dropout_rate > 0 (is 0): '
+                      'without attention dropout the model writes no scores')
   if 'xla_attention' in variants:
     c = config_lib.resolve(config)
     if c.attention_dropout_rate:
@@ -195,10 +240,10 @@ def run(config, steps: int, warmup: int, rounds: int, variants=VARIANTS) -> dict
       times[variant] += compiled[variant].run(steps)[0]
   ms = {v: 1e3 * statistics.median(t) for v, t in times.items()}
   c = compiled['as_trained'].config
-  print(f'{"variant":>20}  {"step ms (median)":>16}  {"cost of the part ms":>19}')
+  print(f'{"variant":>22}  {"step ms (median)":>16}  {"cost of the part ms":>19}')
   for v in variants:
     cost = f'{ms["as_trained"] - ms[v]:.2f}' if v != 'as_trained' else '-'
-    print(f'{v:>20}  {ms[v]:16.2f}  {cost:>19}')
+    print(f'{v:>22}  {ms[v]:16.2f}  {cost:>19}')
   device = jax.devices()[0]
   return {
       'step_ms': ms,

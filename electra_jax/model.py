@@ -117,14 +117,23 @@ class Dropout(nn.Module):
 
   @nn.compact
   def __call__(self, x, deterministic: bool):
-    threshold = round((1.0 - self.rate) * 65536)
-    if deterministic or threshold >= 65536:  # a rate of 2^-17 or less rounds to keeping all
+    if deterministic:
       return x
-    shape = x.shape[:-1] + ((x.shape[-1] + 1) // 2,)
-    words = jax.random.bits(self.make_rng('dropout'), shape, jnp.uint32)
+    keep, keep_prob = self.keep_mask(x.shape)
+    if keep is None:
+      return x
+    return jnp.where(keep, x / jnp.asarray(keep_prob, x.dtype), jnp.zeros((), x.dtype))
+
+  def keep_mask(self, shape):
+    """(bool keep decisions for an array of `shape`, the kept share); (None, 1.0) where the
+    rate rounds to keeping all (2^-17 or less)."""
+    threshold = round((1.0 - self.rate) * 65536)
+    if threshold >= 65536:
+      return None, 1.0
+    words_shape = shape[:-1] + ((shape[-1] + 1) // 2,)
+    words = jax.random.bits(self.make_rng('dropout'), words_shape, jnp.uint32)
     halves = jax.lax.bitcast_convert_type(words, jnp.uint16).reshape(shape[:-1] + (-1,))
-    keep = halves[..., :x.shape[-1]] < threshold
-    return jnp.where(keep, x / jnp.asarray(threshold / 65536, x.dtype), jnp.zeros((), x.dtype))
+    return halves[..., :shape[-1]] < threshold, threshold / 65536
 
 
 class Embeddings(nn.Module):
@@ -213,14 +222,24 @@ def cudnn_attention(q, k, v, key_mask):
 
 
 def attention_scores(q, k):
-  """q.k / sqrt(head_dim) as [batch, heads, q, k], read as float32 by the softmax where attention
-  dropout needs the probabilities written out. The matmul writes them in the compute dtype:
-  in bf16 half the bytes of this [seq, seq] tensor and its gradient (Base 32 x 512 on an H200:
-  76.4 -> 73.3 ms a step, Small 15.2 -> 14.7, benchmarks/RESULTS.md), the softmax's sums still
-  in float32. With the scale on q (exact for a power-of-two head dim) a float32 model computes
-  what it did with f32 scores, bit for bit."""
+  """q.k / sqrt(head_dim) as [batch, heads, q, k] in the compute dtype, where attention dropout
+  needs the probabilities written out: in bf16 half the bytes of this [seq, seq] tensor and its
+  gradient (Base 32 x 512 on an H200: 76.4 -> 73.3 ms a step, Small 15.2 -> 14.7,
+  benchmarks/RESULTS.md); softmax_dropout reads them as float32. With the scale on q (exact
+  for a power-of-two head dim) a float32 model computes what it did with the scale after the
+  matmul, bit for bit."""
   scaled = q * jnp.asarray(q.shape[-1] ** -0.5, q.dtype)
-  return jnp.einsum('bqhd,bkhd->bhqk', scaled, k).astype(jnp.float32)
+  return jnp.einsum('bqhd,bkhd->bhqk', scaled, k)
+
+
+def softmax_dropout(scores, mask, keep, keep_prob: float):
+  """Attention probabilities in the scores' dtype: softmax over the keys `mask` allows, in
+  float32, then inverted dropout (`keep` from Dropout.keep_mask; None keeps all)."""
+  probs = jax.nn.softmax(jnp.where(mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min),
+                         axis=-1)
+  if keep is not None:
+    probs = jnp.where(keep, probs / jnp.asarray(keep_prob, jnp.float32), jnp.zeros((), jnp.float32))
+  return probs.astype(scores.dtype)
 
 
 class SelfAttention(nn.Module):
@@ -266,9 +285,8 @@ class SelfAttention(nn.Module):
       scores = attention_scores(q, k)
       if bias is not None:
         scores = scores + bias
-      scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-      probs = jax.nn.softmax(scores, axis=-1)
-      probs = Dropout(self.attention_dropout_rate)(probs, deterministic=False)
+      keep, keep_prob = Dropout(self.attention_dropout_rate).keep_mask(scores.shape)
+      probs = softmax_dropout(scores, mask, keep, keep_prob)
       ctx = jnp.einsum('bhqk,bkhd->bqhd', probs.astype(self.dtype), v)
     ctx = ctx.reshape(ctx.shape[:-2] + (self.hidden_size,))
     out = _dense(self.hidden_size, self.dtype, 'output', init)(ctx)
