@@ -50,8 +50,9 @@ and only where the trained step's attention is cuDNN's (an NVIDIA GPU, bfloat16,
 
 The variants are timed in alternating rounds (a load change hits all alike), each round
 --steps rounded up to whole calls of config.steps_per_execution steps. Prints a table;
-the last stdout line is JSON: each variant's median step time and `cost_ms` of the swapped
-part (as trained minus the variant).
+the last stdout line is JSON: each variant's median step time, `cost_ms` of the swapped
+part (as trained minus the variant) and `temp_mb`, XLA's temporary memory for the compiled
+program (what the step keeps from its forward for its backward among others).
 """
 import contextlib
 import functools
@@ -240,22 +241,33 @@ def run(config, steps: int, warmup: int, rounds: int, variants=VARIANTS) -> dict
       times[variant] += compiled[variant].run(steps)[0]
   ms = {v: 1e3 * statistics.median(t) for v, t in times.items()}
   c = compiled['as_trained'].config
-  print(f'{"variant":>22}  {"step ms (median)":>16}  {"cost of the part ms":>19}')
+  # XLA's temporary memory: what the step keeps between its forward and backward, among
+  # others (a variant that writes fewer [batch, heads, seq, seq] arrays needs less).
+  temp_mb = {v: _temp_mb(compiled[v].compiled) for v in variants}
+  print(f'{"variant":>22}  {"step ms (median)":>16}  {"cost of the part ms":>19}  temp MB')
   for v in variants:
     cost = f'{ms["as_trained"] - ms[v]:.2f}' if v != 'as_trained' else '-'
-    print(f'{v:>22}  {ms[v]:16.2f}  {cost:>19}')
+    print(f'{v:>22}  {ms[v]:16.2f}  {cost:>19}  {temp_mb[v]}')
   device = jax.devices()[0]
   return {
       'step_ms': ms,
       'cost_ms': {v: ms['as_trained'] - ms[v] for v in variants if v != 'as_trained'},
       'auc_pairs_first_step': {v: float(s['auc_pairs']) for v, s in first_sums.items()},
       'first_loss_sums': {v: float(s['disc_loss_sum']) for v, s in first_sums.items()},
+      'temp_mb': temp_mb,
       'device_kind': device.device_kind, 'platform': device.platform,
       'jax_version': jax.__version__, 'dtype': c.dtype, 'batch': c.train_batch_size,
       'seq': c.max_seq_length, 'dropout_rate': c.dropout_rate,
       'attention_dropout_rate': c.attention_dropout_rate, 'steps': steps, 'rounds': rounds,
       'warmup': warmup,
   }
+
+
+def _temp_mb(compiled):
+  try:
+    return round(compiled.memory_analysis().temp_size_in_bytes / 1e6, 1)
+  except Exception:  # pylint: disable=broad-except  # A backend without the analysis.
+    return None
 
 
 def main(argv):

@@ -386,6 +386,7 @@ def test_step_parts_f32_scores_swaps_the_models_bf16_scores_for_the_same_loss():
   result = step_parts.run(c, steps=1, warmup=0, rounds=1, variants=variants)
   sums = result['first_loss_sums']
   assert set(result['step_ms']) == set(variants) and sums['as_trained'] > 0
+  assert all(result['temp_mb'][v] > 0 for v in variants)  # XLA's memory analysis, per variant
   np.testing.assert_allclose(sums['f32_scores'], sums['as_trained'], rtol=2e-2)
   with pytest.raises(UserError, match='f32_scores needs --config.attention_dropout_rate'):
     step_parts.run(tiny_config(), 1, 0, 1, ('as_trained', 'f32_scores'))
