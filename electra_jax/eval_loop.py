@@ -9,14 +9,19 @@ from electra_jax.data import pipeline
 EVAL_SEED_SALT = 0x45564C  # Fixed masking/sampling randomness for every evaluation.
 
 
+def eval_batches(c, tokenizer, mesh, num_batches=None, files=None):
+  """The eval set's global batches, as evaluate_params passes them to the eval step."""
+  batches = pipeline.make_eval_iterator(c, tokenizer, jax.process_index(), jax.process_count(),
+                                        num_batches=num_batches or None, files=files)
+  for local_batch in batches:
+    yield parallel.global_batch(local_batch, mesh)
+
+
 def evaluate_params(params, eval_step, c, tokenizer, mesh, num_batches=None, files=None):
   """Metrics of `params` on the eval set; identical masking every call (comparable over time)."""
   rng = jax.random.fold_in(jax.random.key(c.seed), EVAL_SEED_SALT)
   sums, num_batches_done = None, 0
-  batches = pipeline.make_eval_iterator(c, tokenizer, jax.process_index(), jax.process_count(),
-                                        num_batches=num_batches or None, files=files)
-  for i, local_batch in enumerate(batches):
-    batch = parallel.global_batch(local_batch, mesh)
+  for i, batch in enumerate(eval_batches(c, tokenizer, mesh, num_batches, files)):
     step_sums = eval_step(params, batch, jax.random.fold_in(rng, i))
     sums = step_sums if sums is None else jax.tree.map(lambda a, b: a + b, sums, step_sums)
     num_batches_done += 1

@@ -157,7 +157,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   on_error.append(train_iter.close)
   train_steps = exp.jit_train_steps()
   base_rng = jax.random.key(c.seed)
-  ahead = None
+  ahead, eval_ahead = None, None  # compile_ahead.py's threads.
   if step < c.num_train_steps and stop_after_steps != 0:
     ahead = compile_ahead.FirstCallCompile(train_steps, exp.train_step(),
                                            abstract_state if state is None else state,
@@ -213,6 +213,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     nonlocal eval_metrics, window_start, last_eval_step
     last_eval_step = step
     t = time.time()
+    if eval_ahead is not None:
+      eval_ahead.wait()  # Its executable is the one the evaluation's first call uses.
     eval_metrics = eval_loop.evaluate_params(state.params, eval_step, c, exp.tokenizer, mesh,
                                             num_batches=c.num_eval_steps)
     if eval_metrics:
@@ -230,6 +232,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     window_start += time.time() - t  # Nor does saving (async: the copy off the devices).
 
   def stop_now(reason: str) -> dict:
+    if eval_ahead is not None:
+      eval_ahead.wait()  # Not exiting under a compile.
     traced = trace.close(step)
     if traced:
       write_line(traced)
@@ -257,6 +261,11 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   if ahead is not None:
     ahead.wait()  # What is left of the compile counts in the first call's time.
     ahead_seconds, zeros = ahead.seconds, ahead.window_zeros
+  if c.eval_every_steps and compile_ahead.compiles_eval_alongside(jax.devices()[0]):
+    eval_ahead = compile_ahead.FirstEvalCompile(
+        eval_step, abstract_state.params,
+        lambda: eval_loop.eval_batches(c, exp.tokenizer, mesh, num_batches=1))
+    on_error.append(eval_ahead.wait)
   # Calls of a length not run before compile (the first call, then shorter calls at a log,
   # save or resume): their time and steps are left out of their window's throughput.
   call_lengths, compile_seconds, compile_steps = set(), 0.0, 0

@@ -344,6 +344,45 @@ def test_the_first_call_compiles_once_beside_the_set_up(trained):
       'Finished XLA compilation of jit(<lambda>)')
 
 
+def test_on_an_accelerator_the_eval_step_compiles_beside_the_first_calls(
+    tmp_path, small_corpus, monkeypatch, caplog):
+  """On a GPU or TPU compile_ahead.py compiles the eval step on a thread once the loop starts
+  (patched in here: on a CPU it would take the steps' cores, so the evaluation compiles it);
+  the first evaluation must find it compiled and no evaluation compile it again."""
+  # pylint: disable=import-outside-toplevel
+  import logging
+  import types
+  from electra_jax import compile_ahead, eval_loop, train
+  from tests.conftest import tiny_config
+  assert not compile_ahead.compiles_eval_alongside(jax.devices()[0])
+  assert compile_ahead.compiles_eval_alongside(types.SimpleNamespace(platform='gpu'))
+  monkeypatch.setattr(compile_ahead, 'compiles_eval_alongside', lambda device: True)
+  compiled = lambda: sum('Finished XLA compilation of jit(eval_step)' in r.getMessage()
+                         for r in caplog.records)
+  at_evaluations = []
+  evaluate_params = eval_loop.evaluate_params
+
+  def evaluating(*args, **kwargs):
+    at_evaluations.append(compiled())
+    return evaluate_params(*args, **kwargs)
+
+  monkeypatch.setattr(eval_loop, 'evaluate_params', evaluating)
+  c = tiny_config(vocab_size=8000, num_layers=1, train_files=small_corpus,
+                  eval_files=small_corpus, num_train_steps=8, eval_every_steps=4,
+                  num_eval_steps=1, log_every_steps=4,
+                  save_checkpoints_steps=8, progress_bar=False)
+  caplog.set_level(logging.WARNING)
+  # Globally: `with jax.log_compiles()` would log this thread's compiles only.
+  jax.config.update('jax_log_compiles', True)
+  try:
+    train.train_and_evaluate(c, str(tmp_path / 'run'))
+  finally:
+    jax.config.update('jax_log_compiles', False)
+  assert at_evaluations == [1, 1] and compiled() == 1
+  rows = read_jsonl(str(tmp_path / 'run' / 'eval_metrics.jsonl'))
+  assert [r['step'] for r in rows] == [4, 8] and all(r['disc_auc'] > 0 for r in rows)
+
+
 def test_rerunning_the_same_command_resumes_where_it_stopped(trained):
   assert 'Resuming from step 5' in trained['second'].stdout
   assert last_json(trained['second'].stdout)['steps_run'] == 3
