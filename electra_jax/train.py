@@ -232,12 +232,12 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     window_start += time.time() - t  # Nor does saving (async: the copy off the devices).
 
   def stop_now(reason: str) -> dict:
-    if eval_ahead is not None:
-      eval_ahead.wait()  # Not exiting under a compile.
     traced = trace.close(step)
     if traced:
       write_line(traced)
-    ckpt.close()
+    ckpt.close()  # The save finishes first (a preemption's grace period is short).
+    if eval_ahead is not None:
+      eval_ahead.wait()  # Not exiting under a compile.
     train_iter.close()
     bar.close()
     writer.close()
@@ -265,7 +265,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     eval_ahead = compile_ahead.FirstEvalCompile(
         eval_step, abstract_state.params,
         lambda: eval_loop.eval_batches(c, exp.tokenizer, mesh, num_batches=1))
-    on_error.append(eval_ahead.wait)
+    on_error.insert(0, eval_ahead.wait)  # Last: after pending saves finish.
   # Calls of a length not run before compile (the first call, then shorter calls at a log,
   # save or resume): their time and steps are left out of their window's throughput.
   call_lengths, compile_seconds, compile_steps = set(), 0.0, 0
