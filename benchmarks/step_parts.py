@@ -154,8 +154,7 @@ def _lean_forward(scores, mask, keep, keep_prob):
 def _lean_backward(keep_prob, residuals, grad):
   probs, keep = residuals
   p = probs.astype(jnp.float32)
-  d_probs = jnp.where(keep, grad.astype(jnp.float32) / jnp.asarray(keep_prob, jnp.float32),
-                      jnp.zeros((), jnp.float32))
+  d_probs = model.dropped(grad.astype(jnp.float32), keep, keep_prob)
   d_scores = p * (d_probs - jnp.sum(d_probs * p, axis=-1, keepdims=True))
   return d_scores.astype(probs.dtype), None, None
 

@@ -119,10 +119,7 @@ class Dropout(nn.Module):
   def __call__(self, x, deterministic: bool):
     if deterministic:
       return x
-    keep, keep_prob = self.keep_mask(x.shape)
-    if keep is None:
-      return x
-    return jnp.where(keep, x / jnp.asarray(keep_prob, x.dtype), jnp.zeros((), x.dtype))
+    return dropped(x, *self.keep_mask(x.shape))
 
   def keep_mask(self, shape):
     """(bool keep decisions for an array of `shape`, the kept share); (None, 1.0) where the
@@ -134,6 +131,13 @@ class Dropout(nn.Module):
     words = jax.random.bits(self.make_rng('dropout'), words_shape, jnp.uint32)
     halves = jax.lax.bitcast_convert_type(words, jnp.uint16).reshape(shape[:-1] + (-1,))
     return halves[..., :shape[-1]] < threshold, threshold / 65536
+
+
+def dropped(x, keep, keep_prob: float):
+  """Inverted dropout of `x` by Dropout.keep_mask's decisions (`keep` None keeps all)."""
+  if keep is None:
+    return x
+  return jnp.where(keep, x / jnp.asarray(keep_prob, x.dtype), jnp.zeros((), x.dtype))
 
 
 class Embeddings(nn.Module):
@@ -237,9 +241,7 @@ def softmax_dropout(scores, mask, keep, keep_prob: float):
   float32, then inverted dropout (`keep` from Dropout.keep_mask; None keeps all)."""
   probs = jax.nn.softmax(jnp.where(mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min),
                          axis=-1)
-  if keep is not None:
-    probs = jnp.where(keep, probs / jnp.asarray(keep_prob, jnp.float32), jnp.zeros((), jnp.float32))
-  return probs.astype(scores.dtype)
+  return dropped(probs, keep, keep_prob).astype(scores.dtype)
 
 
 class SelfAttention(nn.Module):
