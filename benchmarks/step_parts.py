@@ -208,12 +208,12 @@ def run(config, steps: int, warmup: int, rounds: int, variants=VARIANTS) -> dict
   if unknown or 'as_trained' not in variants:
     raise UserError(f'--variants={",".join(variants)}: give as_trained and any of '
                     f'{", ".join(known[1:])}')
+  c = config_lib.resolve(config)
   for variant in SCORE_VARIANTS:
-    if variant in variants and not config_lib.resolve(config).attention_dropout_rate:
+    if variant in variants and not c.attention_dropout_rate:
       raise UserError(f'--variants={variant} needs --config.attention_dropout_rate > 0 (is 0): '
                       'without attention dropout the model writes no scores')
   if 'xla_attention' in variants:
-    c = config_lib.resolve(config)
     if c.attention_dropout_rate:
       raise UserError(f'--variants=xla_attention needs --config.attention_dropout_rate=0 (is '
                       f'{c.attention_dropout_rate}): with attention dropout the model '

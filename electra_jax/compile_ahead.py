@@ -75,14 +75,15 @@ def compiles_eval_alongside(device) -> bool:
 
 class FirstEvalCompile(_OnThread):
   """Starts compiling `eval_step` for the first batch of `batches` (a zero-argument callable
-  giving the eval set's global batches, as the evaluation passes them) on a thread."""
+  giving an iterator of the eval set's global batches, as the evaluation passes them) on a
+  thread."""
 
   def __init__(self, eval_step, abstract_params, batches):
     self._start(eval_step, abstract_params, batches)
 
   def _compile(self, eval_step, abstract_params, batches):
     try:
-      batch = next(iter(batches()), None)
+      batch = next(batches(), None)
       if batch is not None:  # No eval data: the evaluation says so.
         eval_step.lower(abstract_params, batch, jax.random.key(0)).compile()
     except Exception:  # pylint: disable=broad-except  # The evaluation compiles and reports.
