@@ -13,11 +13,23 @@ def peak() -> dict:
     return dict(peak_memory_bytes=int(stats['peak_bytes_in_use']),
                 memory_limit_bytes=stats.get('bytes_limit'),
                 peak_memory_source='device memory_stats peak_bytes_in_use')
+  return dict(peak_memory_bytes=peak_rss_bytes(), memory_limit_bytes=None,
+              peak_memory_source='process peak RSS (includes host runtime, data and compiler)')
+
+
+def peak_rss_bytes() -> int:
+  """This process's own peak resident set. Linux: /proc/self/status VmHWM, which starts afresh
+  at exec; getrusage's ru_maxrss there keeps the peak of the process that launched this one
+  (a command started from a large parent, e.g. a test runner, would report the parent's)."""
+  try:
+    with open('/proc/self/status', encoding='ascii') as f:
+      for line in f:
+        if line.startswith('VmHWM:'):
+          return int(line.split()[1]) * 1024  # kB
+  except OSError:
+    pass
   scale = 1 if platform.system() == 'Darwin' else 1024  # ru_maxrss: bytes on macOS, else KiB.
-  return dict(peak_memory_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
-              memory_limit_bytes=None,
-              peak_memory_source='process peak RSS (getrusage; includes host runtime, data and '
-                                 'compiler)')
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
 def describe(memory: dict) -> str:

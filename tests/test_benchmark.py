@@ -80,6 +80,20 @@ def test_peak_memory_is_the_device_allocators_where_it_reports_one(monkeypatch):
   assert device_memory.describe(memory).endswith(' GB (process RSS)')
 
 
+@pytest.mark.skipif(sys.platform != 'linux', reason='VmHWM is Linux /proc')
+def test_a_child_process_reports_its_own_peak_rss_not_its_launchers():
+  """getrusage's ru_maxrss survives exec on Linux: a command launched from a process holding
+  1 GiB would report at least that. VmHWM counts the child's own pages."""
+  held = bytearray(1 << 30)
+  held[::4096] = b'\x01' * len(range(0, len(held), 4096))  # Touch every page: resident.
+  code = 'from electra_jax import device_memory; print(device_memory.peak_rss_bytes())'
+  env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
+  child = int(subprocess.run([sys.executable, '-c', code], env=env, check=True,
+                             capture_output=True, text=True).stdout)
+  del held
+  assert 20e6 < child < 0.8 * (1 << 30)
+
+
 def test_peak_table_matches_device_kinds_and_dtypes():
   assert chips.peak_tflops('NVIDIA H100 80GB HBM3', 'bfloat16', None)[0] == 989
   assert chips.peak_tflops('NVIDIA H100 80GB HBM3', 'float32', None)[0] == 67
