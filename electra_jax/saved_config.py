@@ -1,14 +1,16 @@
 """The resolved config a run keeps in WORKDIR/config.json: its one writer and its one reader.
 
-Train, evaluate, export, fine-tuning and init_from all load a saved config here. A workdir
-written before a key existed still loads: a key it lacks takes today's default from
-configs/base_config.py (the behaviour the key was added with), a key since removed is dropped.
+Train, evaluate, export, fine-tuning, init_from and predict all load a saved config here. A
+workdir written before a key existed still loads: a key it lacks takes today's default from
+configs/base_config.py (fine-tuning workdirs: configs/finetune/glue.py; the behaviour the key
+was added with), a key since removed is dropped.
 """
 import json
 
 import ml_collections
 
 from configs import base_config
+from configs.finetune import glue as finetune_config
 from electra_jax import atomic
 from electra_jax import config as config_lib
 from electra_jax import paths
@@ -30,20 +32,34 @@ def write(workdir, c: ml_collections.ConfigDict):
   atomic.write_text(path(workdir), config_lib.to_json(c) + '\n')
 
 
-def load(workdir) -> ml_collections.ConfigDict:
-  """The resolved pretraining config saved in `workdir`, or a UserError naming the file."""
+def _read(workdir, kind: str, command: str) -> dict:
   target = path(workdir)
   if not paths.exists(target):
-    raise UserError(f"'{target}' not found; '{workdir}' is not a training workdir (python -m "
-                    'electra_jax.train writes config.json there)')
+    raise UserError(f"'{target}' not found; '{workdir}' is not a {kind} workdir (python -m "
+                    f'electra_jax.{command} writes config.json there)')
   try:
-    saved = json.loads(paths.read_text(target))
+    return json.loads(paths.read_text(target))
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
     raise UserError(f"'{target}' is not a JSON config ({e}); restore it from the run's "
                     'command line') from None
+
+
+def load(workdir) -> ml_collections.ConfigDict:
+  """The resolved pretraining config saved in `workdir`, or a UserError naming the file."""
+  saved = _read(workdir, 'training', 'train')
   c = base_config.get_config()
   c.update({k: v for k, v in saved.items() if k in c})
   try:
     return config_lib.resolve(c)
   except UserError as e:
-    raise UserError(f"'{target}': {e}") from None
+    raise UserError(f"'{path(workdir)}': {e}") from None
+
+
+def load_finetuning(workdir) -> ml_collections.ConfigDict:
+  """The resolved fine-tuning config saved in a fine-tuning workdir (finetune writes it with
+  every None key already filled), locked."""
+  saved = _read(workdir, 'fine-tuning', 'finetune')
+  c = finetune_config.get_config()
+  c.update({k: v for k, v in saved.items() if k in c})
+  c.lock()
+  return c

@@ -50,12 +50,12 @@ def test_files_task_reads_csv_tsv_and_jsonl_with_sorted_class_names(tmp_path):
   task = tasks.files_task(rows)
   assert task.kind == tasks.CLASSIFICATION and task.label_names == ('neg', 'neu', 'pos')
   examples = tasks.file_examples(task, rows, 'a.csv')
-  assert examples[0] == dict(text_a='Hello, world', text_b=None, label=2)
+  assert examples[0] == dict(text_a='Hello, world', text_b=None, label=2, index=0)
   pairs = tasks.read_rows(str(tmp_path / 'b.tsv'))
   pair_task = tasks.files_task(pairs)
   assert pair_task.label_names == ('no', 'yes') and pair_task.metric_names[0] == 'accuracy'
   assert tasks.file_examples(pair_task, pairs, 'b.tsv')[0] == dict(
-      text_a='A "quoted" one', text_b='B', label=1)
+      text_a='A "quoted" one', text_b='B', label=1, index=0)
   floats = tasks.read_rows(str(tmp_path / 'c.jsonl'))
   reg = tasks.files_task(floats)
   assert reg.kind == tasks.REGRESSION
@@ -308,6 +308,8 @@ def test_span_decoding_picks_the_best_candidate_across_windows():
   assert spans.decode_answers(feats, outputs, examples, 3, squad_v2=True) == {'q': 'beta gamma'}
   outputs['answerable_prob'] = np.array([0.3, 0.4])
   assert spans.decode_answers(feats, outputs, examples, 3, squad_v2=True) == {'q': ''}
+  # The official script's no-answer probability: 1 - the most confident window's.
+  assert spans.no_answer_probabilities(feats, outputs, examples) == {'q': pytest.approx(0.6)}
 
 
 # --- Initialisation from a pretraining workdir ---------------------------------------------------
@@ -342,7 +344,7 @@ def test_load_pretrained_keeps_embeddings_and_discriminator_encoder(pretrain_wor
     np.testing.assert_array_equal(value, expected)
   # random_init: the same shape and vocabulary, no pretrained weights.
   c = ft_config(init_checkpoint=workdir, random_init=True)
-  params, random_config, tok = loop._model_and_tokenizer(c)  # pylint: disable=protected-access
+  params, random_config, tok, _ = loop._model_and_tokenizer(c)  # pylint: disable=protected-access
   assert params is None and random_config.hidden_size == 32 and tok.vocab_size == 8000
   assert random_config.dropout_rate == c.dropout_rate
 
@@ -483,3 +485,155 @@ def test_paper_defaults_fill_by_model_size_and_task():
 def test_without_checkpoint_or_random_init_the_error_says_what_to_set():
   with pytest.raises(UserError, match='set --config.init_checkpoint=WORKDIR'):
     loop._model_and_tokenizer(ft_config())  # pylint: disable=protected-access
+
+
+# --- Predictions of a fine-tuned run -------------------------------------------------------------
+
+def _read_tsv(path):
+  with open(path, encoding='utf-8') as f:
+    lines = f.read().splitlines()
+  return lines[0], [line.split('\t') for line in lines[1:]]
+
+
+def test_predict_reproduces_the_best_epochs_score_and_writes_every_example(finetuned, tmp_path):
+  with open(os.path.join(finetuned['out'], 'results.json'), encoding='utf-8') as f:
+    results = json.load(f)
+  best_run = max(results['runs'], key=lambda r: (r['best']['eval_accuracy'], -r['seed']))
+  proc = subprocess.run([sys.executable, '-m', 'electra_jax.predict',
+                         f'--workdir={finetuned["out"]}', f'--output={tmp_path}/out',
+                         f'--input={finetuned["root"]}/eval.tsv'], cwd=REPO_ROOT,
+                        env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT),
+                        capture_output=True, text=True, timeout=600, check=False)
+  assert proc.returncode == 0, proc.stderr
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert (summary['seed'], summary['step']) == (best_run['seed'], best_run['best']['step'])
+  (part,) = summary['parts']
+  assert part['metrics']['accuracy'] == pytest.approx(best_run['best']['eval_accuracy'])
+  assert part['metrics']['loss'] == pytest.approx(best_run['best']['eval_loss'], rel=1e-5)
+  header, rows = _read_tsv(tmp_path / 'out' / 'eval.tsv')
+  labels = [r[1] for r in _read_tsv(finetuned['root'] / 'eval.tsv')[1]]
+  assert header == 'index\tprediction' and [r[0] for r in rows] == [str(i) for i in range(64)]
+  assert np.mean([r[1] == y for r, y in zip(rows, labels)]) == pytest.approx(
+      part['metrics']['accuracy'])
+  with open(tmp_path / 'out' / 'eval.jsonl', encoding='utf-8') as f:
+    details = [json.loads(line) for line in f]
+  assert [d['prediction'] for d in details] == [r[1] for r in rows]
+  assert [d['label'] for d in details] == labels
+  for d in details:
+    assert sum(d['probabilities'].values()) == pytest.approx(1, abs=1e-5)
+    assert max(d['probabilities'], key=d['probabilities'].get) == d['prediction']
+  again = subprocess.run(proc.args, cwd=REPO_ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu',
+                                                            PYTHONPATH=REPO_ROOT),
+                         capture_output=True, text=True, timeout=600, check=False)
+  assert again.returncode == 2 and again.stderr.strip().splitlines()[-1] == (
+      f"error: --output '{tmp_path}/out' already holds eval.tsv, eval.jsonl; pass another "
+      '--output or --overwrite')
+
+
+def test_a_finetuned_workdir_predicts_without_its_pretraining_workdir(finetuned, tmp_path):
+  """FT_DIR/network/ keeps the shape and the vocabulary: a moved copy whose init_checkpoint
+  no longer exists predicts what the original does, unlabelled input too."""
+  import shutil  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import predictions, saved_run  # pylint: disable=import-outside-toplevel
+  moved = tmp_path / 'moved'
+  shutil.copytree(finetuned['out'], moved)
+  with open(moved / 'config.json', encoding='utf-8') as f:
+    config = json.load(f)
+  config['init_checkpoint'] = str(tmp_path / 'deleted')
+  (moved / 'config.json').write_text(json.dumps(config))
+  rows = _read_tsv(finetuned['root'] / 'eval.tsv')[1][:20]
+  (tmp_path / 'texts.jsonl').write_text(''.join(json.dumps({'text': r[0]}) + '\n' for r in rows))
+  original = saved_run.load(finetuned['out'])
+  copy = saved_run.load(str(moved))
+  assert copy.model_config == original.model_config and copy.task == original.task
+  got = {}
+  for name, run in (('original', original), ('moved', copy)):
+    part = predictions.file_part(run, str(tmp_path / 'texts.jsonl'))
+    assert not part.labelled
+    result = predictions.predict(run, [part], str(tmp_path / name), seed=1,
+                                 say=lambda *a, **k: None)
+    assert 'metrics' not in result['parts'][0] and result['seed'] == 1
+    got[name] = (tmp_path / name / 'texts.jsonl').read_text()
+  assert got['moved'] == got['original'] and len(got['moved'].splitlines()) == 20
+  # A workdir from before network/ existed resolves the network from its init_checkpoint.
+  shutil.rmtree(os.path.join(str(moved), 'network'))
+  with pytest.raises(UserError, match='is not a directory'):
+    saved_run.load(str(moved))
+  config['init_checkpoint'] = original.config.init_checkpoint
+  (moved / 'config.json').write_text(json.dumps(config))
+  assert saved_run.load(str(moved)).model_config == original.model_config
+  with pytest.raises(UserError, match=r'--seed=5 is not a run of .*; its seeds: \[0, 1\]'):
+    original.read_params(5)
+  with pytest.raises(UserError, match="is a pretraining workdir; predictions come from a fine"):
+    saved_run.load(original.config.init_checkpoint)
+
+
+def test_glue_test_splits_become_leaderboard_files(tokenizer, tmp_path):
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import predictions, saved_run  # pylint: disable=import-outside-toplevel
+  # TFDS marks GLUE's hidden test labels -1: unlabelled, keyed by GLUE's idx.
+  source = [dict(sentence=b'a fine film', label=-1, idx=7),
+            dict(sentence=b'dull', label=-1, idx=3)]
+  examples = tasks.glue_examples(tasks.TASKS['sst2'], source)
+  assert [(e['index'], e['label']) for e in examples] == [(7, None), (3, None)]
+  run = saved_run.FinetunedRun(workdir='', config=ft_config(task='mnli'),
+                               task=tasks.TASKS['mnli'], model_config=None, tokenizer=tokenizer,
+                               runs=[])
+  with tfds.testing.mock_data(num_examples=5):
+    parts = predictions.split_parts(run, 'test')
+    validation = predictions.split_parts(run, 'validation_matched', max_examples=3)
+  assert [(p.name, len(p.examples), p.leaderboard) for p in parts] == [
+      ('MNLI-m', 5, True), ('MNLI-mm', 5, True), ('AX', 5, True)]
+  assert [(p.name, len(p.examples), p.leaderboard, p.labelled) for p in validation] == [
+      ('mnli_validation_matched', 3, False, True)]
+  # Leaderboard files: class names for MNLI/QNLI/RTE/AX, class ids for the others.
+  outputs = dict(prediction=np.array([2, 0]), probabilities=np.array([[.1, .2, .7], [.5, .3, .2]]))
+  mnli_part = predictions.Part('MNLI-m', [dict(examples[0], label=None),
+                                          dict(examples[1], label=None)], False, True)
+  predictions.write_part(str(tmp_path), tasks.TASKS['mnli'], run.config, mnli_part, {}, outputs)
+  assert _read_tsv(tmp_path / 'MNLI-m.tsv')[1] == [['7', 'contradiction'], ['3', 'entailment']]
+  sst_part = predictions.Part('SST-2', examples, False, True)
+  outputs = dict(prediction=np.array([1, 0]), probabilities=np.array([[.4, .6], [.9, .1]]))
+  predictions.write_part(str(tmp_path), tasks.TASKS['sst2'], run.config, sst_part, {}, outputs)
+  assert _read_tsv(tmp_path / 'SST-2.tsv')[1] == [['7', '1'], ['3', '0']]
+  with open(tmp_path / 'SST-2.jsonl', encoding='utf-8') as f:
+    assert json.loads(f.readline()) == dict(index=7, prediction='positive',
+                                            probabilities=dict(negative=0.4, positive=0.6))
+  # STS-B on GLUE's 0-5 scale (trained on targets / 5).
+  stsb = predictions.Part('STS-B', examples, False, True)
+  predictions.write_part(str(tmp_path), tasks.TASKS['stsb'], run.config, stsb, {},
+                         dict(prediction=np.array([0.5, 0.912345678])))
+  assert _read_tsv(tmp_path / 'STS-B.tsv')[1] == [['7', '2.5'], ['3', '4.56173']]
+
+
+def test_squad_files_give_the_official_scripts_inputs(tokenizer, tmp_path):
+  from electra_jax.finetune import predictions  # pylint: disable=import-outside-toplevel
+  squad = {'version': 'v2.0', 'data': [{'title': 't', 'paragraphs': [{
+      'context': 'Emma Woodhouse lived at Hartfield.',
+      'qas': [{'id': 'a', 'question': 'Where did Emma live?',
+               'answers': [{'text': 'Hartfield', 'answer_start': 24}], 'is_impossible': False},
+              {'id': 'b', 'question': 'Who is Mr. Knightley?', 'answers': [],
+               'is_impossible': True}]}]}]}
+  (tmp_path / 'dev.json').write_text(json.dumps(squad))
+  examples, labelled = tasks.squad_file_examples(str(tmp_path / 'dev.json'))
+  assert labelled and [e['id'] for e in examples] == ['a', 'b']
+  assert examples[0]['answers'] == [('Hartfield', 24)] and examples[1]['is_impossible']
+  del squad['data'][0]['paragraphs'][0]['qas'][0]['answers']
+  (tmp_path / 'test.json').write_text(json.dumps(squad))
+  assert not tasks.squad_file_examples(str(tmp_path / 'test.json'))[1]
+  (tmp_path / 'bad.json').write_text('{"version": 1}')
+  with pytest.raises(UserError, match="file '.*bad.json' is not SQuAD-format JSON"):
+    tasks.squad_file_examples(str(tmp_path / 'bad.json'))
+  c = ft_config(task='squad_v2', max_seq_length=32, doc_stride=8, max_query_length=8)
+  feats = features.encode_squad(tokenizer, examples, 32, 8, 8)
+  n = len(feats['example_index'])
+  outputs = dict(start_index=np.zeros((n, 1), np.int32), start_log_prob=np.zeros((n, 1)),
+                 end_index=np.zeros((n, 1, 1), np.int32), end_log_prob=np.zeros((n, 1, 1)),
+                 answerable_prob=np.where(feats['example_index'] == 0, 0.9, 0.2))
+  part = predictions.Part('dev', examples, True)
+  files = predictions.write_part(str(tmp_path), tasks.TASKS['squad_v2'], c, part, feats, outputs)
+  assert [os.path.basename(f) for f in files] == ['dev_predictions.json', 'dev_null_odds.json']
+  with open(tmp_path / 'dev_null_odds.json', encoding='utf-8') as f:
+    assert json.load(f) == {'a': pytest.approx(0.1), 'b': pytest.approx(0.8)}
+  with open(tmp_path / 'dev_predictions.json', encoding='utf-8') as f:
+    assert json.load(f) == {'a': '', 'b': ''}  # [CLS] is no span of the context.

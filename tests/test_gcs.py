@@ -203,6 +203,15 @@ def test_evaluate_export_and_finetune_read_and_write_the_bucket(gcs, bucket_data
   # Same encoder weights either way (export is exact to float32 rounding).
   assert first['runs'][0]['final']['eval_loss'] == pytest.approx(
       second['runs'][0]['final']['eval_loss'], rel=1e-4)
+  # Predictions from a run in the bucket (its network/ copied the export's spm.model there).
+  out = f'{BUCKET}/ft_{len(BUCKET) + 3}'
+  assert epath.Path(f'{out}/network/spm.model').exists()
+  predicted = last_json(run([sys.executable, '-m', 'electra_jax.predict', f'--workdir={out}',
+                             f'--input={BUCKET}/austen/eval.tsv', '--max_examples=32',
+                             f'--output={BUCKET}/predictions'], env).stdout)
+  assert predicted['parts'][0]['metrics']['accuracy'] == pytest.approx(
+      second['runs'][0]['best']['eval_accuracy'])
+  assert len(epath.Path(f'{BUCKET}/predictions/eval.tsv').read_text().splitlines()) == 33
 
 
 def run_two_processes(data, workdir, env, *extra):

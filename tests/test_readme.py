@@ -6,7 +6,8 @@ and every `/tmp/` path moved into the test's own directory. What cannot run here
 by a rule that says so, never skipped: `pip install` is what CI did before the tests; `hf
 download` (the network) is replaced by a tiny random transformers pair of the same layout
 (tests/hf_pair.py); GLUE / SQuAD come from TFDS over the network, so those fine-tuning
-commands run up to loading the dataset and must stop there with the one-line error naming it;
+commands run up to loading the dataset and must stop there with the one-line error naming it
+(and predictions of such a run with the one naming its missing workdir);
 `pytest` collects the suite (CI runs it); the GCS emulator that serves until Ctrl-C is started
 in the background on a free port, and `export` sets the variable for the commands after it
 (naming that port). A command no rule knows fails the test: add a rule.
@@ -113,6 +114,14 @@ def _finetune(argv, ctx) -> Plan:
                            '--config.num_seeds=1', '--config.progress_bar=false'])
 
 
+def _predict(argv, ctx) -> Plan:
+  del ctx
+  if _flag(argv, 'split'):  # Its workdir is a GLUE run, which stopped at loading the dataset.
+    return Plan('predict --split (of a TFDS run: no workdir here)',
+                expect_error='does not exist; pass a fine-tuning workdir')
+  return Plan('predict', ['--max_examples=16'])
+
+
 def _compare(argv, ctx) -> Plan:
   del argv
   tiny = [*SIZES, 'train_batch_size=8', 'max_seq_length=32', 'eval_every_steps=0',
@@ -184,6 +193,7 @@ RULES = [
      lambda argv, ctx: Plan('evaluate', ['--num_batches=1', f'--eval_files={ctx["corpus"]}']),
      False),
     (lambda argv: _module(argv) == 'electra_jax.finetune', _finetune, False),
+    (lambda argv: _module(argv) == 'electra_jax.predict', _predict, False),
     (lambda argv: _module(argv) == 'electra_jax.export', lambda argv, ctx: Plan('export'), False),
     # Pretrains and fine-tunes every config in its own process: a compilation each (minutes).
     (lambda argv: _module(argv) == 'electra_jax.experiments.compare', _compare, True),

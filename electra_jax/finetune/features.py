@@ -41,7 +41,8 @@ def encode_classification(tokenizer, examples: list[dict], max_seq_length: int,
     input_ids.append(ids)
     segment_ids.append(segments)
     input_mask.append(mask)
-  labels = np.asarray([e['label'] for e in examples],
+  # An unlabelled example (a test split) gets label 0: predictions never read it.
+  labels = np.asarray([0 if e['label'] is None else e['label'] for e in examples],
                       np.float32 if regression else np.int32)
   return dict(input_ids=np.asarray(input_ids, np.int32).reshape(-1, max_seq_length),
               segment_ids=np.asarray(segment_ids, np.int32).reshape(-1, max_seq_length),

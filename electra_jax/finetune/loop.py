@@ -1,5 +1,5 @@
 """The fine-tuning driver: data -> one run per seed (train, evaluate every epoch, keep the best
-epoch's params) -> median over seeds. Writes FT_DIR/{config.json, results.json,
+epoch's params) -> median over seeds. Writes FT_DIR/{config.json, network/, results.json,
 seed_<k>/metrics.jsonl, seed_<k>/best/<step>/}."""
 import dataclasses
 import sys
@@ -20,19 +20,16 @@ from electra_jax import parallel
 from electra_jax import paths
 from electra_jax import saved_config
 from electra_jax import train_state as ts
-from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
 from electra_jax.finetune import features as features_lib
 from electra_jax.finetune import heads
 from electra_jax.finetune import metrics as metrics_lib
 from electra_jax.finetune import pretrained
+from electra_jax.finetune import saved_run
 from electra_jax.finetune import settings
 from electra_jax.finetune import spans
 from electra_jax.finetune import steps
 from electra_jax.finetune import tasks as tasks_lib
-
-DEFAULT_VOCAB = 'data/demo_spm.model'
-
 
 @dataclasses.dataclass
 class EvalSet:
@@ -50,7 +47,7 @@ class Data:
 
 # --- Data ---------------------------------------------------------------------------------------
 
-def _encode(c, task, tokenizer, examples):
+def encode(c, task, tokenizer, examples):
   if task.kind == tasks_lib.SPAN:
     return features_lib.encode_squad(tokenizer, examples, c.max_seq_length, c.doc_stride,
                                      c.max_query_length)
@@ -84,8 +81,8 @@ def load_data(c, task, tokenizer) -> Data:
              for split, prefix in task.eval_splits]
   if not train:
     raise UserError(f'task {task.name}: the training split has no examples')
-  return Data(task=task, train=_encode(c, task, tokenizer, train),
-              evals=[EvalSet(prefix, _encode(c, task, tokenizer, ex), ex) for prefix, ex in evals])
+  return Data(task=task, train=encode(c, task, tokenizer, train),
+              evals=[EvalSet(prefix, encode(c, task, tokenizer, ex), ex) for prefix, ex in evals])
 
 
 def _num_rows(features: dict) -> int:
@@ -264,39 +261,19 @@ def _prepare_output(workdir: str) -> str:
 
 
 def _model_and_tokenizer(c):
-  """(pretrained params or None, ModelConfig, tokenizer) from init_checkpoint / model_size."""
+  """(pretrained params or None, ModelConfig, tokenizer, network config)."""
+  source, tokenizer = pretrained.network_config(c)
   params = None
-  if c.init_checkpoint:
-    source = pretrained.pretraining_config(c.init_checkpoint)
-    if c.random_init:  # Same architecture, random weights: the baseline.
-      model_config = model_lib.ModelConfig.from_config(source)
-    else:
-      params, model_config = pretrained.load_pretrained(c.init_checkpoint)
-    vocab_file = c.vocab_file or source.vocab_file
-    if not vocab_file:
-      raise UserError(f"config.init_checkpoint='{c.init_checkpoint}' carries no vocabulary "
-                      '(spm.model or vocab.txt); pass the one it was trained with as '
-                      '--config.vocab_file=FILE')
-    tokenizer = tokenizer_lib.load_tokenizer(vocab_file, model_config.vocab_size,
-                                             source.do_lower_case)
-  elif c.random_init:
-    tokenizer = tokenizer_lib.load_tokenizer(c.vocab_file or DEFAULT_VOCAB)
-    model_config = pretrained.model_config_for_size(c.model_size, tokenizer.vocab_size)
-  else:
-    raise UserError('set --config.init_checkpoint=WORKDIR (a pretraining workdir) or '
-                    '--config.random_init=true (random weights of config.model_size)')
-  model_config = pretrained.with_dropout(model_config, c)
-  if c.max_seq_length > model_config.max_position_embeddings:
-    raise UserError(f'config.max_seq_length={c.max_seq_length} exceeds the model\'s '
-                    f'{model_config.max_position_embeddings} positions; lower it')
-  return params, model_config, tokenizer
+  if c.init_checkpoint and not c.random_init:  # random_init: same architecture, random weights.
+    params, _ = pretrained.load_pretrained(c.init_checkpoint)
+  return params, pretrained.fine_tuned_config(source, c), tokenizer, source
 
 
 def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs config.num_seeds fine-tuning runs; returns the summary (also in results.json)."""
   start_time = time.time()
   task = tasks_lib.get_task(config.task)
-  params, model_config, tokenizer = _model_and_tokenizer(config)
+  params, model_config, tokenizer, source = _model_and_tokenizer(config)
   c = settings.resolve(config, task, model_config.hidden_size)
   mesh = parallel.make_mesh()
   parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size')
@@ -308,6 +285,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   say = print if is_chief else (lambda *a, **k: None)
   if is_chief:
     saved_config.write(workdir, c)
+    saved_run.write_network(workdir, source)
   model = make_model(task, model_config, c.classifier_pooling)
   origin = 'random init' if params is None else f'init from {c.init_checkpoint}'
   eval_rows = ', '.join(f'{_num_rows(e.features)} eval rows'

@@ -11,11 +11,14 @@ from electra_jax import config as config_lib
 from electra_jax import model as model_lib
 from electra_jax import paths
 from electra_jax import saved_config
+from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
 from electra_jax.hf import configs as hf_configs
 from electra_jax.hf import files as hf_files
 from electra_jax.hf import tokenizer_files
 from electra_jax.hf import weights as hf_weights
+
+DEFAULT_VOCAB = 'data/demo_spm.model'
 
 
 def _directory(init_checkpoint: str) -> str:
@@ -40,11 +43,12 @@ def pretraining_config(init_checkpoint: str) -> ml_collections.ConfigDict:
   return c
 
 
-def model_config_for_size(model_size: str, vocab_size: int) -> model_lib.ModelConfig:
-  """The architecture of a `model_size` preset (for random_init without init_checkpoint)."""
+def config_for_size(model_size: str, vocab_size: int) -> ml_collections.ConfigDict:
+  """The resolved pretraining config of a `model_size` preset (for random_init without
+  init_checkpoint)."""
   c = base_config.get_config()
   c.model_size, c.vocab_size = model_size, vocab_size
-  return model_lib.ModelConfig.from_config(config_lib.resolve(c))
+  return config_lib.resolve(c)
 
 
 def _keep_discriminator(params) -> dict:
@@ -72,3 +76,36 @@ def with_dropout(model_config: model_lib.ModelConfig, c) -> model_lib.ModelConfi
   return dataclasses.replace(model_config, dropout_rate=c.dropout_rate,
                              attention_dropout_rate=c.attention_dropout_rate,
                              dtype=jax.numpy.dtype(c.dtype))
+
+
+def network_config(c) -> tuple[ml_collections.ConfigDict, object]:
+  """(the pretraining-form config of the network to fine-tune, its tokenizer) from
+  init_checkpoint / model_size; the config's vocab_file and do_lower_case are the tokenizer's."""
+  if c.init_checkpoint:
+    source = pretraining_config(c.init_checkpoint)
+    vocab_file = c.vocab_file or source.vocab_file
+    if not vocab_file:
+      raise UserError(f"config.init_checkpoint='{c.init_checkpoint}' carries no vocabulary "
+                      '(spm.model or vocab.txt); pass the one it was trained with as '
+                      '--config.vocab_file=FILE')
+    tokenizer = tokenizer_lib.load_tokenizer(vocab_file, source.vocab_size, source.do_lower_case)
+  elif c.random_init:
+    vocab_file = c.vocab_file or DEFAULT_VOCAB
+    tokenizer = tokenizer_lib.load_tokenizer(vocab_file)
+    source = config_for_size(c.model_size, tokenizer.vocab_size)
+  else:
+    raise UserError('set --config.init_checkpoint=WORKDIR (a pretraining workdir) or '
+                    '--config.random_init=true (random weights of config.model_size)')
+  source = ml_collections.ConfigDict(source.to_dict())
+  source.vocab_file = paths.resolve(vocab_file)
+  return source, tokenizer
+
+
+def fine_tuned_config(source, c) -> model_lib.ModelConfig:
+  """The network's shape with the fine-tuning run's dropout and dtype, checked against
+  max_seq_length."""
+  model_config = with_dropout(model_lib.ModelConfig.from_config(source), c)
+  if c.max_seq_length > model_config.max_position_embeddings:
+    raise UserError(f'config.max_seq_length={c.max_seq_length} exceeds the model\'s '
+                    f'{model_config.max_position_embeddings} positions; lower it')
+  return model_config

@@ -12,10 +12,9 @@ def decode_answers(features: dict, outputs: dict, examples: list[dict], max_answ
   question is unanswerable when no window's answerability probability reaches null_threshold.
   """
   best = {}  # example index -> (score, text)
-  answerable = {}
+  answerable = _answerable(features, outputs)
   for f in range(len(features['example_index'])):
     index = int(features['example_index'][f])
-    answerable[index] = max(answerable.get(index, 0.0), float(outputs['answerable_prob'][f]))
     starts = np.broadcast_to(outputs['start_index'][f][:, None], outputs['end_index'][f].shape)
     ends = outputs['end_index'][f]
     scores = outputs['start_log_prob'][f][:, None] + outputs['end_log_prob'][f]
@@ -36,3 +35,18 @@ def decode_answers(features: dict, outputs: dict, examples: list[dict], max_answ
       text = ''
     answers[example['id']] = text
   return answers
+
+
+def _answerable(features: dict, outputs: dict) -> dict:
+  """Example index -> the highest answerability probability over its windows."""
+  answerable = {}
+  for f, index in enumerate(features['example_index'].tolist()):
+    answerable[index] = max(answerable.get(index, 0.0), float(outputs['answerable_prob'][f]))
+  return answerable
+
+
+def no_answer_probabilities(features: dict, outputs: dict, examples: list[dict]) -> dict:
+  """Question id -> the probability it has no answer (1 - its best window's answerability):
+  the official SQuAD 2.0 script's --na-prob-file."""
+  answerable = _answerable(features, outputs)
+  return {e['id']: 1.0 - answerable.get(i, 0.0) for i, e in enumerate(examples)}

@@ -67,6 +67,7 @@ def make_predict(model, task, c):
     result = dict(loss=per_example_loss(task, outputs, batch, c.answerable_weight))
     if task.kind == tasks_lib.CLASSIFICATION:
       result['prediction'] = jnp.argmax(outputs, axis=-1)
+      result['probabilities'] = jax.nn.softmax(outputs.astype(jnp.float32), axis=-1)
     elif task.kind == tasks_lib.REGRESSION:
       result['prediction'] = outputs[:, 0]
     else:

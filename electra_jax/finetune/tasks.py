@@ -3,8 +3,9 @@
 GLUE and SQuAD come from TFDS (`tfds.data_source`, random access without TensorFlow; the
 dataset is downloaded and prepared as ArrayRecord on first use unless `tfds_download=false`);
 `files` reads a user's CSV/TSV/JSONL. Every loader returns plain Python examples:
-classification/regression: {'text_a', 'text_b' (or None), 'label'}; span (SQuAD):
-{'id', 'question', 'context', 'answers': [(text, start_char)], 'is_impossible'}.
+classification/regression: {'text_a', 'text_b' (or None), 'label', 'index'}; span (SQuAD):
+{'id', 'question', 'context', 'answers': [(text, start_char)], 'is_impossible'}. A label is
+None where the data has none (GLUE's test splits, a file to predict without a label column).
 """
 import csv
 import dataclasses
@@ -34,15 +35,20 @@ class Task:
   label_scale: float = 1.0               # regression targets are divided by it (STS-B: 5)
   # The pair's order carries no meaning (config.double_unordered trains on both orders).
   unordered_pair: bool = False
+  # GLUE's test splits as the leaderboard wants them: (TFDS name, split, file name) each.
+  glue_test_files: tuple = ()
+  # The leaderboard's file holds class names (MNLI, QNLI, RTE, AX), else class ids.
+  glue_text_labels: bool = False
 
   @property
   def num_outputs(self) -> int:
     return len(self.label_names) if self.kind == CLASSIFICATION else 1
 
 
-def _glue(name, text_keys, label_names, main='accuracy', metrics=('accuracy',), epochs=3,
-          **kwargs):
+def _glue(name, file_name, text_keys, label_names, main='accuracy', metrics=('accuracy',),
+          epochs=3, **kwargs):
   kind = REGRESSION if not label_names else CLASSIFICATION
+  kwargs.setdefault('glue_test_files', ((f'glue/{name}', 'test', file_name),))
   return Task(name=name, kind=kind, main_metric=main, num_epochs=epochs, metric_names=metrics,
               label_names=tuple(label_names), tfds_name=f'glue/{name}',
               text_keys=tuple(text_keys), **kwargs)
@@ -51,20 +57,26 @@ def _glue(name, text_keys, label_names, main='accuracy', metrics=('accuracy',), 
 # The paper reports MCC for CoLA, Spearman for STS-B and accuracy for the other GLUE tasks;
 # GLUE's F1 is reported beside accuracy for MRPC and QQP.
 TASKS = {t.name: t for t in [
-    _glue('cola', ('sentence',), ('unacceptable', 'acceptable'), main='mcc',
+    _glue('cola', 'CoLA', ('sentence',), ('unacceptable', 'acceptable'), main='mcc',
           metrics=('mcc', 'accuracy')),
-    _glue('sst2', ('sentence',), ('negative', 'positive')),
-    _glue('mrpc', ('sentence1', 'sentence2'), ('not_equivalent', 'equivalent'),
+    _glue('sst2', 'SST-2', ('sentence',), ('negative', 'positive')),
+    _glue('mrpc', 'MRPC', ('sentence1', 'sentence2'), ('not_equivalent', 'equivalent'),
           metrics=('accuracy', 'f1'), unordered_pair=True),
-    _glue('qqp', ('question1', 'question2'), ('not_duplicate', 'duplicate'),
+    _glue('qqp', 'QQP', ('question1', 'question2'), ('not_duplicate', 'duplicate'),
           metrics=('accuracy', 'f1')),
-    _glue('stsb', ('sentence1', 'sentence2'), (), main='spearman', epochs=10, label_scale=5.0,
-          unordered_pair=True),
-    _glue('mnli', ('premise', 'hypothesis'), ('entailment', 'neutral', 'contradiction'),
-          eval_splits=(('validation_matched', ''), ('validation_mismatched', 'mismatched_'))),
-    _glue('qnli', ('question', 'sentence'), ('entailment', 'not_entailment')),
-    _glue('rte', ('sentence1', 'sentence2'), ('entailment', 'not_entailment'), epochs=10),
-    _glue('wnli', ('sentence1', 'sentence2'), ('not_entailment', 'entailment')),
+    _glue('stsb', 'STS-B', ('sentence1', 'sentence2'), (), main='spearman', epochs=10,
+          label_scale=5.0, unordered_pair=True),
+    # The diagnostic set AX is labelled by the MNLI classifier.
+    _glue('mnli', 'MNLI', ('premise', 'hypothesis'), ('entailment', 'neutral', 'contradiction'),
+          eval_splits=(('validation_matched', ''), ('validation_mismatched', 'mismatched_')),
+          glue_test_files=(('glue/mnli', 'test_matched', 'MNLI-m'),
+                           ('glue/mnli', 'test_mismatched', 'MNLI-mm'),
+                           ('glue/ax', 'test', 'AX')), glue_text_labels=True),
+    _glue('qnli', 'QNLI', ('question', 'sentence'), ('entailment', 'not_entailment'),
+          glue_text_labels=True),
+    _glue('rte', 'RTE', ('sentence1', 'sentence2'), ('entailment', 'not_entailment'), epochs=10,
+          glue_text_labels=True),
+    _glue('wnli', 'WNLI', ('sentence1', 'sentence2'), ('not_entailment', 'entailment')),
     Task(name='squad_v1', kind=SPAN, main_metric='f1', num_epochs=2,
          tfds_name='squad/v1.1'),
     Task(name='squad_v2', kind=SPAN, main_metric='f1', num_epochs=2,
@@ -123,14 +135,21 @@ def _limit(n_max: int, n: int) -> int:
 
 
 def glue_examples(task: Task, source, max_examples: int = 0) -> list[dict]:
+  """A GLUE split's examples; `index` is GLUE's idx (what a leaderboard file is keyed by), the
+  label None on a test split (TFDS gives -1 there)."""
   examples = []
   for i in range(_limit(max_examples, len(source))):
     record = source[i]
     label = record['label']
-    label = float(label) / task.label_scale if task.kind == REGRESSION else int(label)
+    if label == -1:
+      label = None
+    elif task.kind == REGRESSION:
+      label = float(label) / task.label_scale
+    else:
+      label = int(label)
     texts = [_text(record[k]) for k in task.text_keys]
     examples.append(dict(text_a=texts[0], text_b=texts[1] if len(texts) > 1 else None,
-                         label=label))
+                         label=label, index=int(record.get('idx', i))))
   return examples
 
 
@@ -150,6 +169,37 @@ def squad_examples(source, max_examples: int = 0) -> list[dict]:
                          answers=[] if impossible else _answers(record['answers']),
                          is_impossible=impossible))
   return examples
+
+
+def squad_file_examples(path: str) -> tuple[list[dict], bool]:
+  """(examples, labelled) of a SQuAD-format JSON file (the official train/dev files: data ->
+  paragraphs -> qas). labelled: every question has its answers (or is_impossible)."""
+  resolved = paths.resolve(path)
+  if not paths.is_file(resolved):
+    raise UserError(f"file '{path}' not found; pass a SQuAD-format JSON file")
+  try:
+    articles = json.loads(paths.read_text(resolved))['data']
+  except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+    raise UserError(f"file '{path}' is not SQuAD-format JSON ({type(e).__name__}: {e}); pass "
+                    'a file like the official dev-v2.0.json ({"data": [{"paragraphs": '
+                    '[{"context", "qas": [{"id", "question", ...}]}]}]})') from None
+  examples, labelled = [], True
+  for article in articles:
+    for paragraph in article.get('paragraphs', []):
+      for qa in paragraph.get('qas', []):
+        missing = [k for k in ('id', 'question') if k not in qa]
+        if missing or 'context' not in paragraph:
+          raise UserError(f"file '{path}': a question lacks {missing or ['its context']}; each "
+                          'needs id and question, each paragraph a context')
+        impossible = bool(qa.get('is_impossible', False))
+        answers = [(a['text'], int(a['answer_start'])) for a in qa.get('answers', [])]
+        labelled &= bool(answers) or impossible
+        examples.append(dict(id=str(qa['id']), question=qa['question'],
+                             context=paragraph['context'],
+                             answers=[] if impossible else answers, is_impossible=impossible))
+  if not examples:
+    raise UserError(f"file '{path}' holds no questions")
+  return examples, labelled
 
 
 # --- User files (task=files) ------------------------------------------------------------------
@@ -191,11 +241,11 @@ def read_rows(path: str) -> list[dict]:
   return rows
 
 
-def _columns(rows, path) -> tuple[str, str | None]:
+def _columns(rows, path, need_label: bool = True) -> tuple[str, str | None]:
   columns = set(rows[0]) if rows else set()
   text_a = 'text' if 'text' in columns else 'text_a' if 'text_a' in columns else None
-  missing = [name for name, ok in (('text (or text_a)', text_a), ('label', 'label' in columns))
-             if not ok]
+  missing = [name for name, ok in (('text (or text_a)', text_a),
+                                   ('label', 'label' in columns or not need_label)) if not ok]
   if missing:
     raise UserError(f"file '{path}' lacks column(s) {', '.join(missing)} (has "
                     f'{sorted(columns)}); name them text or text_a/text_b, and label')
@@ -214,14 +264,23 @@ def files_task(train_rows: list[dict], label_type: str = 'auto',
                                                        for x in labels)
     label_type = 'regression' if floats else 'class'
   if label_type == 'regression':
-    return dataclasses.replace(TASKS['files'], kind=REGRESSION, main_metric='spearman',
-                               metric_names=())
+    return named_files_task(())
   names = tuple(sorted(set(labels)))
   if len(names) < 2:
     raise UserError(f'the training file has a single label value {names}; a classifier needs '
                     'at least two classes')
-  metrics = ('accuracy', 'f1', 'mcc') if len(names) == 2 else ('accuracy',)
-  return dataclasses.replace(TASKS['files'], label_names=names, metric_names=metrics)
+  return named_files_task(names)
+
+
+def named_files_task(label_names: tuple) -> Task:
+  """The files task of these class names (none: a regression), as a run's results.json names
+  them."""
+  if not label_names:
+    return dataclasses.replace(TASKS['files'], kind=REGRESSION, main_metric='spearman',
+                               metric_names=())
+  metrics = ('accuracy', 'f1', 'mcc') if len(label_names) == 2 else ('accuracy',)
+  return dataclasses.replace(TASKS['files'], label_names=tuple(label_names),
+                             metric_names=metrics)
 
 
 def _is_float(x: str) -> bool:
@@ -232,27 +291,35 @@ def _is_float(x: str) -> bool:
     return False
 
 
-def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0) -> list[dict]:
-  """Rows -> examples; labels become class ids (or floats) of `task`."""
+def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0,
+                  need_label: bool = True) -> list[dict]:
+  """Rows -> examples; labels become class ids (or floats) of `task`. need_label=False: a file
+  without a label column gives unlabelled examples (label None; for predictions)."""
   if not rows:
     raise UserError(f"file '{path}' has no examples")
-  text_a, text_b = _columns(rows, path)
+  text_a, text_b = _columns(rows, path, need_label)
+  labelled = 'label' in rows[0]
   index = {name: i for i, name in enumerate(task.label_names)}
   examples = []
   for n, row in enumerate(rows[:_limit(max_examples, len(rows))], 1):
     raw = row.get('label')
-    if raw is None or row.get(text_a) is None:
-      raise UserError(f"file '{path}' example {n} has no {text_a if raw else 'label'} value")
-    if task.kind == REGRESSION:
+    if (labelled and raw is None) or row.get(text_a) is None:
+      missing = 'label' if labelled and raw is None else text_a
+      raise UserError(f"file '{path}' example {n} has no {missing} value")
+    if not labelled:
+      label = None
+    elif task.kind == REGRESSION:
       if not _is_float(raw):
         raise UserError(f"file '{path}' example {n} has label {raw!r}, not a number "
                         '(the training labels are floats: regression)')
-      label = float(raw)
-    elif raw not in index:
+      label = float(raw) / task.label_scale
+    elif raw in index:
+      label = index[raw]
+    elif task.name != 'files' and raw.strip().isdigit() and int(raw) < len(index):
+      label = int(raw)  # A GLUE file's class id (GLUE's own TSVs write 0/1).
+    else:
       raise UserError(f"file '{path}' example {n} has label {raw!r}, which the training file "
                       f'never uses (its labels: {list(task.label_names)})')
-    else:
-      label = index[raw]
     examples.append(dict(text_a=row[text_a], text_b=row.get(text_b) if text_b else None,
-                         label=label))
+                         label=label, index=n - 1))
   return examples

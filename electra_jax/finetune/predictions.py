@@ -1,0 +1,184 @@
+"""A fine-tuned run's predictions on new data: GLUE's test splits as leaderboard files, any TFDS
+split of the task, or a file; scored too where the data has labels.
+
+Classification / regression: OUT/<name>.tsv (`index<TAB>prediction`: class names, or class ids
+where the GLUE leaderboard wants them; regression on the task's own scale) and
+OUT/<name>.jsonl (per example: index, prediction, the class probabilities, the label if known).
+SQuAD: OUT/<name>_predictions.json (question id -> answer, '' for none: what the official
+evaluation script reads) and for SQuAD 2.0 OUT/<name>_null_odds.json (its --na-prob-file).
+"""
+import dataclasses
+import json
+import os
+
+import jax
+
+from electra_jax import atomic
+from electra_jax import parallel
+from electra_jax import paths
+from electra_jax import train_state as ts
+from electra_jax.errors import UserError
+from electra_jax.finetune import loop
+from electra_jax.finetune import saved_run as saved_run_lib
+from electra_jax.finetune import spans
+from electra_jax.finetune import steps
+from electra_jax.finetune import tasks as tasks_lib
+
+
+@dataclasses.dataclass
+class Part:
+  """One set of examples to predict and the file names it gets."""
+  name: str
+  examples: list
+  labelled: bool
+  leaderboard: bool = False  # a GLUE test split, written as the leaderboard wants it
+
+
+def _limit(examples: list, max_examples: int) -> list:
+  return examples[:max_examples] if max_examples else examples
+
+
+def split_parts(run: saved_run_lib.FinetunedRun, split: str, max_examples: int = 0) -> list:
+  """The task's TFDS `split`; 'test' of a GLUE task: its leaderboard splits (MNLI: matched,
+  mismatched and the AX diagnostic)."""
+  task, c = run.task, run.config
+  if task.tfds_name is None:
+    raise UserError(f'task {task.name} reads files, not TFDS splits; pass --input=FILE')
+  if split == 'test' and task.glue_test_files:
+    specs, leaderboard = task.glue_test_files, True
+  else:
+    specs, leaderboard = ((task.tfds_name, split, f'{task.name}_{split}'),), False
+  parts = []
+  for tfds_name, tfds_split, name in specs:
+    source = tasks_lib.tfds_source(tfds_name, tfds_split, c.tfds_data_dir, c.tfds_download)
+    if task.kind == tasks_lib.SPAN:
+      examples = tasks_lib.squad_examples(source, max_examples)
+      labelled = True
+    else:
+      examples = tasks_lib.glue_examples(task, source, max_examples)
+      labelled = all(e['label'] is not None for e in examples)
+    parts.append(Part(name, examples, labelled, leaderboard))
+  return parts
+
+
+def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0) -> Part:
+  """A CSV/TSV/JSONL file (label column optional), or for SQuAD a SQuAD-format JSON file."""
+  name = os.path.splitext(paths.name(path))[0]
+  if run.task.kind == tasks_lib.SPAN:
+    examples, labelled = tasks_lib.squad_file_examples(path)
+    return Part(name, _limit(examples, max_examples), labelled)
+  rows = tasks_lib.read_rows(path)
+  examples = tasks_lib.file_examples(run.task, rows, path, max_examples, need_label=False)
+  return Part(name, examples, examples[0]['label'] is not None)
+
+
+def file_names(task, part: Part) -> list[str]:
+  if task.kind != tasks_lib.SPAN:
+    return [f'{part.name}.tsv', f'{part.name}.jsonl']
+  return [f'{part.name}_predictions.json'] + (
+      [f'{part.name}_null_odds.json'] if tasks_lib.is_squad_v2(task) else [])
+
+
+def check_output(output: str, task, parts: list, overwrite: bool) -> str:
+  """The output directory, created; a UserError if a file it would write exists (and
+  `overwrite` is off) or two parts would write the same file."""
+  names = [n for part in parts for n in file_names(task, part)]
+  if len(set(names)) < len(names):
+    raise UserError(f'two inputs would write the same files ({sorted(names)}); give the files '
+                    'different names')
+  output = paths.check_writable_dir(output, '--output')
+  existing = [n for n in names if paths.exists(paths.join(output, n))]
+  if existing and not overwrite:
+    raise UserError(f"--output '{output}' already holds {', '.join(existing)}; pass another "
+                    '--output or --overwrite')
+  return output
+
+
+class Predictor:
+  """The run's model at one seed's best epoch, jitted over the mesh."""
+
+  def __init__(self, run: saved_run_lib.FinetunedRun, seed: int, batch_size: int):
+    self.run, self.seed, self.batch_size = run, seed, batch_size
+    self.mesh = parallel.make_mesh()
+    parallel.check_batch_divides(batch_size, self.mesh, '--batch_size')
+    model = loop.make_model(run.task, run.model_config, run.config.classifier_pooling)
+    params, self.step = run.read_params(seed)
+    self.params = jax.device_put(params, parallel.replicated(self.mesh))
+    self._predict = ts.jit_eval_step(steps.make_predict(model, run.task, run.config), self.mesh)
+
+  def features(self, part: Part) -> dict:
+    return loop.encode(self.run.config, self.run.task, self.run.tokenizer, part.examples)
+
+  def __call__(self, features: dict) -> dict:
+    return loop.predict_all(self._predict, self.params, features, self.batch_size, self.mesh)
+
+
+def _class_text(task, part: Part, class_id: int) -> str:
+  if part.leaderboard and not task.glue_text_labels:
+    return str(class_id)
+  return task.label_names[class_id]
+
+
+def write_part(output: str, task, config, part: Part, features: dict, outputs: dict) -> list:
+  """Writes the part's files (each whole, atomically); returns their paths."""
+  written = []
+
+  def write(name, text):
+    written.append(paths.join(output, name))
+    atomic.write_text(written[-1], text)
+
+  if task.kind == tasks_lib.SPAN:
+    answers = spans.decode_answers(features, outputs, part.examples, config.max_answer_length,
+                                   tasks_lib.is_squad_v2(task))
+    write(f'{part.name}_predictions.json', json.dumps(answers, indent=2) + '\n')
+    if tasks_lib.is_squad_v2(task):
+      odds = spans.no_answer_probabilities(features, outputs, part.examples)
+      write(f'{part.name}_null_odds.json', json.dumps(odds, indent=2) + '\n')
+    return written
+  lines, details = ['index\tprediction'], []
+  for i, example in enumerate(part.examples):
+    detail = dict(index=example['index'])
+    if task.kind == tasks_lib.CLASSIFICATION:
+      class_id = int(outputs['prediction'][i])
+      lines.append(f"{example['index']}\t{_class_text(task, part, class_id)}")
+      detail['prediction'] = task.label_names[class_id]
+      detail['probabilities'] = {name: round(float(p), 6) for name, p in
+                                 zip(task.label_names, outputs['probabilities'][i])}
+      if example['label'] is not None:
+        detail['label'] = task.label_names[example['label']]
+    else:
+      value = float(outputs['prediction'][i]) * task.label_scale
+      lines.append(f"{example['index']}\t{value:.6g}")
+      detail['prediction'] = round(value, 6)
+      if example['label'] is not None:
+        detail['label'] = round(example['label'] * task.label_scale, 6)
+    details.append(json.dumps(detail))
+  write(f'{part.name}.tsv', '\n'.join(lines) + '\n')
+  write(f'{part.name}.jsonl', '\n'.join(details) + '\n')
+  return written
+
+
+def predict(run: saved_run_lib.FinetunedRun, parts: list, output: str, seed: int | None = None,
+            batch_size: int | None = None, overwrite: bool = False, say=print) -> dict:
+  """Predicts every part with the run's best (or `seed`'s) checkpoint; returns the summary."""
+  task = run.task
+  output = check_output(output, task, parts, overwrite)
+  seed = run.best_seed() if seed is None else seed
+  predictor = Predictor(run, seed, batch_size or run.config.eval_batch_size)
+  say(f'Predicting with {run.workdir} (task {task.name}, seed {seed}, step {predictor.step}) '
+      f'into {output}', flush=True)
+  results = []
+  for part in parts:
+    features = predictor.features(part)
+    outputs = predictor(features)
+    files = write_part(output, task, run.config, part, features, outputs)
+    result = dict(name=part.name, examples=len(part.examples), files=files)
+    if part.labelled:
+      eval_set = loop.EvalSet(prefix='', features=features, examples=part.examples)
+      result['metrics'] = loop.score(task, run.config, eval_set, outputs)
+    metrics = ', '.join(f'{k} {v:.4f}' for k, v in result.get('metrics', {}).items())
+    say(f'{part.name}: {len(part.examples)} examples -> {", ".join(map(paths.name, files))}'
+        + (f' | {metrics}' if metrics else ''), flush=True)
+    results.append(result)
+  return dict(workdir=run.workdir, task=task.name, seed=seed, step=predictor.step,
+              output=output, parts=results)

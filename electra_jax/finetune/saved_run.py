@@ -1,0 +1,109 @@
+"""A finished fine-tuning workdir as predictions read it: its config, task, network, tokenizer
+and each seed's best checkpoint.
+
+Fine-tuning records the network it tuned in FT_DIR/network/: config.json (the pretraining-form
+config: sizes, vocabulary, casing) and a copy of the vocabulary, so FT_DIR needs neither the
+pretraining workdir nor the path its vocabulary had. A workdir written before that record
+existed resolves the network from its init_checkpoint as fine-tuning did.
+"""
+import dataclasses
+import json
+
+import jax
+import ml_collections
+import numpy as np
+
+from electra_jax import atomic
+from electra_jax import checkpoint
+from electra_jax import model as model_lib
+from electra_jax import paths
+from electra_jax import saved_config
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.errors import UserError
+from electra_jax.finetune import pretrained
+from electra_jax.finetune import tasks as tasks_lib
+
+NETWORK = 'network'
+RESULTS = 'results.json'
+
+
+def write_network(workdir: str, source: ml_collections.ConfigDict):
+  """FT_DIR/network/{config.json, <the vocabulary file>} for `source`, the network's
+  pretraining-form config (vocab_file: the file to copy)."""
+  directory = paths.join(workdir, NETWORK)
+  paths.make_dirs(directory)
+  vocab_name = paths.name(source.vocab_file)
+  atomic.write_bytes(paths.join(directory, vocab_name), paths.read_bytes(source.vocab_file))
+  record = ml_collections.ConfigDict(source.to_dict())
+  record.vocab_file = vocab_name  # Relative to network/: the workdir can move.
+  saved_config.write(directory, record)
+
+
+@dataclasses.dataclass
+class FinetunedRun:
+  workdir: str
+  config: ml_collections.ConfigDict  # the resolved fine-tuning config
+  task: tasks_lib.Task
+  model_config: model_lib.ModelConfig
+  tokenizer: object
+  runs: list  # results.json's per-seed records (seed, best, final, history)
+
+  def best_seed(self) -> int:
+    """The seed whose best epoch scored highest on the main metric (the lowest on a tie)."""
+    key = f'eval_{self.task.main_metric}'
+    return max(self.runs, key=lambda r: (r['best'][key], -r['seed']))['seed']
+
+  def read_params(self, seed: int) -> tuple[dict, int]:
+    """(the seed's best-epoch params as numpy arrays, its step)."""
+    seeds = [r['seed'] for r in self.runs]
+    if seed not in seeds:
+      raise UserError(f'--seed={seed} is not a run of {self.workdir}; its seeds: {seeds}')
+    directory = paths.join(self.workdir, f'seed_{seed}', 'best')
+    if not paths.is_dir(directory):
+      raise UserError(f'{directory} does not exist: the run kept no checkpoint '
+                      '(config.save_best_checkpoint=false); fine-tune again with it true')
+    ckpt = checkpoint.Checkpointer(directory, read_only=True)
+    try:
+      step = ckpt.latest_step()
+      if step is None:
+        raise UserError(f'no complete checkpoint in {directory}')
+      params = ckpt.read_state(step)
+    finally:
+      ckpt.close()
+    return jax.tree.map(np.asarray, jax.device_get(params)), int(step)
+
+
+def _network(workdir: str, c) -> tuple[ml_collections.ConfigDict, str]:
+  """(the network's pretraining-form config, its vocabulary path)."""
+  directory = paths.join(workdir, NETWORK)
+  if saved_config.exists(directory):
+    source = saved_config.load(directory)
+    return source, paths.join(directory, source.vocab_file)
+  source, _ = pretrained.network_config(c)
+  return source, source.vocab_file
+
+
+def load(workdir: str) -> FinetunedRun:
+  """The finished fine-tuning run in `workdir`, or a UserError saying what is missing."""
+  workdir = paths.absolute(workdir)
+  if not paths.is_dir(workdir):
+    raise UserError(f"--workdir '{workdir}' does not exist; pass a fine-tuning workdir "
+                    '(python -m electra_jax.finetune --workdir=...)')
+  if checkpoint.has_steps(workdir):
+    raise UserError(f"'{workdir}' is a pretraining workdir; predictions come from a fine-tuned "
+                    'one (python -m electra_jax.finetune --config.init_checkpoint='
+                    f'{workdir} --workdir=FT_DIR)')
+  c = saved_config.load_finetuning(workdir)
+  results_path = paths.join(workdir, RESULTS)
+  if not paths.exists(results_path):
+    raise UserError(f"'{results_path}' not found: the fine-tuning run in '{workdir}' has not "
+                    'finished; let it finish (or fine-tune again)')
+  results = json.loads(paths.read_text(results_path))
+  task = tasks_lib.get_task(c.task)
+  if task.name == 'files':
+    task = tasks_lib.named_files_task(tuple(results['label_names']))
+  source, vocab_file = _network(workdir, c)
+  tokenizer = tokenizer_lib.load_tokenizer(vocab_file, source.vocab_size, source.do_lower_case)
+  return FinetunedRun(workdir=workdir, config=c, task=task,
+                      model_config=pretrained.fine_tuned_config(source, c), tokenizer=tokenizer,
+                      runs=results['runs'])

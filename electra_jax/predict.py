@@ -1,0 +1,73 @@
+r"""Predictions of a fine-tuned model: GLUE leaderboard files, SQuAD answers, or labels for a file.
+
+  python -m electra_jax.predict --workdir=FT_DIR --output=DIR --split=test
+  python -m electra_jax.predict --workdir=FT_DIR --output=DIR --input=FILE [--seed=K]
+
+--split=test of a GLUE run writes the leaderboard's files; --input labels any file.
+FT_DIR is a finished `python -m electra_jax.finetune` run; its best seed's best epoch predicts
+(--seed picks another). Where the data has labels the task's metrics are reported too. The last
+stdout line is a JSON summary. Output files: electra_jax/finetune/predictions.py.
+"""
+import time
+
+from absl import flags
+
+from electra_jax import cli
+from electra_jax import distributed
+from electra_jax.errors import UserError
+from electra_jax.finetune import predictions
+from electra_jax.finetune import saved_run
+
+FLAGS = flags.FLAGS
+
+
+def _define_flags():
+  flags.DEFINE_string('workdir', None, 'A finished fine-tuning workdir (python -m '
+                      'electra_jax.finetune --workdir=...).')
+  flags.DEFINE_string('output', None, 'Directory for the prediction files (created).')
+  flags.DEFINE_multi_string('input', [], 'A file to predict: CSV/TSV/JSONL with columns text '
+                            '(or text_a, text_b) and optionally label; SQuAD tasks: SQuAD-format '
+                            'JSON. Repeat for several.')
+  flags.DEFINE_string('split', None, "A TFDS split of the task (validation, test, ...); 'test' "
+                      'of a GLUE task writes its leaderboard files (MNLI: MNLI-m, MNLI-mm, AX).')
+  flags.DEFINE_integer('seed', None, "The run whose best epoch predicts (default: the seed "
+                       'that scored best).')
+  flags.DEFINE_integer('batch_size', None, 'Examples per call (default: the run\'s '
+                       'eval_batch_size).')
+  flags.DEFINE_integer('max_examples', 0, 'Predict at most this many examples of each input '
+                       '(0: all); for quick checks.')
+  flags.DEFINE_bool('overwrite', False, 'Replace prediction files already in --output.')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise UserError(f'unexpected arguments {argv[1:]}; pass --workdir=FT_DIR --output=DIR '
+                    'and --input=FILE or --split=SPLIT')
+  distributed.require_one_process('python -m electra_jax.predict')
+  start = time.time()
+  if FLAGS.workdir is None or FLAGS.output is None:
+    raise UserError('pass --workdir=FT_DIR (a fine-tuning run) and --output=DIR (where the '
+                    'predictions go)')
+  if not FLAGS.input and FLAGS.split is None:
+    raise UserError('pass --input=FILE (a file to predict) or --split=SPLIT (a TFDS split of '
+                    "the task; 'test' for GLUE's leaderboard files)")
+  if FLAGS.max_examples < 0 or (FLAGS.batch_size is not None and FLAGS.batch_size <= 0):
+    raise UserError(f'--max_examples={FLAGS.max_examples} must be >= 0 and --batch_size='
+                    f'{FLAGS.batch_size} > 0')
+  run = saved_run.load(FLAGS.workdir)
+  parts = [predictions.file_part(run, path, FLAGS.max_examples) for path in FLAGS.input]
+  if FLAGS.split is not None:
+    parts += predictions.split_parts(run, FLAGS.split, FLAGS.max_examples)
+  result = predictions.predict(run, parts, FLAGS.output, FLAGS.seed, FLAGS.batch_size,
+                               FLAGS.overwrite)
+  cli.print_result(dict(result, wall_time_sec=round(time.time() - start, 2)))
+
+
+def run():
+  """Console entry point (electra-predict)."""
+  _define_flags()
+  cli.run(main)
+
+
+if __name__ == '__main__':
+  run()
