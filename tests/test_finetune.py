@@ -31,6 +31,31 @@ def tokenizer():
   return tokenizer_lib.load_tokenizer(VOCAB)
 
 
+@pytest.fixture(scope='module')
+def bert_layout_vocab(tmp_path_factory):
+  """An uncased WordPiece vocab.txt whose special tokens sit where BERT's do, away from ids
+  0..4 ([PAD] 0, [UNK] 11, [CLS] 12, [SEP] 13, [MASK] 14), as in the released ELECTRA vocab."""
+  from tests import hf_pair  # pylint: disable=import-outside-toplevel
+  directory = tmp_path_factory.mktemp('bert_layout')
+  with open(hf_pair.wordpiece_vocab(str(directory / 'trained')), encoding='utf-8') as f:
+    tokens = [t for t in f.read().split('\n') if t]
+  special = ['[UNK]', '[CLS]', '[SEP]', '[MASK]']
+  text = [t for t in tokens if t not in special and t != '[PAD]']
+  layout = ['[PAD]'] + [f'[unused{i}]' for i in range(10)] + special + text
+  (directory / 'vocab.txt').write_text('\n'.join(layout) + '\n', encoding='utf-8')
+  return str(directory / 'vocab.txt')
+
+
+@pytest.fixture(scope='module', params=['sentencepiece', 'wordpiece'])
+def any_tokenizer(request, tokenizer, bert_layout_vocab):
+  """The demo sentencepiece model, or the BERT-layout WordPiece vocabulary."""
+  if request.param == 'sentencepiece':
+    return tokenizer
+  wordpiece = tokenizer_lib.load_tokenizer(bert_layout_vocab)
+  assert (wordpiece.cls_id, wordpiece.sep_id, wordpiece.pad_id) == (12, 13, 0)
+  return wordpiece
+
+
 def ft_config(**overrides):
   from configs.finetune import glue  # pylint: disable=import-outside-toplevel
   c = glue.get_config()
@@ -85,7 +110,8 @@ def test_files_task_errors_are_one_clear_line(tmp_path):
     tasks.get_task('nope')
 
 
-def test_pairs_are_packed_and_truncated_longest_first(tokenizer):
+def test_pairs_are_packed_and_truncated_longest_first(any_tokenizer):
+  tokenizer = any_tokenizer
   long_a = ' '.join(['Elizabeth'] * 40)
   out = features.encode_classification(
       tokenizer, [dict(text_a=long_a, text_b='Mr. Darcy', label=1),
@@ -98,8 +124,11 @@ def test_pairs_are_packed_and_truncated_longest_first(tokenizer):
   assert ids[0, 16 - len(b) - 1:-1].tolist() == b
   assert seg[0].tolist() == [0] * (16 - len(b) - 1) + [1] * (len(b) + 1)
   assert mask[0].all()
+  assert ids[0, 16 - len(b) - 2] == tokenizer.sep_id
   n = len(tokenizer.encode('Emma')) + 2
   assert mask[1].tolist() == [1] * n + [0] * (16 - n) and not seg[1].any()
+  assert ids[1, 0] == tokenizer.cls_id and ids[1, n - 1] == tokenizer.sep_id
+  assert (ids[1, n:] == tokenizer.pad_id).all()
 
 
 # --- TFDS ---------------------------------------------------------------------------------------
@@ -193,12 +222,17 @@ CONTEXT = ('Anne Elliot walked to the Cobb at Lyme with Captain Wentworth, and L
            'jumped from the steps and fell on the pavement below.')
 
 
-def test_squad_windows_map_answers_to_the_right_tokens(tokenizer):
+def test_squad_windows_map_answers_to_the_right_tokens(any_tokenizer):
+  tokenizer = any_tokenizer
   answer = 'Louisa Musgrove'
   example = dict(id='q', question='Who fell?', context=CONTEXT, is_impossible=False,
                  answers=[(answer, CONTEXT.index(answer))])
-  one = features.encode_squad(tokenizer, [example], 64, doc_stride=8, max_query_length=16)
-  assert one['input_ids'].shape == (1, 64)
+  query = len(tokenizer.encode('Who fell?'))
+  length = max(64, query + len(tokenizer.encode(CONTEXT)) + 3)  # One window holds it all.
+  one = features.encode_squad(tokenizer, [example], length, doc_stride=8, max_query_length=16)
+  assert one['input_ids'].shape == (1, length)
+  assert one['input_ids'][0, 0] == tokenizer.cls_id
+  assert one['input_ids'][0, query + 1] == tokenizer.sep_id
   s, e = one['start_position'][0], one['end_position'][0]
   assert one['answerable'][0] == 1
   assert CONTEXT[one['token_begin'][0, s]:one['token_end'][0, e]] == answer
@@ -364,6 +398,40 @@ def test_a_transformers_directory_starts_from_the_same_weights_as_its_workdir(pr
   assert hf_config.num_layers == workdir_config.num_layers
   assert jax.tree.structure(from_hf) == jax.tree.structure(from_workdir)
   jax.tree.map(np.testing.assert_array_equal, from_hf, from_workdir)
+
+
+def test_inputs_from_a_transformers_directory_are_what_its_own_tokenizer_makes(
+    bert_layout_vocab, tmp_path):
+  """Fine-tuning a released-style directory (WordPiece, [CLS] at 12 not 2) feeds the model
+  exactly the ids, segments and mask transformers' tokenizer of that directory makes."""
+  transformers = pytest.importorskip('transformers')
+  from tests import hf_pair  # pylint: disable=import-outside-toplevel
+  hf_dir = str(tmp_path / 'disc')
+  hf_pair.save_pair(hf_dir, str(tmp_path / 'gen'), bert_layout_vocab)
+  _, ours = pretrained.network_config(ft_config(init_checkpoint=hf_dir))
+  pairs = [('Emma Woodhouse, handsome, clever, and rich!', 'She had lived nearly twenty-one '
+            'years in the world with very little to distress or vex her.'),
+           ('Mr. Knightley, a sensible man about seven or eight-and-thirty,', 'was a very old '
+            'and intimate friend of the family.')]
+  got = features.encode_classification(
+      ours, [dict(text_a=a, text_b=b, label=0) for a, b in pairs], 96, regression=False)
+  theirs = transformers.AutoTokenizer.from_pretrained(hf_dir)(
+      [a for a, _ in pairs], [b for _, b in pairs], max_length=96, padding='max_length')
+  assert got['input_ids'].tolist() == theirs['input_ids']
+  assert got['segment_ids'].tolist() == theirs['token_type_ids']
+  assert got['input_mask'].tolist() == theirs['attention_mask']
+  assert got['input_ids'][0, 0] == 12 and not got['input_mask'][:, -1].any()  # Not truncated.
+
+
+def test_pairs_are_truncated_as_the_official_code_does():
+  """ELECTRA's (BERT's) _truncate_seq_pair: the longer loses its last token, B on a tie
+  (transformers' fast tokenizers split a tie the other way)."""
+  for a, b, limit, want in (([1, 2, 3], [4, 5, 6], 5, ([1, 2, 3], [4, 5])),
+                            ([1, 2, 3, 4, 5], [6, 7], 5, ([1, 2, 3], [6, 7])),
+                            ([1], [2, 3, 4, 5], 3, ([1], [2, 3])),
+                            ([1, 2, 3], [4, 5, 6], 4, ([1, 2], [4, 5]))):
+    features._truncate_pair(a, b, limit)  # pylint: disable=protected-access
+    assert (a, b) == want
 
 
 # --- End to end ---------------------------------------------------------------------------------

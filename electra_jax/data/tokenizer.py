@@ -7,6 +7,7 @@ so no raw text (not even the literal string "[MASK]") can ever encode to them.
 import os
 import tempfile
 
+import numpy as np
 import sentencepiece as spm
 
 from electra_jax import atomic
@@ -87,6 +88,20 @@ class SentencePieceTokenizer:
 
   def encode(self, text: str) -> list[int]:
     return self.processor.encode(text)
+
+  def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """Ids and each token's [begin, end) character span in `text` (SQuAD maps answers back)."""
+    proto = self.processor.encode(text, return_type='proto')
+    # Sentencepiece reports UTF-8 byte offsets: map them to character offsets.
+    byte_to_char = np.zeros(len(text.encode('utf-8')) + 1, np.int64)
+    pos = 0
+    for i, ch in enumerate(text):
+      n = len(ch.encode('utf-8'))
+      byte_to_char[pos:pos + n] = i
+      pos += n
+    byte_to_char[pos] = len(text)
+    return ([piece.id for piece in proto.pieces],
+            [(int(byte_to_char[p.begin]), int(byte_to_char[p.end])) for p in proto.pieces])
 
   def encode_batch(self, texts: list[str]) -> list[list[int]]:
     """Encodes many lines at once on all cores (sentencepiece's own thread pool)."""

@@ -81,6 +81,12 @@ class WordPieceTokenizer:
   def encode(self, text: str) -> list[int]:
     return self._tokenizer.encode(text, add_special_tokens=False).ids
 
+  def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """Ids and each token's [begin, end) character span in `text` (the original text, before
+    lower-casing and accent stripping)."""
+    encoding = self._tokenizer.encode(text, add_special_tokens=False)
+    return encoding.ids, [tuple(o) for o in encoding.offsets]
+
   def encode_batch(self, texts: list[str]) -> list[list[int]]:
     """Encodes many lines at once on all cores (the Rust library's thread pool)."""
     return [e.ids for e in self._tokenizer.encode_batch(list(texts), add_special_tokens=False)]

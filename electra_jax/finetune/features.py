@@ -6,22 +6,22 @@ character span of every context token so a predicted token span maps back to the
 """
 import numpy as np
 
-from electra_jax.data.tokenizer import CLS_ID, PAD_ID, SEP_ID
-
 
 def _truncate_pair(a: list, b: list, max_tokens: int):
+  """BERT's and ELECTRA's _truncate_seq_pair: the longer loses its last token, B on a tie."""
   while len(a) + len(b) > max_tokens:
-    (a if len(a) >= len(b) else b).pop()
+    (a if len(a) > len(b) else b).pop()
 
 
-def _pack(a: list, b: list | None, max_seq_length: int):
-  ids = [CLS_ID] + a + [SEP_ID]
+def _pack(tokenizer, a: list, b: list | None, max_seq_length: int):
+  ids = [tokenizer.cls_id] + a + [tokenizer.sep_id]
   segments = [0] * len(ids)
   if b is not None:
-    ids += b + [SEP_ID]
+    ids += b + [tokenizer.sep_id]
     segments += [1] * (len(b) + 1)
   pad = max_seq_length - len(ids)
-  return ids + [PAD_ID] * pad, segments + [0] * pad, [1] * (max_seq_length - pad) + [0] * pad
+  return (ids + [tokenizer.pad_id] * pad, segments + [0] * pad,
+          [1] * (max_seq_length - pad) + [0] * pad)
 
 
 def encode_classification(tokenizer, examples: list[dict], max_seq_length: int,
@@ -37,7 +37,7 @@ def encode_classification(tokenizer, examples: list[dict], max_seq_length: int,
       _truncate_pair(a, b, max_seq_length - 3)
     else:
       del a[max_seq_length - 2:]
-    ids, segments, mask = _pack(a, b, max_seq_length)
+    ids, segments, mask = _pack(tokenizer, a, b, max_seq_length)
     input_ids.append(ids)
     segment_ids.append(segments)
     input_mask.append(mask)
@@ -50,23 +50,13 @@ def encode_classification(tokenizer, examples: list[dict], max_seq_length: int,
               label=labels)
 
 
-def _char_spans(processor, text: str):
+def _char_spans(tokenizer, text: str):
   """Token ids and each token's [begin, end) character span (leading whitespace excluded)."""
-  proto = processor.encode(text, return_type='proto')
-  # Sentencepiece reports UTF-8 byte offsets: map them to character offsets.
-  byte_to_char = np.zeros(len(text.encode('utf-8')) + 1, np.int64)
-  pos = 0
-  for i, ch in enumerate(text):
-    n = len(ch.encode('utf-8'))
-    byte_to_char[pos:pos + n] = i
-    pos += n
-  byte_to_char[pos] = len(text)
-  ids, spans = [], []
-  for piece in proto.pieces:
-    begin, end = int(byte_to_char[piece.begin]), int(byte_to_char[piece.end])
+  ids, offsets = tokenizer.encode_with_offsets(text)
+  spans = []
+  for begin, end in offsets:
     while begin < end and text[begin].isspace():
       begin += 1
-    ids.append(piece.id)
     spans.append((begin, end))
   return ids, spans
 
@@ -76,13 +66,12 @@ def encode_squad(tokenizer, examples: list[dict], max_seq_length: int, doc_strid
   """Windows over each context. Arrays: input_ids, segment_ids, input_mask, context_mask,
   start_position, end_position, answerable [F], example_index [F], token_begin/token_end [F, S]
   (character spans of context tokens, -1 elsewhere). Answers outside a window point at [CLS]."""
-  processor = tokenizer.processor
   out = {k: [] for k in ('input_ids', 'segment_ids', 'input_mask', 'context_mask',
                          'start_position', 'end_position', 'answerable', 'example_index',
                          'token_begin', 'token_end')}
   for index, example in enumerate(examples):
     query = tokenizer.encode(example['question'])[:max_query_length]
-    context_ids, spans = _char_spans(processor, example['context'])
+    context_ids, spans = _char_spans(tokenizer, example['context'])
     answer = None
     if example['answers']:
       text, start_char = example['answers'][0]
@@ -91,7 +80,8 @@ def encode_squad(tokenizer, examples: list[dict], max_seq_length: int, doc_strid
     window_start = 0
     while True:
       window = range(window_start, min(window_start + max_context, len(context_ids)))
-      ids = [CLS_ID] + query + [SEP_ID] + [context_ids[t] for t in window] + [SEP_ID]
+      ids = ([tokenizer.cls_id] + query + [tokenizer.sep_id] + [context_ids[t] for t in window]
+             + [tokenizer.sep_id])
       offset = len(query) + 2
       n = len(ids)
       pad = max_seq_length - n
@@ -105,7 +95,7 @@ def encode_squad(tokenizer, examples: list[dict], max_seq_length: int, doc_strid
                   if spans[t][1] > answer[0] and spans[t][0] < answer[1]]
         if inside and spans[window[0]][0] <= answer[0] and spans[window[-1]][1] >= answer[1]:
           start_pos, end_pos = inside[0], inside[-1]
-      out['input_ids'].append(ids + [PAD_ID] * pad)
+      out['input_ids'].append(ids + [tokenizer.pad_id] * pad)
       out['segment_ids'].append([0] * offset + [1] * (n - offset) + [0] * pad)
       out['input_mask'].append([1] * n + [0] * pad)
       out['context_mask'].append([0] * offset + [1] * len(window) + [0] * (pad + 1))
