@@ -20,7 +20,7 @@ from electra_jax import saved_config
 from electra_jax import train_state as ts
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
-from electra_jax.finetune import features, heads, loop, pretrained, spans, tasks
+from electra_jax.finetune import features, heads, loop, pretrained, spans, steps, tasks
 from tests.conftest import REPO_ROOT, tiny_config
 
 VOCAB = os.path.join(REPO_ROOT, 'data', 'demo_spm.model')
@@ -261,7 +261,22 @@ def test_span_head_shapes_and_end_conditioned_on_start(tokenizer):
   params = jax.jit(lambda r: model.init({'params': r}, batch)['params'])(jax.random.key(0))
   start, end, answerable = jax.jit(lambda p: model.apply({'params': p}, batch))(params)
   assert start.shape == end.shape == (2, 48) and answerable.shape == (2,)
-  assert (start[batch['context_mask'] == 0] < -1e8).all()
+  # Spans start in the context or at [CLS] (a window without the answer's target).
+  outside = np.asarray(batch['context_mask'] == 0).copy()
+  outside[:, 0] = False
+  assert (np.asarray(start)[outside] < -1e8).all() and (np.asarray(start)[:, 0] > -1e8).all()
+  # The loss of a window without the answer is the [CLS] target's: finite, and it trains.
+  f['start_position'][1] = f['end_position'][1] = f['answerable'][1] = 0
+  no_answer = dict(batch, start_position=jnp.asarray(f['start_position']),
+                   end_position=jnp.asarray(f['end_position']),
+                   answerable=jnp.asarray(f['answerable']))
+  outputs = jax.jit(lambda p: model.apply({'params': p}, no_answer))(params)
+  losses = steps.per_example_loss(task, outputs, no_answer, 0.5)
+  start, end, answerable = (np.asarray(o[1], np.float64) for o in outputs)
+  log_softmax = lambda x: x - np.log(np.sum(np.exp(x - x.max()))) - x.max()
+  span = -0.5 * (log_softmax(start)[0] + log_softmax(end)[0])
+  assert 1.0 < span < 10.0  # Probability on [CLS] well above zero: a learnable target.
+  assert losses[1] == pytest.approx(span + 0.5 * np.log1p(np.exp(answerable)), rel=1e-4)
   s_lp, s_idx, e_lp, e_idx, _ = jax.jit(lambda p: model.apply(
       {'params': p}, batch, 5, 3, method=model.span_beam))(params)
   assert s_idx.shape == s_lp.shape == (2, 5) and e_idx.shape == e_lp.shape == (2, 5, 5)
@@ -269,7 +284,7 @@ def test_span_head_shapes_and_end_conditioned_on_start(tokenizer):
   gap = np.asarray(e_idx) - np.asarray(s_idx)[..., None]
   assert ((gap >= 0) & (gap < 3))[np.asarray(valid)].all()
   # End logits depend on the start they are conditioned on.
-  head = heads.SpanHead(32, 0.0)
+  head = heads.SpanHead(32)
 
   @jax.jit
   def end_logits(p):
@@ -319,7 +334,8 @@ def test_span_decoding_picks_the_best_candidate_across_windows():
   end = np.full((2, 6), -1)
   for j, (b, e) in enumerate(spans_):
     begin[:, j + 1], end[:, j + 1] = b, e
-  feats = dict(example_index=np.array([0, 0]), token_begin=begin, token_end=end)
+  feats = dict(example_index=np.array([0, 0]), token_begin=begin, token_end=end,
+               token_is_max_context=np.ones((2, 6), np.int32))
   outputs = dict(
       start_index=np.array([[2, 1], [1, 3]]),
       start_log_prob=np.array([[-0.5, -1.0], [-0.2, -2.0]]),
@@ -342,8 +358,37 @@ def test_span_decoding_picks_the_best_candidate_across_windows():
   assert spans.decode_answers(feats, outputs, examples, 3, squad_v2=True) == {'q': 'beta gamma'}
   outputs['answerable_prob'] = np.array([0.3, 0.4])
   assert spans.decode_answers(feats, outputs, examples, 3, squad_v2=True) == {'q': ''}
+  assert spans.best_spans(feats, outputs, examples, 3) == {'q': 'beta gamma'}
   # The official script's no-answer probability: 1 - the most confident window's.
   assert spans.no_answer_probabilities(feats, outputs, examples) == {'q': pytest.approx(0.6)}
+  # A start is read only in the window where it has the most context: with 'beta' (token 2)
+  # at home in window 1, window 0's (2, 3) and (2, 2) drop out; window 1's (1, 2) wins.
+  feats['token_is_max_context'][0, 2] = 0
+  assert spans.decode_answers(feats, outputs, examples, 3, squad_v2=False) == {
+      'q': 'alpha beta'}
+
+
+def test_each_context_token_starts_spans_in_exactly_one_window_the_most_central(tokenizer):
+  example = dict(id='q', question='Who fell?', context=CONTEXT, is_impossible=False,
+                 answers=[])
+  f = features.encode_squad(tokenizer, [example], 24, doc_stride=4, max_query_length=16)
+  home = f['token_is_max_context'].astype(bool)
+  assert not home[f['context_mask'] == 0].any()
+  # Keyed by character span: each context token is at home in one window ...
+  owners = {}
+  for w in range(len(f['example_index'])):
+    for j in np.flatnonzero(f['context_mask'][w]):
+      owners.setdefault(int(f['token_begin'][w, j]), []).append((w, j, bool(home[w, j])))
+  assert all(sum(h for _, _, h in seen) == 1 for seen in owners.values())
+  # ... the one where its shorter side of context is longest (ties: the first window).
+  for seen in owners.values():
+    def side(w, j):
+      positions = np.flatnonzero(f['context_mask'][w])
+      return min(j - positions[0], positions[-1] - j) + 0.01 * len(positions)
+    best = max(seen, key=lambda s: (side(s[0], s[1]), -s[0]))
+    assert best[2]
+  # Windows without the answer (all of them here) target [CLS].
+  assert not f['start_position'].any() and not f['answerable'].any()
 
 
 # --- Initialisation from a pretraining workdir ---------------------------------------------------
@@ -698,10 +743,38 @@ def test_squad_files_give_the_official_scripts_inputs(tokenizer, tmp_path):
   outputs = dict(start_index=np.zeros((n, 1), np.int32), start_log_prob=np.zeros((n, 1)),
                  end_index=np.zeros((n, 1, 1), np.int32), end_log_prob=np.zeros((n, 1, 1)),
                  answerable_prob=np.where(feats['example_index'] == 0, 0.9, 0.2))
+  # Each window's best start is its first context token, ending there: 'Emma' for both.
+  first = np.argmax(feats['context_mask'], axis=1)
+  outputs.update(start_index=first[:, None], end_index=first[:, None, None])
   part = predictions.Part('dev', examples, True)
   files = predictions.write_part(str(tmp_path), tasks.TASKS['squad_v2'], c, part, feats, outputs)
-  assert [os.path.basename(f) for f in files] == ['dev_predictions.json', 'dev_null_odds.json']
+  assert [os.path.basename(f) for f in files] == ['dev_predictions.json', 'dev_null_odds.json',
+                                                  'dev_best_spans.json']
   with open(tmp_path / 'dev_null_odds.json', encoding='utf-8') as f:
     assert json.load(f) == {'a': pytest.approx(0.1), 'b': pytest.approx(0.8)}
   with open(tmp_path / 'dev_predictions.json', encoding='utf-8') as f:
-    assert json.load(f) == {'a': '', 'b': ''}  # [CLS] is no span of the context.
+    assert json.load(f) == {'a': 'Emma', 'b': ''}  # b: 0.8 no-answer probability.
+  with open(tmp_path / 'dev_best_spans.json', encoding='utf-8') as f:
+    assert json.load(f) == {'a': 'Emma', 'b': 'Emma'}
+
+
+def test_squad_v2_end_to_end_on_tfds_mock_data(tmp_path):
+  """Fine-tune, then predict the same split: the prediction command scores what the run's best
+  epoch scored, SQuAD 2.0's breakdown and threshold search included."""
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import predictions, saved_run  # pylint: disable=import-outside-toplevel
+  c = ft_config(task='squad_v2', random_init=True, model_size='demo', max_seq_length=64,
+                doc_stride=16, max_query_length=16, num_epochs=1, train_batch_size=8,
+                eval_batch_size=8, max_train_examples=16, max_eval_examples=8, num_seeds=1)
+  with tfds.testing.mock_data(num_examples=16):
+    loop.finetune(c, str(tmp_path / 'ft'))
+    run = saved_run.load(str(tmp_path / 'ft'))
+    parts = predictions.split_parts(run, 'validation', max_examples=8)
+    result = predictions.predict(run, parts, str(tmp_path / 'out'), say=lambda *a, **k: None)
+  best = run.runs[0]['best']
+  metrics = result['parts'][0]['metrics']
+  assert {'has_answer_f1', 'no_answer_f1', 'best_f1', 'best_f1_threshold'} <= set(metrics)
+  assert metrics == pytest.approx({k[5:]: v for k, v in best.items() if k.startswith('eval_')})
+  with open(tmp_path / 'out' / 'squad_v2_validation_predictions.json', encoding='utf-8') as f:
+    answers = json.load(f)
+  assert list(answers) == [e['id'] for e in parts[0].examples]

@@ -61,14 +61,40 @@ def _char_spans(tokenizer, text: str):
   return ids, spans
 
 
+def _windows(num_tokens: int, max_context: int, doc_stride: int) -> list[range]:
+  """The context token ranges of an example's windows: every doc_stride tokens until one
+  reaches the end."""
+  windows, start = [], 0
+  while True:
+    windows.append(range(start, min(start + max_context, num_tokens)))
+    if windows[-1].stop >= num_tokens:
+      return windows
+    start += min(doc_stride, max_context)
+
+
+def _max_context_window(windows: list[range], num_tokens: int) -> list[int]:
+  """For each context token, the window where it has the most context on its shorter side
+  (min(left, right) + 0.01 * window length; the first on a tie): the official code's
+  _check_is_max_context, so a span starting near a window's edge is read where it is central."""
+  best = [-1] * num_tokens
+  best_score = [-1.0] * num_tokens
+  for w, window in enumerate(windows):
+    for t in window:
+      score = min(t - window.start, window.stop - 1 - t) + 0.01 * len(window)
+      if score > best_score[t]:
+        best[t], best_score[t] = w, score
+  return best
+
+
 def encode_squad(tokenizer, examples: list[dict], max_seq_length: int, doc_stride: int,
                  max_query_length: int) -> dict:
   """Windows over each context. Arrays: input_ids, segment_ids, input_mask, context_mask,
   start_position, end_position, answerable [F], example_index [F], token_begin/token_end [F, S]
-  (character spans of context tokens, -1 elsewhere). Answers outside a window point at [CLS]."""
+  (character spans of context tokens, -1 elsewhere), token_is_max_context [F, S] (1 where this
+  window is the token's max-context one). Answers outside a window point at [CLS]."""
   out = {k: [] for k in ('input_ids', 'segment_ids', 'input_mask', 'context_mask',
                          'start_position', 'end_position', 'answerable', 'example_index',
-                         'token_begin', 'token_end')}
+                         'token_begin', 'token_end', 'token_is_max_context')}
   for index, example in enumerate(examples):
     query = tokenizer.encode(example['question'])[:max_query_length]
     context_ids, spans = _char_spans(tokenizer, example['context'])
@@ -76,10 +102,9 @@ def encode_squad(tokenizer, examples: list[dict], max_seq_length: int, doc_strid
     if example['answers']:
       text, start_char = example['answers'][0]
       answer = (start_char, start_char + len(text))
-    max_context = max_seq_length - len(query) - 3
-    window_start = 0
-    while True:
-      window = range(window_start, min(window_start + max_context, len(context_ids)))
+    windows = _windows(len(context_ids), max_seq_length - len(query) - 3, doc_stride)
+    home = _max_context_window(windows, len(context_ids))
+    for w, window in enumerate(windows):
       ids = ([tokenizer.cls_id] + query + [tokenizer.sep_id] + [context_ids[t] for t in window]
              + [tokenizer.sep_id])
       offset = len(query) + 2
@@ -87,8 +112,10 @@ def encode_squad(tokenizer, examples: list[dict], max_seq_length: int, doc_strid
       pad = max_seq_length - n
       begin = np.full(max_seq_length, -1, np.int32)
       end = np.full(max_seq_length, -1, np.int32)
+      max_context = np.zeros(max_seq_length, np.int32)
       for j, t in enumerate(window):
         begin[offset + j], end[offset + j] = spans[t]
+        max_context[offset + j] = home[t] == w
       start_pos = end_pos = 0
       if answer is not None:
         inside = [offset + j for j, t in enumerate(window)
@@ -105,7 +132,5 @@ def encode_squad(tokenizer, examples: list[dict], max_seq_length: int, doc_strid
       out['example_index'].append(index)
       out['token_begin'].append(begin)
       out['token_end'].append(end)
-      if window.stop >= len(context_ids):
-        break
-      window_start += min(doc_stride, max_context)
+      out['token_is_max_context'].append(max_context)
   return {k: np.asarray(v, np.int32) for k, v in out.items()}

@@ -47,15 +47,20 @@ class ClassificationHead(nn.Module):
     return _dense(self.num_outputs, self.dtype, 'output')(pooled).astype(jnp.float32)
 
 
+def span_positions(context_mask):
+  """Where a span may start or end: the context, and [CLS] (position 0), the target of a window
+  that does not hold the answer (as the official code trains it; decoding never returns it)."""
+  return (context_mask > 0) | (jnp.arange(context_mask.shape[-1]) == 0)
+
+
 class SpanHead(nn.Module):
   """XLNet-style SQuAD head: start logits; end logits conditioned on a start position; an
-  answerability logit from [CLS] and the start-probability-weighted hidden state."""
+  answerability logit from [CLS] and the start-probability-weighted hidden state. It reads the
+  encoder's states as they are (the official QA head adds no dropout)."""
   hidden_size: int
-  dropout_rate: float
   dtype: Any = jnp.float32
 
   def setup(self):
-    self.dropout = nn.Dropout(self.dropout_rate)
     self.start = _dense(1, self.dtype, 'start')
     self.end_dense = _dense(self.hidden_size, self.dtype, 'end_dense')
     self.end_norm = nn.LayerNorm(epsilon=model_lib.LAYER_NORM_EPS, dtype=jnp.float32,
@@ -65,9 +70,9 @@ class SpanHead(nn.Module):
     self.answer = _dense(1, self.dtype, 'answer')
 
   def start_logits(self, hidden, context_mask):
-    """[B, S] float32; positions outside the context get a large negative value."""
+    """[B, S] float32; positions outside span_positions get a large negative value."""
     logits = self.start(hidden)[..., 0].astype(jnp.float32)
-    return jnp.where(context_mask > 0, logits, -1e9)
+    return jnp.where(span_positions(context_mask), logits, -1e9)
 
   def end_logits(self, hidden, context_mask, start_index):
     """End logits [B, K, S] given K start positions per example (start_index [B, K])."""
@@ -76,7 +81,7 @@ class SpanHead(nn.Module):
     h_start = jnp.broadcast_to(h_start[:, :, None], h.shape)
     x = jnp.tanh(self.end_dense(jnp.concatenate([h, h_start], axis=-1)))
     logits = self.end(self.end_norm(x))[..., 0].astype(jnp.float32)
-    return jnp.where(context_mask[:, None] > 0, logits, -1e9)
+    return jnp.where(span_positions(context_mask)[:, None], logits, -1e9)
 
   def answerable_logit(self, hidden, start_logits):
     """[B] logit that the window holds the answer (SQuAD 2.0)."""
@@ -85,9 +90,8 @@ class SpanHead(nn.Module):
     x = jnp.tanh(self.answer_dense(jnp.concatenate([hidden[:, 0], weighted], axis=-1)))
     return self.answer(x)[..., 0].astype(jnp.float32)
 
-  def __call__(self, hidden, context_mask, start_index, deterministic: bool):
+  def __call__(self, hidden, context_mask, start_index):
     """Training form: start logits [B, S], end logits [B, S] at the gold start, answer [B]."""
-    hidden = self.dropout(hidden, deterministic=deterministic)
     start = self.start_logits(hidden, context_mask)
     end = self.end_logits(hidden, context_mask, start_index[:, None])[:, 0]
     return start, end, self.answerable_logit(hidden, start)
@@ -127,7 +131,7 @@ class FinetuneModel(nn.Module):
     """Classification/regression logits [B, C], or the span head's training outputs."""
     hidden = self.hidden(batch, deterministic)
     if isinstance(self.head, SpanHead):
-      return self.head(hidden, batch['context_mask'], batch['start_position'], deterministic)
+      return self.head(hidden, batch['context_mask'], batch['start_position'])
     return self.head(hidden, batch['input_mask'], deterministic)
 
   def span_beam(self, batch, beam_size: int, max_answer_length: int):

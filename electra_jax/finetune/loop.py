@@ -92,7 +92,7 @@ def _num_rows(features: dict) -> int:
 def _model_inputs(features: dict) -> dict:
   """The arrays the model reads (SQuAD's character spans and example ids stay on the host)."""
   return {k: v for k, v in features.items()
-          if k not in ('token_begin', 'token_end', 'example_index')}
+          if k not in ('token_begin', 'token_end', 'example_index', 'token_is_max_context')}
 
 
 def _local_slice(rows: np.ndarray) -> np.ndarray:
@@ -140,10 +140,15 @@ def score(task, c, eval_set: EvalSet, outputs: dict) -> dict:
     result.update(metrics_lib.regression_metrics(f['label'] * task.label_scale,
                                                  outputs['prediction'] * task.label_scale))
   else:
-    answers = spans.decode_answers(f, outputs, eval_set.examples, c.max_answer_length,
-                                   tasks_lib.is_squad_v2(task))
+    squad_v2 = tasks_lib.is_squad_v2(task)
+    answers = spans.decode_answers(f, outputs, eval_set.examples, c.max_answer_length, squad_v2)
     gold = {e['id']: [a for a, _ in e['answers']] for e in eval_set.examples}
-    result.update(metrics_lib.squad_metrics(answers, gold))
+    if squad_v2:  # Also the official script's breakdown and threshold search.
+      result.update(metrics_lib.squad_metrics(
+          answers, gold, spans.best_spans(f, outputs, eval_set.examples, c.max_answer_length),
+          spans.no_answer_probabilities(f, outputs, eval_set.examples)))
+    else:
+      result.update(metrics_lib.squad_metrics(answers, gold))
   return {eval_set.prefix + k: v for k, v in result.items()}
 
 
@@ -151,7 +156,7 @@ def score(task, c, eval_set: EvalSet, outputs: dict) -> dict:
 
 def make_model(task, model_config, pooling: str = 'cls') -> heads.FinetuneModel:
   if task.kind == tasks_lib.SPAN:
-    head = heads.SpanHead(model_config.hidden_size, model_config.dropout_rate, model_config.dtype)
+    head = heads.SpanHead(model_config.hidden_size, model_config.dtype)
   else:
     head = heads.ClassificationHead(task.num_outputs, model_config.dropout_rate,
                                     model_config.dtype, pooling)

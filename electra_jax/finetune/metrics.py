@@ -95,14 +95,61 @@ def token_f1(prediction: str, gold: str) -> float:
   return 2 * precision * recall / (precision + recall)
 
 
-def squad_metrics(predictions: dict, gold_answers: dict) -> dict:
-  """EM and F1 in percent. predictions: id -> text ('' = no answer); gold_answers: id -> list
-  of answer texts (empty list = unanswerable, scored against '')."""
-  em = f1 = 0.0
+def _question_scores(predictions: dict, gold_answers: dict) -> tuple[dict, dict]:
+  """(id -> EM, id -> F1) of each question against its best-matching gold answer. Gold answers
+  that normalise to nothing are dropped first; none left: the question is unanswerable ('')."""
+  em, f1 = {}, {}
   for qid, golds in gold_answers.items():
-    golds = list(golds) or ['']
+    golds = [g for g in golds if normalize_answer(g)] or ['']
     prediction = predictions.get(qid, '')
-    em += max(exact_match(prediction, g) for g in golds)
-    f1 += max(token_f1(prediction, g) for g in golds)
-  n = max(len(gold_answers), 1)
-  return dict(exact_match=100.0 * em / n, f1=100.0 * f1 / n)
+    em[qid] = max(exact_match(prediction, g) for g in golds)
+    f1[qid] = max(token_f1(prediction, g) for g in golds)
+  return em, f1
+
+
+def _mean_percent(scores: dict, ids) -> float:
+  ids = list(ids)
+  return 100.0 * sum(scores[q] for q in ids) / len(ids) if ids else 0.0
+
+
+def _best_threshold(scores: dict, best_spans: dict, no_answer_probs: dict,
+                    has_answer: dict) -> tuple[float, float]:
+  """The official SQuAD 2.0 script's find_best_thresh: the score (percent) and no-answer
+  probability threshold that maximise it when every question whose probability exceeds the
+  threshold is answered ''."""
+  current = best = sum(1 for q in has_answer if not has_answer[q])
+  threshold = 0.0
+  for qid in sorted(no_answer_probs, key=no_answer_probs.get):
+    if qid not in scores:
+      continue
+    if has_answer[qid]:
+      current += scores[qid]
+    else:
+      current += -1 if best_spans[qid] else 0
+    if current > best:
+      best, threshold = current, no_answer_probs[qid]
+  return 100.0 * best / max(len(scores), 1), threshold
+
+
+def squad_metrics(predictions: dict, gold_answers: dict, best_spans: dict | None = None,
+                  no_answer_probs: dict | None = None) -> dict:
+  """EM and F1 in percent. predictions: id -> text ('' = no answer); gold_answers: id -> list
+  of answer texts (empty list = unanswerable, scored against '').
+
+  SQuAD 2.0 (best_spans: id -> the best non-empty span; no_answer_probs: id -> probability of
+  no answer): also the official script's breakdown over answerable and unanswerable questions
+  and its threshold search (best_exact_match / best_f1 and their thresholds)."""
+  em, f1 = _question_scores(predictions, gold_answers)
+  result = dict(exact_match=_mean_percent(em, em), f1=_mean_percent(f1, f1))
+  if best_spans is None:
+    return result
+  has_answer = {q: any(normalize_answer(g) for g in golds) for q, golds in gold_answers.items()}
+  for name, wanted in (('has_answer', True), ('no_answer', False)):
+    ids = [q for q in gold_answers if has_answer[q] == wanted]
+    result[f'{name}_exact_match'] = _mean_percent(em, ids)
+    result[f'{name}_f1'] = _mean_percent(f1, ids)
+  raw_em, raw_f1 = _question_scores(best_spans, gold_answers)
+  for name, raw in (('exact_match', raw_em), ('f1', raw_f1)):
+    score, threshold = _best_threshold(raw, best_spans, no_answer_probs, has_answer)
+    result[f'best_{name}'], result[f'best_{name}_threshold'] = score, threshold
+  return result

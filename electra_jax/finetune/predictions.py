@@ -5,7 +5,10 @@ Classification / regression: OUT/<name>.tsv (`index<TAB>prediction`: class names
 where the GLUE leaderboard wants them; regression on the task's own scale) and
 OUT/<name>.jsonl (per example: index, prediction, the class probabilities, the label if known).
 SQuAD: OUT/<name>_predictions.json (question id -> answer, '' for none: what the official
-evaluation script reads) and for SQuAD 2.0 OUT/<name>_null_odds.json (its --na-prob-file).
+evaluation script and the leaderboard read); SQuAD 2.0 also OUT/<name>_null_odds.json (each
+question's no-answer probability: the script's --na-prob-file) and OUT/<name>_best_spans.json
+(each question's best span however unanswerable it looks: with the null odds, what the script's
+threshold search, best_f1, needs).
 """
 import dataclasses
 import json
@@ -76,7 +79,8 @@ def file_names(task, part: Part) -> list[str]:
   if task.kind != tasks_lib.SPAN:
     return [f'{part.name}.tsv', f'{part.name}.jsonl']
   return [f'{part.name}_predictions.json'] + (
-      [f'{part.name}_null_odds.json'] if tasks_lib.is_squad_v2(task) else [])
+      [f'{part.name}_null_odds.json', f'{part.name}_best_spans.json']
+      if tasks_lib.is_squad_v2(task) else [])
 
 
 def check_output(output: str, task, parts: list, overwrite: bool) -> str:
@@ -134,6 +138,8 @@ def write_part(output: str, task, config, part: Part, features: dict, outputs: d
     if tasks_lib.is_squad_v2(task):
       odds = spans.no_answer_probabilities(features, outputs, part.examples)
       write(f'{part.name}_null_odds.json', json.dumps(odds, indent=2) + '\n')
+      best = spans.best_spans(features, outputs, part.examples, config.max_answer_length)
+      write(f'{part.name}_best_spans.json', json.dumps(best, indent=2) + '\n')
     return written
   lines, details = ['index\tprediction'], []
   for i, example in enumerate(part.examples):

@@ -2,17 +2,17 @@
 import numpy as np
 
 
-def decode_answers(features: dict, outputs: dict, examples: list[dict], max_answer_length: int,
-                   squad_v2: bool, null_threshold: float = 0.5) -> dict:
-  """Question id -> answer text ('' = no answer).
+def best_spans(features: dict, outputs: dict, examples: list[dict],
+               max_answer_length: int) -> dict:
+  """Question id -> the best span's text, whatever the answerability ('' only where no window
+  offers a valid span).
 
-  Each window offers its top-k starts x top-k ends; a candidate must lie in the context with
-  end >= start and at most max_answer_length tokens; its score is log p(start) +
-  log p(end | start). The best candidate over all windows of an example wins. SQuAD 2.0: the
-  question is unanswerable when no window's answerability probability reaches null_threshold.
+  Each window offers its top-k starts x top-k ends; a candidate must lie in the context, start
+  where this window is the start token's max-context one (the official decoder's rule), end >=
+  start and span at most max_answer_length tokens; its score is log p(start) +
+  log p(end | start). The best candidate over all windows of an example wins.
   """
   best = {}  # example index -> (score, text)
-  answerable = _answerable(features, outputs)
   for f in range(len(features['example_index'])):
     index = int(features['example_index'][f])
     starts = np.broadcast_to(outputs['start_index'][f][:, None], outputs['end_index'][f].shape)
@@ -20,7 +20,8 @@ def decode_answers(features: dict, outputs: dict, examples: list[dict], max_answ
     scores = outputs['start_log_prob'][f][:, None] + outputs['end_log_prob'][f]
     begin, end = features['token_begin'][f], features['token_end'][f]
     valid = ((begin[starts] >= 0) & (end[ends] >= 0) & (ends >= starts)
-             & (ends - starts < max_answer_length))
+             & (ends - starts < max_answer_length)
+             & (features['token_is_max_context'][f][starts] > 0))
     if not valid.any():
       continue
     flat = int(np.argmax(np.where(valid, scores, -np.inf)))
@@ -28,13 +29,19 @@ def decode_answers(features: dict, outputs: dict, examples: list[dict], max_answ
     if index not in best or score > best[index][0]:
       s, e = int(starts.flat[flat]), int(ends.flat[flat])
       best[index] = (score, examples[index]['context'][begin[s]:end[e]])
-  answers = {}
-  for index, example in enumerate(examples):
-    text = best.get(index, (None, ''))[1]
-    if squad_v2 and answerable.get(index, 0.0) < null_threshold:
-      text = ''
-    answers[example['id']] = text
-  return answers
+  return {e['id']: best.get(i, (None, ''))[1] for i, e in enumerate(examples)}
+
+
+def decode_answers(features: dict, outputs: dict, examples: list[dict], max_answer_length: int,
+                   squad_v2: bool, null_threshold: float = 0.5) -> dict:
+  """Question id -> answer text ('' = no answer): best_spans, and for SQuAD 2.0 '' where no
+  window's answerability probability reaches null_threshold."""
+  answers = best_spans(features, outputs, examples, max_answer_length)
+  if not squad_v2:
+    return answers
+  answerable = _answerable(features, outputs)
+  return {e['id']: '' if answerable.get(i, 0.0) < null_threshold else answers[e['id']]
+          for i, e in enumerate(examples)}
 
 
 def _answerable(features: dict, outputs: dict) -> dict:

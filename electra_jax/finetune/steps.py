@@ -2,8 +2,9 @@
 
 Every loss is per example (float32) so evaluation can weight out padding; training uses the
 mean. Classification: softmax cross-entropy; regression: squared error on the scaled target;
-SQuAD: (start CE + end CE) / 2 on windows that hold the answer, plus answerable_weight times
-the answerability sigmoid cross-entropy (SQuAD 2.0).
+SQuAD: (start CE + end CE) / 2 on every window (one without the answer targets [CLS], as in the
+official code), plus answerable_weight times the answerability sigmoid cross-entropy (SQuAD
+2.0).
 """
 import dataclasses
 from typing import Any
@@ -21,11 +22,10 @@ def per_example_loss(task, outputs, batch, answerable_weight: float):
   if task.kind == tasks_lib.REGRESSION:
     return jnp.square(outputs[:, 0] - batch['label'])
   start, end, answerable = outputs
-  has_answer = batch['answerable'].astype(jnp.float32)
-  span = 0.5 * (optax.softmax_cross_entropy_with_integer_labels(start, batch['start_position'])
+  loss = 0.5 * (optax.softmax_cross_entropy_with_integer_labels(start, batch['start_position'])
                 + optax.softmax_cross_entropy_with_integer_labels(end, batch['end_position']))
-  loss = has_answer * span
   if tasks_lib.is_squad_v2(task):
+    has_answer = batch['answerable'].astype(jnp.float32)
     loss += answerable_weight * optax.sigmoid_binary_cross_entropy(answerable, has_answer)
   return loss
 
