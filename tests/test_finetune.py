@@ -326,6 +326,29 @@ def test_classifier_pooling_reads_cls_or_the_mean_of_real_tokens_only():
     settings.resolve(ft_config(classifier_pooling='max'), tasks.get_task('sst2'), 256)
 
 
+def test_head_init_normal_is_berts_and_glorot_the_official_releases():
+  hidden = jnp.zeros((1, 4, 512))
+  mask = jnp.ones((1, 4), jnp.int32)
+  for head_init, check in (
+      ('normal', lambda k: np.abs(k).max() <= 0.04 and abs(k.std() - 0.0176) < 0.002),
+      # Glorot-uniform: U(-l, l), l = sqrt(6 / (fan_in + fan_out)), std l / sqrt(3).
+      ('glorot', lambda k: np.abs(k).max() <= np.sqrt(6 / 1536) and abs(
+          k.std() - np.sqrt(2 / 1536)) < 0.002)):
+    head = heads.ClassificationHead(1024, 0.0, pooling='cls', head_init=head_init)
+    params = head.init(jax.random.key(0), hidden, mask, True)['params']
+    assert check(np.asarray(params['output']['kernel'])), head_init
+    span = heads.SpanHead(512, head_init=head_init)
+    params = span.init(jax.random.key(0), hidden, mask, jnp.zeros((1,), jnp.int32))['params']
+    kernel = np.asarray(params['end_dense']['kernel'])  # fan in 1024, fan out 512
+    limit = 0.04 if head_init == 'normal' else np.sqrt(6 / 1536)
+    assert np.abs(kernel).max() <= limit
+  from electra_jax.finetune import settings  # pylint: disable=import-outside-toplevel
+  with pytest.raises(UserError, match="config.head_init='xavier' is not one of normal, glorot"):
+    settings.resolve(ft_config(head_init='xavier'), tasks.get_task('sst2'), 256)
+  from configs.finetune import official  # pylint: disable=import-outside-toplevel
+  assert official.get_config().head_init == 'glorot'
+
+
 def test_span_decoding_picks_the_best_candidate_across_windows():
   context = 'alpha beta gamma delta'
   # Two windows of one example; tokens 1..4 are the four words (spans), 0 is [CLS].

@@ -53,6 +53,9 @@ def get_config():
   # What the classification head reads: 'cls' (the [CLS] state, as the paper) or 'mean' (the
   # mean of every real token's state). Not used by SQuAD's span head.
   c.classifier_pooling = 'cls'
+  # Task-head kernels: 'normal' (BERT's truncated normal, std 0.02) or 'glorot'
+  # (Glorot-uniform: tf.layers.dense's default, what the official release's heads start from).
+  c.head_init = 'normal'
 
   # --- Optimisation (paper: ELECTRA.md, fine-tuning) ----------------------------------------
   # Peak learning rate (None: 3e-4 small, 1e-4 base, 5e-5 large, 1e-3 demo).

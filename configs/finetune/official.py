@@ -5,7 +5,8 @@ and model/optimization.py), where this framework's defaults differ:
       --config.init_checkpoint=WORKDIR --workdir=FT_DIR
 
 Adam without bias correction, the decay running during warmup, the batch's loss summed, the
-official layer-wise decay exponents, MRPC and STS-B in both sentence orders.
+official layer-wise decay exponents, MRPC and STS-B in both sentence orders, the task head
+started Glorot-uniform.
 """
 from configs.finetune import glue
 
@@ -13,5 +14,5 @@ from configs.finetune import glue
 def get_config():
   c = glue.get_config()
   c.update(dict(adam_bias_correction=False, warmup_times_decay=True, loss_reduction='sum',
-                official_layerwise_decay=True, double_unordered=True))
+                official_layerwise_decay=True, double_unordered=True, head_init='glorot'))
   return c

@@ -14,9 +14,16 @@ from flax import linen as nn
 from electra_jax import model as model_lib
 
 
-def _dense(features, dtype, name):
-  return nn.Dense(features, dtype=dtype, param_dtype=jnp.float32,
-                  kernel_init=nn.initializers.truncated_normal(0.02), name=name)
+# A head's kernels: 'normal', BERT's truncated normal (std 0.02), or 'glorot', Glorot-uniform
+# (tf.layers.dense's default, what the official release's heads start from).
+HEAD_INITS = ('normal', 'glorot')
+
+
+def _dense(features, dtype, name, head_init: str = 'normal'):
+  kernel_init = (nn.initializers.truncated_normal(0.02) if head_init == 'normal'
+                 else nn.initializers.glorot_uniform())
+  return nn.Dense(features, dtype=dtype, param_dtype=jnp.float32, kernel_init=kernel_init,
+                  name=name)
 
 
 POOLINGS = ('cls', 'mean')
@@ -39,12 +46,14 @@ class ClassificationHead(nn.Module):
   dropout_rate: float
   dtype: Any = jnp.float32
   pooling: str = 'cls'
+  head_init: str = 'normal'
 
   @nn.compact
   def __call__(self, hidden, input_mask, deterministic: bool):
     pooled = nn.Dropout(self.dropout_rate)(pool(hidden, input_mask, self.pooling),
                                            deterministic=deterministic)
-    return _dense(self.num_outputs, self.dtype, 'output')(pooled).astype(jnp.float32)
+    return _dense(self.num_outputs, self.dtype, 'output',
+                  self.head_init)(pooled).astype(jnp.float32)
 
 
 def span_positions(context_mask):
@@ -59,15 +68,17 @@ class SpanHead(nn.Module):
   encoder's states as they are (the official QA head adds no dropout)."""
   hidden_size: int
   dtype: Any = jnp.float32
+  head_init: str = 'normal'
 
   def setup(self):
-    self.start = _dense(1, self.dtype, 'start')
-    self.end_dense = _dense(self.hidden_size, self.dtype, 'end_dense')
+    dense = lambda n, name: _dense(n, self.dtype, name, self.head_init)
+    self.start = dense(1, 'start')
+    self.end_dense = dense(self.hidden_size, 'end_dense')
     self.end_norm = nn.LayerNorm(epsilon=model_lib.LAYER_NORM_EPS, dtype=jnp.float32,
                                  param_dtype=jnp.float32, name='end_LayerNorm')
-    self.end = _dense(1, self.dtype, 'end')
-    self.answer_dense = _dense(self.hidden_size, self.dtype, 'answer_dense')
-    self.answer = _dense(1, self.dtype, 'answer')
+    self.end = dense(1, 'end')
+    self.answer_dense = dense(self.hidden_size, 'answer_dense')
+    self.answer = dense(1, 'answer')
 
   def start_logits(self, hidden, context_mask):
     """[B, S] float32; positions outside span_positions get a large negative value."""

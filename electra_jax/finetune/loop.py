@@ -154,12 +154,13 @@ def score(task, c, eval_set: EvalSet, outputs: dict) -> dict:
 
 # --- Model and initialisation ---------------------------------------------------------------------
 
-def make_model(task, model_config, pooling: str = 'cls') -> heads.FinetuneModel:
+def make_model(task, model_config, pooling: str = 'cls',
+               head_init: str = 'normal') -> heads.FinetuneModel:
   if task.kind == tasks_lib.SPAN:
-    head = heads.SpanHead(model_config.hidden_size, model_config.dtype)
+    head = heads.SpanHead(model_config.hidden_size, model_config.dtype, head_init)
   else:
     head = heads.ClassificationHead(task.num_outputs, model_config.dropout_rate,
-                                    model_config.dtype, pooling)
+                                    model_config.dtype, pooling, head_init)
   return heads.FinetuneModel(model_config, head)
 
 
@@ -291,7 +292,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if is_chief:
     saved_config.write(workdir, c)
     saved_run.write_network(workdir, source)
-  model = make_model(task, model_config, c.classifier_pooling)
+  model = make_model(task, model_config, c.classifier_pooling, c.head_init)
   origin = 'random init' if params is None else f'init from {c.init_checkpoint}'
   eval_rows = ', '.join(f'{_num_rows(e.features)} eval rows'
                         + (f' ({e.prefix.strip("_")})' if e.prefix else '') for e in data.evals)

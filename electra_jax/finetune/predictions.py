@@ -105,7 +105,8 @@ class Predictor:
     self.run, self.seed, self.batch_size = run, seed, batch_size
     self.mesh = parallel.make_mesh()
     parallel.check_batch_divides(batch_size, self.mesh, '--batch_size')
-    model = loop.make_model(run.task, run.model_config, run.config.classifier_pooling)
+    model = loop.make_model(run.task, run.model_config, run.config.classifier_pooling,
+                            run.config.head_init)
     params, self.step = run.read_params(seed)
     self.params = jax.device_put(params, parallel.replicated(self.mesh))
     self._predict = ts.jit_eval_step(steps.make_predict(model, run.task, run.config), self.mesh)

@@ -43,6 +43,8 @@ def validate(c):
   config_lib.check(c.classifier_pooling in heads.POOLINGS,
                    f'config.classifier_pooling={c.classifier_pooling!r} is not one of '
                    f"{', '.join(heads.POOLINGS)}")
+  config_lib.check(c.head_init in heads.HEAD_INITS,
+                   f'config.head_init={c.head_init!r} is not one of {", ".join(heads.HEAD_INITS)}')
   config_lib.check(c.learning_rate > 0, f'config.learning_rate={c.learning_rate} must be > 0')
   config_lib.check(0 < c.layerwise_lr_decay <= 1,
                    f'config.layerwise_lr_decay={c.layerwise_lr_decay} must be in (0, 1] '
