@@ -17,7 +17,9 @@ from electra_jax import paths
 from electra_jax.errors import UserError
 
 SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
-MAX_CHARS_PER_WORD = 100  # BERT: longer words are [UNK].
+# Longer words are [UNK]: transformers' limit (the official TF tokenizer's is 200), so a
+# released model sees here what transformers feeds it.
+MAX_CHARS_PER_WORD = 100
 
 
 def read_tokens(vocab_file: str) -> list[str]:
