@@ -16,15 +16,25 @@ CORPUS = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'train', 'northanger_abb
 
 
 def wordpiece_vocab(directory: str, vocab_size: int = 600) -> str:
-  """An uncased WordPiece vocab.txt trained on one bundled novel; returns its path."""
+  """An uncased WordPiece vocab.txt trained on one bundled novel; returns its path. Its special
+  tokens sit as in the released BERT/ELECTRA vocabulary, away from ids 0..4 (there: [PAD] 0,
+  [unused*] 1-99, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103; here [PAD] 0, [unused0-9] 1-10,
+  [UNK] 11, [CLS] 12, [SEP] 13, [MASK] 14), so code that assumes sentencepiece's fixed ids
+  fails the tests."""
   # pylint: disable=import-outside-toplevel
   from tokenizers.implementations import BertWordPieceTokenizer
   tokenizer = BertWordPieceTokenizer(lowercase=True)
-  tokenizer.train(files=[CORPUS], vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+  tokenizer.train(files=[CORPUS], vocab_size=vocab_size - 10, special_tokens=SPECIAL_TOKENS,
                   show_progress=False)
   os.makedirs(directory, exist_ok=True)
-  tokenizer.save_model(directory)
-  return os.path.join(directory, 'vocab.txt')
+  trained = tokenizer.save_model(directory)[0]
+  with open(trained, encoding='utf-8') as f:
+    tokens = [t for t in f.read().split('\n') if t and t not in SPECIAL_TOKENS]
+  layout = ['[PAD]'] + [f'[unused{i}]' for i in range(10)] + SPECIAL_TOKENS[1:] + tokens
+  path = os.path.join(directory, 'vocab.txt')
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write('\n'.join(layout) + '\n')
+  return path
 
 
 def save_pair(discriminator_dir: str, generator_dir: str, vocab_file: str, seed: int = 0,

@@ -36,14 +36,7 @@ def bert_layout_vocab(tmp_path_factory):
   """An uncased WordPiece vocab.txt whose special tokens sit where BERT's do, away from ids
   0..4 ([PAD] 0, [UNK] 11, [CLS] 12, [SEP] 13, [MASK] 14), as in the released ELECTRA vocab."""
   from tests import hf_pair  # pylint: disable=import-outside-toplevel
-  directory = tmp_path_factory.mktemp('bert_layout')
-  with open(hf_pair.wordpiece_vocab(str(directory / 'trained')), encoding='utf-8') as f:
-    tokens = [t for t in f.read().split('\n') if t]
-  special = ['[UNK]', '[CLS]', '[SEP]', '[MASK]']
-  text = [t for t in tokens if t not in special and t != '[PAD]']
-  layout = ['[PAD]'] + [f'[unused{i}]' for i in range(10)] + special + text
-  (directory / 'vocab.txt').write_text('\n'.join(layout) + '\n', encoding='utf-8')
-  return str(directory / 'vocab.txt')
+  return hf_pair.wordpiece_vocab(str(tmp_path_factory.mktemp('bert_layout')))
 
 
 @pytest.fixture(scope='module', params=['sentencepiece', 'wordpiece'])
