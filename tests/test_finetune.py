@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax
 import pytest
 
 from electra_jax import checkpoint
@@ -286,6 +287,40 @@ def test_span_head_shapes_and_end_conditioned_on_start(tokenizer):
                       jnp.array([[20, 25], [20, 25]]), method=head.end_logits)
   ends = end_logits(params)
   assert not np.allclose(ends[:, 0], ends[:, 1])
+
+
+def test_the_official_span_head_is_the_official_releases(tokenizer):
+  """512-wide GELU layers without a LayerNorm; answerability labelled per question on every
+  window, trained for SQuAD 1.1 too; no answer below the official logit threshold of 2.75."""
+  answer = 'Louisa Musgrove'
+  example = dict(id='q', question='Who fell?', context=CONTEXT, is_impossible=False,
+                 answers=[(answer, CONTEXT.index(answer))])
+  f = features.encode_squad(tokenizer, [example], 24, doc_stride=4, max_query_length=16)
+  assert f['question_answerable'].all() and 0 < f['answerable'].sum() < len(f['answerable'])
+  batch = {k: jnp.asarray(v) for k, v in loop._model_inputs(f).items()}  # pylint: disable=protected-access
+  c = config_lib.resolve(tiny_config(vocab_size=8000, num_layers=1))
+  for task in (tasks.TASKS['squad_v1'], tasks.TASKS['squad_v2']):
+    model = loop.make_model(task, model_lib.ModelConfig.from_config(c), span_head='official')
+    params = jax.jit(lambda r, m=model: m.init({'params': r}, batch)['params'])(
+        jax.random.key(0))
+    head = params['head']
+    assert head['end_dense']['kernel'].shape == (64, 512) and 'end_LayerNorm' not in head
+    assert head['answer_dense']['kernel'].shape == (64, 512)
+    outputs = jax.jit(lambda p, m=model: m.apply({'params': p}, batch))(params)
+    span_only = steps.per_example_loss(task, outputs, batch, 0.0, 'official')
+    official = steps.per_example_loss(task, outputs, batch, 0.5, 'official')
+    bce = optax.sigmoid_binary_cross_entropy(outputs[2], 1.0)  # every window: answerable
+    np.testing.assert_allclose(official, span_only + 0.5 * bce, rtol=1e-5)
+    xlnet = steps.per_example_loss(task, outputs, batch, 0.5, 'xlnet')
+    window = optax.sigmoid_binary_cross_entropy(outputs[2], batch['answerable'])
+    np.testing.assert_allclose(
+        xlnet, span_only + (0.5 * window if task.name == 'squad_v2' else 0.0), rtol=1e-5)
+  assert spans.NULL_THRESHOLDS['official'] == pytest.approx(1 / (1 + np.exp(-2.75)))
+  from electra_jax.finetune import settings  # pylint: disable=import-outside-toplevel
+  with pytest.raises(UserError, match="config.span_head='bert' is not one of xlnet, official"):
+    settings.resolve(ft_config(span_head='bert'), tasks.get_task('squad_v2'), 256)
+  from configs.finetune import official  # pylint: disable=import-outside-toplevel
+  assert official.get_config().span_head == 'official'
 
 
 def test_classifier_pooling_reads_cls_or_the_mean_of_real_tokens_only():
@@ -774,14 +809,16 @@ def test_squad_files_give_the_official_scripts_inputs(tokenizer, tmp_path):
     assert json.load(f) == {'a': 'Emma', 'b': 'Emma'}
 
 
-def test_squad_v2_end_to_end_on_tfds_mock_data(tmp_path):
+@pytest.mark.parametrize('span_head', heads.SPAN_HEADS)
+def test_squad_v2_end_to_end_on_tfds_mock_data(tmp_path, span_head):
   """Fine-tune, then predict the same split: the prediction command scores what the run's best
   epoch scored, SQuAD 2.0's breakdown and threshold search included."""
   import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import predictions, saved_run  # pylint: disable=import-outside-toplevel
   c = ft_config(task='squad_v2', random_init=True, model_size='demo', max_seq_length=64,
                 doc_stride=16, max_query_length=16, num_epochs=1, train_batch_size=8,
-                eval_batch_size=8, max_train_examples=16, max_eval_examples=8, num_seeds=1)
+                eval_batch_size=8, max_train_examples=16, max_eval_examples=8, num_seeds=1,
+                span_head=span_head)
   with tfds.testing.mock_data(num_examples=16):
     loop.finetune(c, str(tmp_path / 'ft'))
     run = saved_run.load(str(tmp_path / 'ft'))

@@ -107,6 +107,11 @@ def get_config():
   c.beam_size = 20
   # Weight of the answerability loss (SQuAD 2.0; paper: 0.5).
   c.answerable_weight = 0.5
+  # The span head: 'xlnet' (hidden_size-wide tanh layers, a LayerNorm before the end logit,
+  # answerability per window, SQuAD 2.0 only, no answer below probability 0.5) or 'official'
+  # (the official release's: 512-wide GELU layers, answerability per question on every window,
+  # trained for SQuAD 1.1 too, no answer where its logit is below 2.75).
+  c.span_head = 'xlnet'
 
   # --- Runs and outputs ---------------------------------------------------------------------
   # Independent runs with seeds seed .. seed+num_seeds-1 (the paper reports the median of 10).

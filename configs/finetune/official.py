@@ -6,7 +6,8 @@ and model/optimization.py), where this framework's defaults differ:
 
 Adam without bias correction, the decay running during warmup, the batch's loss summed, the
 official layer-wise decay exponents, MRPC and STS-B in both sentence orders, the task head
-started Glorot-uniform.
+started Glorot-uniform, and for SQuAD (--config.task=squad_v2 --config.max_seq_length=512) the
+official span head.
 """
 from configs.finetune import glue
 
@@ -14,5 +15,6 @@ from configs.finetune import glue
 def get_config():
   c = glue.get_config()
   c.update(dict(adam_bias_correction=False, warmup_times_decay=True, loss_reduction='sum',
-                official_layerwise_decay=True, double_unordered=True, head_init='glorot'))
+                official_layerwise_decay=True, double_unordered=True, head_init='glorot',
+                span_head='official'))
   return c

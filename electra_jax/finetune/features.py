@@ -89,12 +89,13 @@ def _max_context_window(windows: list[range], num_tokens: int) -> list[int]:
 def encode_squad(tokenizer, examples: list[dict], max_seq_length: int, doc_stride: int,
                  max_query_length: int) -> dict:
   """Windows over each context. Arrays: input_ids, segment_ids, input_mask, context_mask,
-  start_position, end_position, answerable [F], example_index [F], token_begin/token_end [F, S]
+  start_position, end_position, answerable [F] (this window holds the answer),
+  question_answerable [F] (the question has one), example_index [F], token_begin/token_end [F, S]
   (character spans of context tokens, -1 elsewhere), token_is_max_context [F, S] (1 where this
   window is the token's max-context one). Answers outside a window point at [CLS]."""
   out = {k: [] for k in ('input_ids', 'segment_ids', 'input_mask', 'context_mask',
-                         'start_position', 'end_position', 'answerable', 'example_index',
-                         'token_begin', 'token_end', 'token_is_max_context')}
+                         'start_position', 'end_position', 'answerable', 'question_answerable',
+                         'example_index', 'token_begin', 'token_end', 'token_is_max_context')}
   for index, example in enumerate(examples):
     query = tokenizer.encode(example['question'])[:max_query_length]
     context_ids, spans = _char_spans(tokenizer, example['context'])
@@ -129,6 +130,7 @@ def encode_squad(tokenizer, examples: list[dict], max_seq_length: int, doc_strid
       out['start_position'].append(start_pos)
       out['end_position'].append(end_pos)
       out['answerable'].append(int(start_pos > 0))
+      out['question_answerable'].append(int(answer is not None))
       out['example_index'].append(index)
       out['token_begin'].append(begin)
       out['token_end'].append(end)

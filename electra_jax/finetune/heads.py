@@ -62,22 +62,32 @@ def span_positions(context_mask):
   return (context_mask > 0) | (jnp.arange(context_mask.shape[-1]) == 0)
 
 
+# The span head's layers: 'xlnet' (hidden_size wide, tanh, a LayerNorm before the end logit)
+# or 'official' (the official release's qa_tasks.py: 512 wide, GELU, no LayerNorm).
+SPAN_HEADS = ('xlnet', 'official')
+OFFICIAL_QA_WIDTH = 512
+
+
 class SpanHead(nn.Module):
-  """XLNet-style SQuAD head: start logits; end logits conditioned on a start position; an
+  """Joint SQuAD head: start logits; end logits conditioned on a start position; an
   answerability logit from [CLS] and the start-probability-weighted hidden state. It reads the
   encoder's states as they are (the official QA head adds no dropout)."""
   hidden_size: int
   dtype: Any = jnp.float32
   head_init: str = 'normal'
+  style: str = 'xlnet'
 
   def setup(self):
     dense = lambda n, name: _dense(n, self.dtype, name, self.head_init)
+    official = self.style == 'official'
+    width = OFFICIAL_QA_WIDTH if official else self.hidden_size
+    self.activation = (lambda x: nn.gelu(x, approximate=False)) if official else jnp.tanh
     self.start = dense(1, 'start')
-    self.end_dense = dense(self.hidden_size, 'end_dense')
+    self.end_dense = dense(width, 'end_dense')
     self.end_norm = nn.LayerNorm(epsilon=model_lib.LAYER_NORM_EPS, dtype=jnp.float32,
                                  param_dtype=jnp.float32, name='end_LayerNorm')
     self.end = dense(1, 'end')
-    self.answer_dense = dense(self.hidden_size, 'answer_dense')
+    self.answer_dense = dense(width, 'answer_dense')
     self.answer = dense(1, 'answer')
 
   def start_logits(self, hidden, context_mask):
@@ -90,15 +100,17 @@ class SpanHead(nn.Module):
     h_start = jnp.take_along_axis(hidden, start_index[..., None], axis=1)       # [B, K, H]
     h = jnp.broadcast_to(hidden[:, None], h_start.shape[:2] + hidden.shape[1:])  # [B,K,S,H]
     h_start = jnp.broadcast_to(h_start[:, :, None], h.shape)
-    x = jnp.tanh(self.end_dense(jnp.concatenate([h, h_start], axis=-1)))
-    logits = self.end(self.end_norm(x))[..., 0].astype(jnp.float32)
+    x = self.activation(self.end_dense(jnp.concatenate([h, h_start], axis=-1)))
+    logits = self.end(x if self.style == 'official' else self.end_norm(x))
+    logits = logits[..., 0].astype(jnp.float32)
     return jnp.where(span_positions(context_mask)[:, None], logits, -1e9)
 
   def answerable_logit(self, hidden, start_logits):
-    """[B] logit that the window holds the answer (SQuAD 2.0)."""
+    """[B] logit that there is an answer (steps.answerable_label says whose: the window's or
+    the question's)."""
     probs = jax.nn.softmax(start_logits, axis=-1).astype(hidden.dtype)
     weighted = jnp.einsum('bs,bsh->bh', probs, hidden)
-    x = jnp.tanh(self.answer_dense(jnp.concatenate([hidden[:, 0], weighted], axis=-1)))
+    x = self.activation(self.answer_dense(jnp.concatenate([hidden[:, 0], weighted], axis=-1)))
     return self.answer(x)[..., 0].astype(jnp.float32)
 
   def __call__(self, hidden, context_mask, start_index):

@@ -141,7 +141,8 @@ def score(task, c, eval_set: EvalSet, outputs: dict) -> dict:
                                                  outputs['prediction'] * task.label_scale))
   else:
     squad_v2 = tasks_lib.is_squad_v2(task)
-    answers = spans.decode_answers(f, outputs, eval_set.examples, c.max_answer_length, squad_v2)
+    answers = spans.decode_answers(f, outputs, eval_set.examples, c.max_answer_length, squad_v2,
+                                   spans.NULL_THRESHOLDS[c.span_head])
     gold = {e['id']: [a for a, _ in e['answers']] for e in eval_set.examples}
     if squad_v2:  # Also the official script's breakdown and threshold search.
       result.update(metrics_lib.squad_metrics(
@@ -154,10 +155,10 @@ def score(task, c, eval_set: EvalSet, outputs: dict) -> dict:
 
 # --- Model and initialisation ---------------------------------------------------------------------
 
-def make_model(task, model_config, pooling: str = 'cls',
-               head_init: str = 'normal') -> heads.FinetuneModel:
+def make_model(task, model_config, pooling: str = 'cls', head_init: str = 'normal',
+               span_head: str = 'xlnet') -> heads.FinetuneModel:
   if task.kind == tasks_lib.SPAN:
-    head = heads.SpanHead(model_config.hidden_size, model_config.dtype, head_init)
+    head = heads.SpanHead(model_config.hidden_size, model_config.dtype, head_init, span_head)
   else:
     head = heads.ClassificationHead(task.num_outputs, model_config.dropout_rate,
                                     model_config.dtype, pooling, head_init)
@@ -202,7 +203,8 @@ def make_trainer(c, task, model, model_config, sample_params, num_steps: int, me
   init_state = jax.jit(lambda p: ts.TrainState(step=jax.numpy.zeros((), jax.numpy.int32),
                                                params=p, opt_state=tx.init(p)),
                        out_shardings=rep)
-  objective = steps.TaskObjective(model, task, c.answerable_weight, c.loss_reduction)
+  objective = steps.TaskObjective(model, task, c.answerable_weight, c.loss_reduction,
+                                  c.span_head)
   return Trainer(model, tx, schedule, ts.jit_train_step(ts.make_train_step(objective, tx), mesh),
                  ts.jit_eval_step(steps.make_predict(model, task, c), mesh), init_state)
 
@@ -292,7 +294,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if is_chief:
     saved_config.write(workdir, c)
     saved_run.write_network(workdir, source)
-  model = make_model(task, model_config, c.classifier_pooling, c.head_init)
+  model = make_model(task, model_config, c.classifier_pooling, c.head_init, c.span_head)
   origin = 'random init' if params is None else f'init from {c.init_checkpoint}'
   eval_rows = ', '.join(f'{_num_rows(e.features)} eval rows'
                         + (f' ({e.prefix.strip("_")})' if e.prefix else '') for e in data.evals)

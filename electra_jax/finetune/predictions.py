@@ -106,7 +106,7 @@ class Predictor:
     self.mesh = parallel.make_mesh()
     parallel.check_batch_divides(batch_size, self.mesh, '--batch_size')
     model = loop.make_model(run.task, run.model_config, run.config.classifier_pooling,
-                            run.config.head_init)
+                            run.config.head_init, run.config.span_head)
     params, self.step = run.read_params(seed)
     self.params = jax.device_put(params, parallel.replicated(self.mesh))
     self._predict = ts.jit_eval_step(steps.make_predict(model, run.task, run.config), self.mesh)
@@ -134,7 +134,8 @@ def write_part(output: str, task, config, part: Part, features: dict, outputs: d
 
   if task.kind == tasks_lib.SPAN:
     answers = spans.decode_answers(features, outputs, part.examples, config.max_answer_length,
-                                   tasks_lib.is_squad_v2(task))
+                                   tasks_lib.is_squad_v2(task),
+                                   spans.NULL_THRESHOLDS[config.span_head])
     write(f'{part.name}_predictions.json', json.dumps(answers, indent=2) + '\n')
     if tasks_lib.is_squad_v2(task):
       odds = spans.no_answer_probabilities(features, outputs, part.examples)

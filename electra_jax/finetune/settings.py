@@ -45,6 +45,8 @@ def validate(c):
                    f"{', '.join(heads.POOLINGS)}")
   config_lib.check(c.head_init in heads.HEAD_INITS,
                    f'config.head_init={c.head_init!r} is not one of {", ".join(heads.HEAD_INITS)}')
+  config_lib.check(c.span_head in heads.SPAN_HEADS,
+                   f'config.span_head={c.span_head!r} is not one of {", ".join(heads.SPAN_HEADS)}')
   config_lib.check(c.learning_rate > 0, f'config.learning_rate={c.learning_rate} must be > 0')
   config_lib.check(0 < c.layerwise_lr_decay <= 1,
                    f'config.layerwise_lr_decay={c.layerwise_lr_decay} must be in (0, 1] '

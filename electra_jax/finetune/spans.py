@@ -1,5 +1,12 @@
 """SQuAD answers from the span head's beam: best start x end over an example's windows."""
+import math
+
 import numpy as np
+
+# SQuAD 2.0: a question is unanswerable when its most confident window's answerability
+# probability is below this: 0.5 for the 'xlnet' head; for the 'official' one the official
+# release's qa_na_threshold, an is-impossible logit of -2.75 (probability sigmoid(2.75)).
+NULL_THRESHOLDS = {'xlnet': 0.5, 'official': 1 / (1 + math.exp(-2.75))}
 
 
 def best_spans(features: dict, outputs: dict, examples: list[dict],

@@ -3,8 +3,9 @@
 Every loss is per example (float32) so evaluation can weight out padding; training uses the
 mean. Classification: softmax cross-entropy; regression: squared error on the scaled target;
 SQuAD: (start CE + end CE) / 2 on every window (one without the answer targets [CLS], as in the
-official code), plus answerable_weight times the answerability sigmoid cross-entropy (SQuAD
-2.0).
+official code), plus answerable_weight times the answerability sigmoid cross-entropy: SQuAD 2.0
+with the 'xlnet' span head (label: this window holds the answer), SQuAD 1.1 and 2.0 with the
+'official' one (label: the question has an answer, on all its windows, as qa_tasks.py).
 """
 import dataclasses
 from typing import Any
@@ -16,7 +17,7 @@ import optax
 from electra_jax.finetune import tasks as tasks_lib
 
 
-def per_example_loss(task, outputs, batch, answerable_weight: float):
+def per_example_loss(task, outputs, batch, answerable_weight: float, span_head: str = 'xlnet'):
   if task.kind == tasks_lib.CLASSIFICATION:
     return optax.softmax_cross_entropy_with_integer_labels(outputs, batch['label'])
   if task.kind == tasks_lib.REGRESSION:
@@ -24,10 +25,13 @@ def per_example_loss(task, outputs, batch, answerable_weight: float):
   start, end, answerable = outputs
   loss = 0.5 * (optax.softmax_cross_entropy_with_integer_labels(start, batch['start_position'])
                 + optax.softmax_cross_entropy_with_integer_labels(end, batch['end_position']))
-  if tasks_lib.is_squad_v2(task):
+  if span_head == 'official':
+    has_answer = batch['question_answerable'].astype(jnp.float32)
+  elif tasks_lib.is_squad_v2(task):
     has_answer = batch['answerable'].astype(jnp.float32)
-    loss += answerable_weight * optax.sigmoid_binary_cross_entropy(answerable, has_answer)
-  return loss
+  else:
+    return loss
+  return loss + answerable_weight * optax.sigmoid_binary_cross_entropy(answerable, has_answer)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,11 +43,12 @@ class TaskObjective:
   task: Any
   answerable_weight: float
   reduction: str = 'mean'
+  span_head: str = 'xlnet'
 
   def __call__(self, params, batch, rng, deterministic=False):
     outputs = self.model.apply({'params': params}, batch, deterministic=deterministic,
                                rngs={'dropout': rng})
-    losses = per_example_loss(self.task, outputs, batch, self.answerable_weight)
+    losses = per_example_loss(self.task, outputs, batch, self.answerable_weight, self.span_head)
     n = jnp.float32(losses.shape[0])
     loss = jnp.sum(losses) if self.reduction == 'sum' else jnp.mean(losses)
     return loss, dict(loss_sum=jnp.sum(losses), num_examples=n)
@@ -64,7 +69,7 @@ def make_predict(model, task, c):
     del rng
     variables = {'params': params}
     outputs = model.apply(variables, batch, deterministic=True)
-    result = dict(loss=per_example_loss(task, outputs, batch, c.answerable_weight))
+    result = dict(loss=per_example_loss(task, outputs, batch, c.answerable_weight, c.span_head))
     if task.kind == tasks_lib.CLASSIFICATION:
       result['prediction'] = jnp.argmax(outputs, axis=-1)
       result['probabilities'] = jax.nn.softmax(outputs.astype(jnp.float32), axis=-1)
