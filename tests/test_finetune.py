@@ -297,7 +297,8 @@ def test_the_official_span_head_is_the_official_releases(tokenizer):
                  answers=[(answer, CONTEXT.index(answer))])
   f = features.encode_squad(tokenizer, [example], 24, doc_stride=4, max_query_length=16)
   assert f['question_answerable'].all() and 0 < f['answerable'].sum() < len(f['answerable'])
-  batch = {k: jnp.asarray(v) for k, v in loop._model_inputs(f).items()}  # pylint: disable=protected-access
+  inputs = loop._model_inputs(f)  # pylint: disable=protected-access
+  batch = {k: jnp.asarray(v) for k, v in inputs.items()}
   c = config_lib.resolve(tiny_config(vocab_size=8000, num_layers=1))
   for task in (tasks.TASKS['squad_v1'], tasks.TASKS['squad_v2']):
     model = loop.make_model(task, model_lib.ModelConfig.from_config(c), span_head='official')
@@ -396,26 +397,29 @@ def test_span_decoding_picks_the_best_candidate_across_windows():
   examples = [dict(id='q', context=context)]
   # Token j+1 is word j. Window 0: (2, 3) scores -0.6, (2, 2) -0.8, (1, 1) -1.5, (1, 4) is
   # too long. Window 1: (1, 0) ends before it starts ([CLS]), (1, 2) -0.7, (3, 3) -2.1.
-  got = spans.decode_answers(feats, outputs, examples, max_answer_length=3, squad_v2=False)
+  got = spans.decode(feats, outputs, examples, max_answer_length=3, squad_v2=False).answers
   assert got == {'q': 'beta gamma'}
   # One-token answers only: (2, 2) = 'beta' beats (1, 1) and window 1's (3, 3).
-  got = spans.decode_answers(feats, outputs, examples, max_answer_length=1, squad_v2=False)
+  got = spans.decode(feats, outputs, examples, max_answer_length=1, squad_v2=False).answers
   assert got == {'q': 'beta'}
   # A more confident start in window 1 makes its (1, 2) the best overall: -0.55.
   outputs['start_log_prob'] = np.array([[-0.5, -1.0], [-0.05, -2.0]])
-  assert spans.decode_answers(feats, outputs, examples, 3, squad_v2=False) == {'q': 'alpha beta'}
+  assert spans.decode(feats, outputs, examples, 3, squad_v2=False).answers == {
+      'q': 'alpha beta'}
   outputs['start_log_prob'] = np.array([[-0.5, -1.0], [-0.2, -2.0]])
   # SQuAD 2.0: some window is confident enough there is an answer (0.7) -> keep it.
-  assert spans.decode_answers(feats, outputs, examples, 3, squad_v2=True) == {'q': 'beta gamma'}
+  assert spans.decode(feats, outputs, examples, 3, squad_v2=True).answers == {
+      'q': 'beta gamma'}
   outputs['answerable_prob'] = np.array([0.3, 0.4])
-  assert spans.decode_answers(feats, outputs, examples, 3, squad_v2=True) == {'q': ''}
+  assert spans.decode(feats, outputs, examples, 3, squad_v2=True).answers == {'q': ''}
   assert spans.best_spans(feats, outputs, examples, 3) == {'q': 'beta gamma'}
   # The official script's no-answer probability: 1 - the most confident window's.
-  assert spans.no_answer_probabilities(feats, outputs, examples) == {'q': pytest.approx(0.6)}
+  assert spans.decode(feats, outputs, examples, 3, squad_v2=True).no_answer == {
+      'q': pytest.approx(0.6)}
   # A start is read only in the window where it has the most context: with 'beta' (token 2)
   # at home in window 1, window 0's (2, 3) and (2, 2) drop out; window 1's (1, 2) wins.
   feats['token_is_max_context'][0, 2] = 0
-  assert spans.decode_answers(feats, outputs, examples, 3, squad_v2=False) == {
+  assert spans.decode(feats, outputs, examples, 3, squad_v2=False).answers == {
       'q': 'alpha beta'}
 
 

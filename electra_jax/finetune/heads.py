@@ -106,8 +106,8 @@ class SpanHead(nn.Module):
     return jnp.where(span_positions(context_mask)[:, None], logits, -1e9)
 
   def answerable_logit(self, hidden, start_logits):
-    """[B] logit that there is an answer (steps.answerable_label says whose: the window's or
-    the question's)."""
+    """[B] logit that there is an answer: in this window ('xlnet') or to the question
+    ('official'), as steps.per_example_loss labels it."""
     probs = jax.nn.softmax(start_logits, axis=-1).astype(hidden.dtype)
     weighted = jnp.einsum('bs,bsh->bh', probs, hidden)
     x = self.activation(self.answer_dense(jnp.concatenate([hidden[:, 0], weighted], axis=-1)))

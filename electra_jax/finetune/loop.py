@@ -140,16 +140,12 @@ def score(task, c, eval_set: EvalSet, outputs: dict) -> dict:
     result.update(metrics_lib.regression_metrics(f['label'] * task.label_scale,
                                                  outputs['prediction'] * task.label_scale))
   else:
-    squad_v2 = tasks_lib.is_squad_v2(task)
-    answers = spans.decode_answers(f, outputs, eval_set.examples, c.max_answer_length, squad_v2,
-                                   spans.NULL_THRESHOLDS[c.span_head])
+    decoded = spans.decode(f, outputs, eval_set.examples, c.max_answer_length,
+                           tasks_lib.is_squad_v2(task), spans.NULL_THRESHOLDS[c.span_head])
     gold = {e['id']: [a for a, _ in e['answers']] for e in eval_set.examples}
-    if squad_v2:  # Also the official script's breakdown and threshold search.
-      result.update(metrics_lib.squad_metrics(
-          answers, gold, spans.best_spans(f, outputs, eval_set.examples, c.max_answer_length),
-          spans.no_answer_probabilities(f, outputs, eval_set.examples)))
-    else:
-      result.update(metrics_lib.squad_metrics(answers, gold))
+    # SQuAD 2.0 also gets the official script's breakdown and threshold search.
+    result.update(metrics_lib.squad_metrics(decoded.answers, gold, decoded.best_spans,
+                                            decoded.no_answer))
   return {eval_set.prefix + k: v for k, v in result.items()}
 
 

@@ -102,7 +102,7 @@ class Predictor:
   """The run's model at one seed's best epoch, jitted over the mesh."""
 
   def __init__(self, run: saved_run_lib.FinetunedRun, seed: int, batch_size: int):
-    self.run, self.seed, self.batch_size = run, seed, batch_size
+    self.run, self.batch_size = run, batch_size
     self.mesh = parallel.make_mesh()
     parallel.check_batch_divides(batch_size, self.mesh, '--batch_size')
     model = loop.make_model(run.task, run.model_config, run.config.classifier_pooling,
@@ -133,15 +133,12 @@ def write_part(output: str, task, config, part: Part, features: dict, outputs: d
     atomic.write_text(written[-1], text)
 
   if task.kind == tasks_lib.SPAN:
-    answers = spans.decode_answers(features, outputs, part.examples, config.max_answer_length,
-                                   tasks_lib.is_squad_v2(task),
-                                   spans.NULL_THRESHOLDS[config.span_head])
-    write(f'{part.name}_predictions.json', json.dumps(answers, indent=2) + '\n')
-    if tasks_lib.is_squad_v2(task):
-      odds = spans.no_answer_probabilities(features, outputs, part.examples)
-      write(f'{part.name}_null_odds.json', json.dumps(odds, indent=2) + '\n')
-      best = spans.best_spans(features, outputs, part.examples, config.max_answer_length)
-      write(f'{part.name}_best_spans.json', json.dumps(best, indent=2) + '\n')
+    decoded = spans.decode(features, outputs, part.examples, config.max_answer_length,
+                           tasks_lib.is_squad_v2(task), spans.NULL_THRESHOLDS[config.span_head])
+    write(f'{part.name}_predictions.json', json.dumps(decoded.answers, indent=2) + '\n')
+    if decoded.no_answer is not None:
+      write(f'{part.name}_null_odds.json', json.dumps(decoded.no_answer, indent=2) + '\n')
+      write(f'{part.name}_best_spans.json', json.dumps(decoded.best_spans, indent=2) + '\n')
     return written
   lines, details = ['index\tprediction'], []
   for i, example in enumerate(part.examples):

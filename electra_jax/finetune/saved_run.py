@@ -73,14 +73,14 @@ class FinetunedRun:
     return jax.tree.map(np.asarray, jax.device_get(params)), int(step)
 
 
-def _network(workdir: str, c) -> tuple[ml_collections.ConfigDict, str]:
-  """(the network's pretraining-form config, its vocabulary path)."""
+def _network(workdir: str, c) -> tuple[ml_collections.ConfigDict, object]:
+  """(the network's pretraining-form config, its tokenizer)."""
   directory = paths.join(workdir, NETWORK)
-  if saved_config.exists(directory):
-    source = saved_config.load(directory)
-    return source, paths.join(directory, source.vocab_file)
-  source, _ = pretrained.network_config(c)
-  return source, source.vocab_file
+  if not saved_config.exists(directory):
+    return pretrained.network_config(c)
+  source = saved_config.load(directory)
+  return source, tokenizer_lib.load_tokenizer(paths.join(directory, source.vocab_file),
+                                              source.vocab_size, source.do_lower_case)
 
 
 def load(workdir: str) -> FinetunedRun:
@@ -102,8 +102,7 @@ def load(workdir: str) -> FinetunedRun:
   task = tasks_lib.get_task(c.task)
   if task.name == 'files':
     task = tasks_lib.named_files_task(tuple(results['label_names']))
-  source, vocab_file = _network(workdir, c)
-  tokenizer = tokenizer_lib.load_tokenizer(vocab_file, source.vocab_size, source.do_lower_case)
+  source, tokenizer = _network(workdir, c)
   return FinetunedRun(workdir=workdir, config=c, task=task,
                       model_config=pretrained.fine_tuned_config(source, c), tokenizer=tokenizer,
                       runs=results['runs'])

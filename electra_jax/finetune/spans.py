@@ -1,4 +1,5 @@
 """SQuAD answers from the span head's beam: best start x end over an example's windows."""
+import dataclasses
 import math
 
 import numpy as np
@@ -39,28 +40,28 @@ def best_spans(features: dict, outputs: dict, examples: list[dict],
   return {e['id']: best.get(i, (None, ''))[1] for i, e in enumerate(examples)}
 
 
-def decode_answers(features: dict, outputs: dict, examples: list[dict], max_answer_length: int,
-                   squad_v2: bool, null_threshold: float = 0.5) -> dict:
-  """Question id -> answer text ('' = no answer): best_spans, and for SQuAD 2.0 '' where no
-  window's answerability probability reaches null_threshold."""
-  answers = best_spans(features, outputs, examples, max_answer_length)
+@dataclasses.dataclass
+class Decoded:
+  """An eval set's decoded answers: what predictions write and SQuAD's metrics read."""
+  answers: dict                  # question id -> answer text ('' = no answer)
+  best_spans: dict | None        # SQuAD 2.0: id -> best_spans' text, however unanswerable
+  no_answer: dict | None         # SQuAD 2.0: id -> the probability it has no answer
+
+
+def decode(features: dict, outputs: dict, examples: list[dict], max_answer_length: int,
+           squad_v2: bool, null_threshold: float = 0.5) -> Decoded:
+  """best_spans as the answers; for SQuAD 2.0 '' where no window's answerability probability
+  reaches null_threshold, and each question's no-answer probability (1 - its most confident
+  window's answerability: the official SQuAD 2.0 script's --na-prob-file)."""
+  best = best_spans(features, outputs, examples, max_answer_length)
   if not squad_v2:
-    return answers
-  answerable = _answerable(features, outputs)
-  return {e['id']: '' if answerable.get(i, 0.0) < null_threshold else answers[e['id']]
-          for i, e in enumerate(examples)}
-
-
-def _answerable(features: dict, outputs: dict) -> dict:
-  """Example index -> the highest answerability probability over its windows."""
-  answerable = {}
+    return Decoded(answers=best, best_spans=None, no_answer=None)
+  answerable = {}  # example index -> the highest answerability probability over its windows
   for f, index in enumerate(features['example_index'].tolist()):
     answerable[index] = max(answerable.get(index, 0.0), float(outputs['answerable_prob'][f]))
-  return answerable
-
-
-def no_answer_probabilities(features: dict, outputs: dict, examples: list[dict]) -> dict:
-  """Question id -> the probability it has no answer (1 - its best window's answerability):
-  the official SQuAD 2.0 script's --na-prob-file."""
-  answerable = _answerable(features, outputs)
-  return {e['id']: 1.0 - answerable.get(i, 0.0) for i, e in enumerate(examples)}
+  answers, no_answer = {}, {}
+  for i, e in enumerate(examples):
+    p = answerable.get(i, 0.0)
+    answers[e['id']] = '' if p < null_threshold else best[e['id']]
+    no_answer[e['id']] = 1.0 - p
+  return Decoded(answers=answers, best_spans=best, no_answer=no_answer)

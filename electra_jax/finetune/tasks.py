@@ -303,9 +303,10 @@ def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0
   examples = []
   for n, row in enumerate(rows[:_limit(max_examples, len(rows))], 1):
     raw = row.get('label')
-    if (labelled and raw is None) or row.get(text_a) is None:
-      missing = 'label' if labelled and raw is None else text_a
-      raise UserError(f"file '{path}' example {n} has no {missing} value")
+    if labelled and raw is None:
+      raise UserError(f"file '{path}' example {n} has no label value")
+    if row.get(text_a) is None:
+      raise UserError(f"file '{path}' example {n} has no {text_a} value")
     if not labelled:
       label = None
     elif task.kind == REGRESSION:
