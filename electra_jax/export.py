@@ -1,12 +1,14 @@
 """Export a training run as HF transformers ELECTRA directories.
 
   python -m electra_jax.export --workdir=WORKDIR --output=DIR [--what=discriminator|generator|both]
+  python -m electra_jax.export --workdir=FT_DIR --output=DIR [--seed=K]
 
 Writes what `transformers.ElectraForPreTraining.from_pretrained(DIR)` (and
 `ElectraForMaskedLM` for the generator) loads: config.json, model.safetensors and tokenizer
-files that `AutoTokenizer.from_pretrained(DIR)` reads offline. The way in, from transformers
-weights to a run, is `train --config.init_from=HF_DIR` (init_from.py). The conversions live in
-electra_jax/hf/.
+files that `AutoTokenizer.from_pretrained(DIR)` reads offline. A fine-tuning workdir's
+classifier (or regressor) becomes an `ElectraForSequenceClassification` directory. The way in,
+from transformers weights to a run, is `train --config.init_from=HF_DIR` (init_from.py). The
+conversions live in electra_jax/hf/.
 """
 import os
 import shutil
@@ -21,7 +23,10 @@ from electra_jax import distributed
 from electra_jax import paths
 from electra_jax import objectives
 from electra_jax import saved_config
+from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
+from electra_jax.finetune import saved_run
+from electra_jax.hf import classifier as hf_classifier
 from electra_jax.hf import files as hf_files
 from electra_jax.hf import tokenizer_files
 
@@ -107,12 +112,13 @@ def export_workdir(workdir: str, output: str, what: str = 'discriminator',
             'both': {'discriminator': '', 'generator': 'generator'}}[what]
   check_exportable(config, layout)
   params, step = checkpoint.read_params(workdir, step)
+  pad_id = tokenizer_lib.for_config(config).pad_id
 
   def write(tmp):
     for network, sub in layout.items():
       directory = os.path.join(tmp, sub)
       print(f'Writing the {network} to {paths.join(output, sub)}', flush=True)
-      hf_files.write_model(params, config, network, directory)
+      hf_files.write_model(params, config, network, directory, pad_id)
       tokenizer_files.write_tokenizer(config.vocab_file, directory,
                                       config.max_position_embeddings, config.do_lower_case)
 
@@ -120,6 +126,32 @@ def export_workdir(workdir: str, output: str, what: str = 'discriminator',
   return dict(output=output, what=what, step=int(step), workdir=paths.absolute(workdir),
               directories={n: paths.join(output, s) if s else output
                            for n, s in layout.items()})
+
+
+def export_finetuned(workdir: str, output: str, seed: int | None = None,
+                     overwrite: bool = False) -> dict:
+  """Writes a fine-tuning run's best epoch (of its best seed, or `seed`) as an
+  ElectraForSequenceClassification directory with its tokenizer; returns a summary."""
+  run = saved_run.load(workdir)
+  hf_classifier.check_exportable(run.task, run.model_config, run.config.classifier_pooling)
+  output = _check_output(output, overwrite)
+  seed = run.best_seed() if seed is None else seed
+  params, step = run.read_params(seed)
+
+  def write(tmp):
+    print(f'Writing the {run.task.name} classifier (seed {seed}, step {step}) to {output}',
+          flush=True)
+    hf_files.write_dir(tmp, hf_classifier.config_dict(run.model_config, run.task,
+                                                      run.config.dropout_rate,
+                                                      run.tokenizer.pad_id),
+                       hf_classifier.state_dict(params, run.model_config, run.task))
+    tokenizer_files.write_tokenizer(run.network.vocab_file, tmp,
+                                    run.model_config.max_position_embeddings,
+                                    run.network.do_lower_case)
+
+  _in_temp_dir(output, write)
+  return dict(output=output, what=hf_classifier.ARCHITECTURE, task=run.task.name, seed=seed,
+              step=step, workdir=run.workdir, directories={'classifier': output})
 
 
 # --- CLI ------------------------------------------------------------------------------------
@@ -135,6 +167,8 @@ def _define_flags():
   flags.DEFINE_enum('what', 'discriminator', ['discriminator', 'generator', 'both'],
                     "Which network to export; 'both' puts the generator in OUTPUT/generator.")
   flags.DEFINE_integer('step', None, 'Checkpoint step to export (default: the latest).')
+  flags.DEFINE_integer('seed', None, 'A fine-tuning workdir: the seed whose best epoch is '
+                       'exported (default: the seed that scored best).')
   flags.DEFINE_bool('overwrite', False, 'Replace a non-empty --output.')
 
 
@@ -147,7 +181,17 @@ def main(argv):
     raise UserError('pass --workdir=WORKDIR (a training run) and --output=DIR (the transformers '
                     'directory to write); to start a run from transformers weights use '
                     'python -m electra_jax.train --config.init_from=HF_DIR')
-  result = export_workdir(FLAGS.workdir, FLAGS.output, FLAGS.what, FLAGS.step, FLAGS.overwrite)
+  if saved_run.is_finetuning_workdir(FLAGS.workdir):
+    if FLAGS['what'].present or FLAGS.step is not None:
+      raise UserError(f"'{FLAGS.workdir}' is a fine-tuning workdir: it exports its classifier; "
+                      'drop --what and --step (--seed=K picks a seed)')
+    result = export_finetuned(FLAGS.workdir, FLAGS.output, FLAGS.seed, FLAGS.overwrite)
+  else:
+    if FLAGS.seed is not None:
+      raise UserError(f'--seed={FLAGS.seed} is for fine-tuning workdirs; '
+                      f"'{FLAGS.workdir}' is a pretraining one (--step=K picks a checkpoint)")
+    result = export_workdir(FLAGS.workdir, FLAGS.output, FLAGS.what, FLAGS.step,
+                            FLAGS.overwrite)
   print(f"Wrote {result['output']} in {time.time() - start:.1f}s", flush=True)
   cli.print_result(dict(result, wall_time_sec=round(time.time() - start, 2)))
 

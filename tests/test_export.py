@@ -201,6 +201,29 @@ def test_export_refuses_missing_workdir_checkpoint_and_non_empty_output(tmp_path
   assert not (tmp_path / 'out').exists()
 
 
+def test_exported_config_names_the_vocabularys_own_pad_id(tmp_path):
+  """A vocab.txt may hold [PAD] anywhere; transformers' embedding keeps that row's gradient
+  at zero (padding_idx), so config.json must name the real one."""
+  from electra_jax import optim, parallel  # pylint: disable=import-outside-toplevel
+  from electra_jax import train_state as ts  # pylint: disable=import-outside-toplevel
+  words = ['[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the', 'cat', 'sat', '[PAD]', '##s', '.']
+  (tmp_path / 'vocab.txt').write_text('\n'.join(words) + '\n', encoding='utf-8')
+  workdir = tmp_path / 'run'
+  c = config_lib.resolve(tiny_config(vocab_file=str(tmp_path / 'vocab.txt'),
+                                     vocab_size=len(words)))
+  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+  state = ts.init_state(parallel.make_mesh(), jax.random.key(0), model,
+                        optim.make_optimizer(c)[0], c.max_seq_length, c.max_predictions_per_seq)
+  ckpt = checkpoint.Checkpointer(str(workdir / 'checkpoints'))
+  ckpt.save(1, state, force=True)
+  ckpt.close()
+  saved_config.write(str(workdir), c)
+  export.export_workdir(str(workdir), str(tmp_path / 'hf'))
+  hf_model = transformers.ElectraForPreTraining.from_pretrained(str(tmp_path / 'hf'))
+  tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / 'hf'))
+  assert hf_model.config.pad_token_id == tok.pad_token_id == 7
+
+
 @pytest.fixture(scope='module')
 def exported(tmp_path_factory):
   """A 2-step CLI training run, exported (generator too) by the export CLI."""
@@ -245,3 +268,59 @@ def test_export_cli_writes_directories_transformers_loads(exported):
   # The generator directory shares the discriminator's embeddings.
   np.testing.assert_array_equal(gen.electra.embeddings.word_embeddings.weight.detach().numpy(),
                                 disc.electra.embeddings.word_embeddings.weight.detach().numpy())
+
+
+# --- Fine-tuned classifiers ----------------------------------------------------------------------
+
+@pytest.mark.parametrize('kind', ['three_classes', 'stsb_regression'])
+def test_a_finetuned_head_exports_as_transformers_sequence_classifier(kind, tmp_path):
+  """transformers' head out_proj(gelu(dense(x))) holds our linear head exactly; a regression
+  comes out on the task's scale (STS-B: ours x 5). E != H, so the projection is covered."""
+  from electra_jax.finetune import loop, tasks  # pylint: disable=import-outside-toplevel
+  from electra_jax.hf import classifier  # pylint: disable=import-outside-toplevel
+  task = (tasks.named_files_task(('anne', 'emma', 'fanny')) if kind == 'three_classes'
+          else tasks.get_task('stsb'))
+  c = config_lib.resolve(tiny_config())
+  model_config = model_lib.ModelConfig.from_config(c)
+  model = loop.make_model(task, model_config)
+  ids, segments, mask = padded_inputs(c)
+  batch = dict(input_ids=ids, segment_ids=segments, input_mask=mask)
+  params = jax.device_get(model.init({'params': jax.random.key(0)}, batch)['params'])
+  rng = np.random.default_rng(0)
+  params = jax.tree.map(lambda x: x + rng.normal(0, 0.1, x.shape).astype(np.float32), params)
+  # A head of logits well away from zero, both signs: each GELU pair works far from its kink.
+  params['head']['output'] = {k: rng.normal(0, 1.0, v.shape).astype(np.float32)
+                              for k, v in params['head']['output'].items()}
+  ours = np.asarray(model.apply({'params': params}, batch))
+  hf_files.write_dir(str(tmp_path), classifier.config_dict(model_config, task, 0.1, 0),
+                     classifier.state_dict(params, model_config, task))
+  hf_model = transformers.ElectraForSequenceClassification.from_pretrained(str(tmp_path)).eval()
+  with torch.no_grad():
+    theirs = hf_model(input_ids=torch.tensor(ids), token_type_ids=torch.tensor(segments),
+                      attention_mask=torch.tensor(mask)).logits.numpy()
+  assert theirs.shape == ours.shape == (3, task.num_outputs)
+  np.testing.assert_allclose(theirs, ours * task.label_scale, atol=1e-4)
+  assert np.abs(ours).max() > 1.0
+  if kind == 'three_classes':
+    assert hf_model.config.id2label == {0: 'anne', 1: 'emma', 2: 'fanny'}
+    assert hf_model.config.problem_type == 'single_label_classification'
+  else:
+    assert hf_model.config.problem_type == 'regression' and hf_model.config.num_labels == 1
+
+
+def test_heads_transformers_cannot_hold_are_refused_with_the_reason():
+  from electra_jax.finetune import tasks  # pylint: disable=import-outside-toplevel
+  from electra_jax.hf import classifier  # pylint: disable=import-outside-toplevel
+  cfg = model_lib.ModelConfig.from_config(config_lib.resolve(tiny_config()))
+  sst2 = tasks.get_task('sst2')
+  classifier.check_exportable(sst2, cfg, 'cls')
+  with pytest.raises(UserError, match='SQuAD span head .* has no transformers class'):
+    classifier.check_exportable(tasks.get_task('squad_v2'), cfg, 'cls')
+  with pytest.raises(UserError, match="classifier_pooling='mean'"):
+    classifier.check_exportable(sst2, cfg, 'mean')
+  with pytest.raises(UserError, match='relative_attention_span=8'):
+    classifier.check_exportable(sst2, model_lib.ModelConfig.from_config(
+        config_lib.resolve(tiny_config(relative_attention_span=8))), 'cls')
+  many = tasks.named_files_task(tuple(f'c{i}' for i in range(17)))  # 2 x 17 > hidden 32
+  with pytest.raises(UserError, match='17 classes need a hidden size of at least 34'):
+    classifier.check_exportable(many, cfg, 'cls')

@@ -745,8 +745,8 @@ def test_glue_test_splits_become_leaderboard_files(tokenizer, tmp_path):
   examples = tasks.glue_examples(tasks.TASKS['sst2'], source)
   assert [(e['index'], e['label']) for e in examples] == [(7, None), (3, None)]
   run = saved_run.FinetunedRun(workdir='', config=ft_config(task='mnli'),
-                               task=tasks.TASKS['mnli'], model_config=None, tokenizer=tokenizer,
-                               runs=[])
+                               task=tasks.TASKS['mnli'], model_config=None, network=None,
+                               tokenizer=tokenizer, runs=[])
   with tfds.testing.mock_data(num_examples=5):
     parts = predictions.split_parts(run, 'test')
     validation = predictions.split_parts(run, 'validation_matched', max_examples=3)
@@ -758,18 +758,18 @@ def test_glue_test_splits_become_leaderboard_files(tokenizer, tmp_path):
   outputs = dict(prediction=np.array([2, 0]), probabilities=np.array([[.1, .2, .7], [.5, .3, .2]]))
   mnli_part = predictions.Part('MNLI-m', [dict(examples[0], label=None),
                                           dict(examples[1], label=None)], False, True)
-  predictions.write_part(str(tmp_path), tasks.TASKS['mnli'], run.config, mnli_part, {}, outputs)
+  predictions.write_part(str(tmp_path), tasks.TASKS['mnli'], mnli_part, outputs)
   assert _read_tsv(tmp_path / 'MNLI-m.tsv')[1] == [['7', 'contradiction'], ['3', 'entailment']]
   sst_part = predictions.Part('SST-2', examples, False, True)
   outputs = dict(prediction=np.array([1, 0]), probabilities=np.array([[.4, .6], [.9, .1]]))
-  predictions.write_part(str(tmp_path), tasks.TASKS['sst2'], run.config, sst_part, {}, outputs)
+  predictions.write_part(str(tmp_path), tasks.TASKS['sst2'], sst_part, outputs)
   assert _read_tsv(tmp_path / 'SST-2.tsv')[1] == [['7', '1'], ['3', '0']]
   with open(tmp_path / 'SST-2.jsonl', encoding='utf-8') as f:
     assert json.loads(f.readline()) == dict(index=7, prediction='positive',
                                             probabilities=dict(negative=0.4, positive=0.6))
   # STS-B on GLUE's 0-5 scale (trained on targets / 5).
   stsb = predictions.Part('STS-B', examples, False, True)
-  predictions.write_part(str(tmp_path), tasks.TASKS['stsb'], run.config, stsb, {},
+  predictions.write_part(str(tmp_path), tasks.TASKS['stsb'], stsb,
                          dict(prediction=np.array([0.5, 0.912345678])))
   assert _read_tsv(tmp_path / 'STS-B.tsv')[1] == [['7', '2.5'], ['3', '4.56173']]
 
@@ -802,7 +802,8 @@ def test_squad_files_give_the_official_scripts_inputs(tokenizer, tmp_path):
   first = np.argmax(feats['context_mask'], axis=1)
   outputs.update(start_index=first[:, None], end_index=first[:, None, None])
   part = predictions.Part('dev', examples, True)
-  files = predictions.write_part(str(tmp_path), tasks.TASKS['squad_v2'], c, part, feats, outputs)
+  decoded = loop.decode_spans(tasks.TASKS['squad_v2'], c, feats, outputs, examples)
+  files = predictions.write_part(str(tmp_path), tasks.TASKS['squad_v2'], part, outputs, decoded)
   assert [os.path.basename(f) for f in files] == ['dev_predictions.json', 'dev_null_odds.json',
                                                   'dev_best_spans.json']
   with open(tmp_path / 'dev_null_odds.json', encoding='utf-8') as f:
@@ -835,3 +836,59 @@ def test_squad_v2_end_to_end_on_tfds_mock_data(tmp_path, span_head):
   with open(tmp_path / 'out' / 'squad_v2_validation_predictions.json', encoding='utf-8') as f:
     answers = json.load(f)
   assert list(answers) == [e['id'] for e in parts[0].examples]
+
+
+def test_export_of_a_finetuned_run_is_a_transformers_classifier_that_predicts_as_we_do(
+    finetuned, tmp_path):
+  """`export --workdir=FT_DIR` writes the best seed's best epoch as
+  ElectraForSequenceClassification with its tokenizer and class names: transformers' pipeline
+  gives our predictions, its probabilities ours."""
+  transformers = pytest.importorskip('transformers')
+  import torch  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import predictions, saved_run  # pylint: disable=import-outside-toplevel
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT)
+  output = str(tmp_path / 'hf')
+  proc = subprocess.run([sys.executable, '-m', 'electra_jax.export',
+                         f'--workdir={finetuned["out"]}', f'--output={output}'], cwd=REPO_ROOT,
+                        env=env, capture_output=True, text=True, timeout=600, check=False)
+  assert proc.returncode == 0, proc.stderr
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  run = saved_run.load(finetuned['out'])
+  assert (summary['what'], summary['seed']) == ('ElectraForSequenceClassification',
+                                                run.best_seed())
+  texts = [r[0] for r in _read_tsv(finetuned['root'] / 'eval.tsv')[1][:24]]
+  part = predictions.Part('texts', [dict(text_a=t, text_b=None, label=None, index=i)
+                                    for i, t in enumerate(texts)], labelled=False)
+  predictor = predictions.Predictor(run, run.best_seed(), 8)
+  assert predictor.step == summary['step']
+  ours = predictor(predictor.features(part))['probabilities']
+  tok = transformers.AutoTokenizer.from_pretrained(output)
+  model = transformers.ElectraForSequenceClassification.from_pretrained(output).eval()
+  with torch.no_grad():
+    theirs = torch.softmax(model(**tok(texts, padding=True, return_tensors='pt')).logits, -1)
+  np.testing.assert_allclose(theirs.numpy(), ours, atol=1e-5)
+  classify = transformers.pipeline('text-classification', model=model, tokenizer=tok)
+  assert [r['label'] for r in classify(texts)] == [
+      run.task.label_names[i] for i in np.argmax(ours, -1)]
+  assert {'bad', 'good'} == set(model.config.label2id)
+  # A fine-tuning workdir has seeds, not steps or networks; a pretraining one no seeds.
+  for flag in ('--what=generator', '--step=3'):
+    bad = subprocess.run([sys.executable, '-m', 'electra_jax.export',
+                          f'--workdir={finetuned["out"]}', f'--output={tmp_path}/x', flag],
+                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
+                         check=False)
+    assert bad.returncode == 2 and 'is a fine-tuning workdir' in bad.stderr
+  bad = subprocess.run([sys.executable, '-m', 'electra_jax.export',
+                        f'--workdir={run.config.init_checkpoint}', f'--output={tmp_path}/x',
+                        '--seed=0'], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                       timeout=600, check=False)
+  assert bad.returncode == 2 and '--seed=0 is for fine-tuning workdirs' in bad.stderr
+  import shutil  # pylint: disable=import-outside-toplevel
+  from electra_jax import export  # pylint: disable=import-outside-toplevel
+  unfinished = tmp_path / 'unfinished'
+  shutil.copytree(finetuned['out'], unfinished)
+  (unfinished / 'results.json').unlink()
+  assert saved_run.is_finetuning_workdir(str(unfinished))
+  assert not saved_run.is_finetuning_workdir(run.config.init_checkpoint)
+  with pytest.raises(UserError, match='has not finished'):
+    export.export_finetuned(str(unfinished), str(tmp_path / 'y'))

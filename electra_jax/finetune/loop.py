@@ -128,8 +128,16 @@ def predict_all(predict_step, params, features: dict, batch_size: int, mesh) -> 
   return merged
 
 
-def score(task, c, eval_set: EvalSet, outputs: dict) -> dict:
-  """Task metrics (and mean eval loss) for one eval split."""
+def decode_spans(task, c, features: dict, outputs: dict, examples: list) -> spans.Decoded:
+  """A SQuAD eval set's answers (what its metrics and prediction files read)."""
+  return spans.decode(features, outputs, examples, c.max_answer_length,
+                      tasks_lib.is_squad_v2(task), spans.NULL_THRESHOLDS[c.span_head])
+
+
+def score(task, c, eval_set: EvalSet, outputs: dict,
+          decoded: spans.Decoded | None = None) -> dict:
+  """Task metrics (and mean eval loss) for one eval split; SQuAD's from `decoded` when the
+  caller has decoded it already."""
   f = eval_set.features
   result = dict(loss=float(np.mean(outputs['loss'])))
   if task.kind == tasks_lib.CLASSIFICATION:
@@ -140,8 +148,8 @@ def score(task, c, eval_set: EvalSet, outputs: dict) -> dict:
     result.update(metrics_lib.regression_metrics(f['label'] * task.label_scale,
                                                  outputs['prediction'] * task.label_scale))
   else:
-    decoded = spans.decode(f, outputs, eval_set.examples, c.max_answer_length,
-                           tasks_lib.is_squad_v2(task), spans.NULL_THRESHOLDS[c.span_head])
+    if decoded is None:
+      decoded = decode_spans(task, c, f, outputs, eval_set.examples)
     gold = {e['id']: [a for a, _ in e['answers']] for e in eval_set.examples}
     # SQuAD 2.0 also gets the official script's breakdown and threshold search.
     result.update(metrics_lib.squad_metrics(decoded.answers, gold, decoded.best_spans,

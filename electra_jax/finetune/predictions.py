@@ -124,8 +124,10 @@ def _class_text(task, part: Part, class_id: int) -> str:
   return task.label_names[class_id]
 
 
-def write_part(output: str, task, config, part: Part, features: dict, outputs: dict) -> list:
-  """Writes the part's files (each whole, atomically); returns their paths."""
+def write_part(output: str, task, part: Part, outputs: dict,
+               decoded: spans.Decoded | None = None) -> list:
+  """Writes the part's files (each whole, atomically; SQuAD's from `decoded`); returns their
+  paths."""
   written = []
 
   def write(name, text):
@@ -133,8 +135,6 @@ def write_part(output: str, task, config, part: Part, features: dict, outputs: d
     atomic.write_text(written[-1], text)
 
   if task.kind == tasks_lib.SPAN:
-    decoded = spans.decode(features, outputs, part.examples, config.max_answer_length,
-                           tasks_lib.is_squad_v2(task), spans.NULL_THRESHOLDS[config.span_head])
     write(f'{part.name}_predictions.json', json.dumps(decoded.answers, indent=2) + '\n')
     if decoded.no_answer is not None:
       write(f'{part.name}_null_odds.json', json.dumps(decoded.no_answer, indent=2) + '\n')
@@ -176,11 +176,13 @@ def predict(run: saved_run_lib.FinetunedRun, parts: list, output: str, seed: int
   for part in parts:
     features = predictor.features(part)
     outputs = predictor(features)
-    files = write_part(output, task, run.config, part, features, outputs)
+    decoded = (loop.decode_spans(task, run.config, features, outputs, part.examples)
+               if task.kind == tasks_lib.SPAN else None)
+    files = write_part(output, task, part, outputs, decoded)
     result = dict(name=part.name, examples=len(part.examples), files=files)
     if part.labelled:
       eval_set = loop.EvalSet(prefix='', features=features, examples=part.examples)
-      result['metrics'] = loop.score(task, run.config, eval_set, outputs)
+      result['metrics'] = loop.score(task, run.config, eval_set, outputs, decoded)
     metrics = ', '.join(f'{k} {v:.4f}' for k, v in result.get('metrics', {}).items())
     say(f'{part.name}: {len(part.examples)} examples -> {", ".join(map(paths.name, files))}'
         + (f' | {metrics}' if metrics else ''), flush=True)

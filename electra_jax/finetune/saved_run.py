@@ -45,6 +45,7 @@ class FinetunedRun:
   config: ml_collections.ConfigDict  # the resolved fine-tuning config
   task: tasks_lib.Task
   model_config: model_lib.ModelConfig
+  network: ml_collections.ConfigDict  # pretraining-form: vocab_file (absolute), casing, sizes
   tokenizer: object
   runs: list  # results.json's per-seed records (seed, best, final, history)
 
@@ -74,13 +75,25 @@ class FinetunedRun:
 
 
 def _network(workdir: str, c) -> tuple[ml_collections.ConfigDict, object]:
-  """(the network's pretraining-form config, its tokenizer)."""
+  """(the network's pretraining-form config, vocab_file its absolute path; its tokenizer)."""
   directory = paths.join(workdir, NETWORK)
   if not saved_config.exists(directory):
     return pretrained.network_config(c)
-  source = saved_config.load(directory)
-  return source, tokenizer_lib.load_tokenizer(paths.join(directory, source.vocab_file),
-                                              source.vocab_size, source.do_lower_case)
+  source = ml_collections.ConfigDict(saved_config.load(directory).to_dict())
+  source.vocab_file = paths.join(directory, source.vocab_file)
+  return source, tokenizer_lib.load_tokenizer(source.vocab_file, source.vocab_size,
+                                              source.do_lower_case)
+
+
+def is_finetuning_workdir(workdir: str) -> bool:
+  """A workdir python -m electra_jax.finetune wrote (finished or not): its config.json names a
+  task, and it has no pretraining checkpoints."""
+  if checkpoint.has_steps(workdir) or not saved_config.exists(workdir):
+    return False
+  try:
+    return 'task' in json.loads(paths.read_text(saved_config.path(workdir)))
+  except (json.JSONDecodeError, UnicodeDecodeError):
+    return False
 
 
 def load(workdir: str) -> FinetunedRun:
@@ -104,5 +117,6 @@ def load(workdir: str) -> FinetunedRun:
     task = tasks_lib.named_files_task(tuple(results['label_names']))
   source, tokenizer = _network(workdir, c)
   return FinetunedRun(workdir=workdir, config=c, task=task,
-                      model_config=pretrained.fine_tuned_config(source, c), tokenizer=tokenizer,
+                      model_config=pretrained.fine_tuned_config(source, c), network=source,
+                      tokenizer=tokenizer,
                       runs=results['runs'])

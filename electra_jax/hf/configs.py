@@ -12,8 +12,10 @@ from electra_jax.hf import weights
 ARCHITECTURES = {'discriminator': 'ElectraForPreTraining', 'generator': 'ElectraForMaskedLM'}
 
 
-def hf_config_dict(config, network: str = 'discriminator') -> dict:
-  """ElectraConfig fields for one of our networks (what goes in the export's config.json)."""
+def hf_config_dict(config, network: str = 'discriminator',
+                   pad_token_id: int = tokenizer_lib.PAD_ID) -> dict:
+  """ElectraConfig fields for one of our networks (what goes in the export's config.json);
+  pad_token_id: the vocabulary's [PAD] (a WordPiece vocab.txt may hold it anywhere)."""
   weights.check_network(network)
   cfg = weights.model_config(config)
   gen = network == 'generator'
@@ -29,7 +31,7 @@ def hf_config_dict(config, network: str = 'discriminator') -> dict:
       max_position_embeddings=cfg.max_position_embeddings,
       type_vocab_size=cfg.type_vocab_size, layer_norm_eps=model_lib.LAYER_NORM_EPS,
       initializer_range=0.02, position_embedding_type='absolute',
-      pad_token_id=tokenizer_lib.PAD_ID, tie_word_embeddings=True)
+      pad_token_id=pad_token_id, tie_word_embeddings=True)
 
 
 def is_generator(hf: dict) -> bool:

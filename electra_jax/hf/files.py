@@ -9,6 +9,7 @@ import numpy as np
 
 from electra_jax import atomic
 from electra_jax import paths
+from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
 from electra_jax.hf import configs
 from electra_jax.hf import weights
@@ -71,19 +72,20 @@ def read_dir(directory) -> tuple[dict, dict[str, np.ndarray]]:
                   '(sharded checkpoints are not supported); re-save it with save_pretrained')
 
 
-def _save_safetensors(state: dict, path):
+def write_dir(directory, hf_config: dict, state: dict):
+  """config.json + model.safetensors into `directory` (created)."""
+  directory = paths.get(directory)
+  directory.mkdir(parents=True, exist_ok=True)
+  atomic.write_json(directory / 'config.json', hf_config, sort_keys=True)
   try:
     from safetensors.numpy import save  # pylint: disable=import-outside-toplevel
   except ImportError as e:
     raise UserError(f'writing safetensors needs safetensors; {EXTRA_HINT}') from e
-  paths.get(path).write_bytes(save(state, metadata={'format': 'pt'}))
+  (directory / SAFETENSORS_FILE).write_bytes(save(state, metadata={'format': 'pt'}))
 
 
-def write_model(params, config, network: str, directory):
-  """config.json + model.safetensors for one network into `directory` (created)."""
-  directory = paths.get(directory)
-  directory.mkdir(parents=True, exist_ok=True)
-  atomic.write_json(directory / 'config.json', configs.hf_config_dict(config, network),
-                    sort_keys=True)
-  _save_safetensors(weights.params_to_hf(params, config, network),
-                    directory / SAFETENSORS_FILE)
+def write_model(params, config, network: str, directory,
+                pad_token_id: int = tokenizer_lib.PAD_ID):
+  """One pretraining network (ElectraForPreTraining or ElectraForMaskedLM) into `directory`."""
+  write_dir(directory, configs.hf_config_dict(config, network, pad_token_id),
+            weights.params_to_hf(params, config, network))

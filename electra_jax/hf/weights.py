@@ -76,19 +76,21 @@ def _get(tree, path: tuple):
   return tree
 
 
-def params_to_hf(params, config, network: str = 'discriminator') -> dict[str, np.ndarray]:
+def params_to_hf(params, config, network: str = 'discriminator',
+                 with_head: bool = True) -> dict[str, np.ndarray]:
   """Our params -> the HF state dict of ElectraForPreTraining ('discriminator') or
   ElectraForMaskedLM ('generator'), as float32 numpy arrays.
 
   `params` needs 'embeddings' and the chosen network; `config` is a resolved ConfigDict or a
   model.ModelConfig. The generator's tied `generator_lm_head.weight` is left out, as
-  save_pretrained does; transformers ties it to the word embeddings on load.
+  save_pretrained does; transformers ties it to the word embeddings on load. with_head=False
+  leaves out the pretraining head (a fine-tuned encoder has none).
   """
   check_network(network)
   if network == 'discriminator':
     params = model_lib.discriminator_view(params)
   state = {}
-  for path, name, transpose in name_table(model_config(config), network):
+  for path, name, transpose in name_table(model_config(config), network, with_head):
     value = np.asarray(jax.device_get(_get(params, path)), dtype=np.float32)
     state[name] = np.ascontiguousarray(value.T if transpose else value)
   return state
