@@ -212,6 +212,17 @@ def test_evaluate_export_and_finetune_read_and_write_the_bucket(gcs, bucket_data
   assert predicted['parts'][0]['metrics']['accuracy'] == pytest.approx(
       second['runs'][0]['best']['eval_accuracy'])
   assert len(epath.Path(f'{BUCKET}/predictions/eval.tsv').read_text().splitlines()) == 33
+  # The fine-tuned classifier, from the bucket to the bucket, as transformers loads it.
+  classifier = last_json(run([sys.executable, '-m', 'electra_jax.export', f'--workdir={out}',
+                              f'--output={BUCKET}/hf_classifier'], env).stdout)
+  assert classifier['what'] == 'ElectraForSequenceClassification'
+  local = tmp_path / 'hf_classifier'
+  local.mkdir()
+  for path in epath.Path(f'{BUCKET}/hf_classifier').iterdir():
+    (local / path.name).write_bytes(path.read_bytes())
+  import transformers  # pylint: disable=import-outside-toplevel
+  model = transformers.ElectraForSequenceClassification.from_pretrained(str(local))
+  assert model.config.id2label == dict(enumerate(results['label_names']))
 
 
 def run_two_processes(data, workdir, env, *extra):
