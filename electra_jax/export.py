@@ -6,7 +6,8 @@
 Writes what `transformers.ElectraForPreTraining.from_pretrained(DIR)` (and
 `ElectraForMaskedLM` for the generator) loads: config.json, model.safetensors and tokenizer
 files that `AutoTokenizer.from_pretrained(DIR)` reads offline. A fine-tuning workdir's
-classifier (or regressor) becomes an `ElectraForSequenceClassification` directory. The way in,
+classifier (or regressor) becomes an `ElectraForSequenceClassification` directory, a tagger an
+`ElectraForTokenClassification` one. The way in,
 from transformers weights to a run, is `train --config.init_from=HF_DIR` (init_from.py). The
 conversions live in electra_jax/hf/.
 """
@@ -131,7 +132,8 @@ def export_workdir(workdir: str, output: str, what: str = 'discriminator',
 def export_finetuned(workdir: str, output: str, seed: int | None = None,
                      overwrite: bool = False) -> dict:
   """Writes a fine-tuning run's best epoch (of its best seed, or `seed`) as an
-  ElectraForSequenceClassification directory with its tokenizer; returns a summary."""
+  ElectraForSequenceClassification (a tagger: ElectraForTokenClassification) directory with its
+  tokenizer; returns a summary."""
   run = saved_run.load(workdir)
   hf_classifier.check_exportable(run.task, run.model_config, run.config.classifier_pooling)
   output = _check_output(output, overwrite)
@@ -139,7 +141,8 @@ def export_finetuned(workdir: str, output: str, seed: int | None = None,
   params, step = run.read_params(seed)
 
   def write(tmp):
-    print(f'Writing the {run.task.name} classifier (seed {seed}, step {step}) to {output}',
+    print(f'Writing the {run.task.name} {hf_classifier.architecture(run.task)} (seed {seed}, '
+          f'step {step}) to {output}',
           flush=True)
     hf_files.write_dir(tmp, hf_classifier.config_dict(run.model_config, run.task,
                                                       run.config.dropout_rate,
@@ -150,8 +153,8 @@ def export_finetuned(workdir: str, output: str, seed: int | None = None,
                                     run.network.do_lower_case)
 
   _in_temp_dir(output, write)
-  return dict(output=output, what=hf_classifier.ARCHITECTURE, task=run.task.name, seed=seed,
-              step=step, workdir=run.workdir, directories={'classifier': output})
+  return dict(output=output, what=hf_classifier.architecture(run.task), task=run.task.name,
+              seed=seed, step=step, workdir=run.workdir, directories={'classifier': output})
 
 
 # --- CLI ------------------------------------------------------------------------------------

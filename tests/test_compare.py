@@ -87,6 +87,9 @@ def test_overrides_parse_as_the_train_command_parses_them(tmp_path):
                                 ['save_best_checkpoint=f', 'learning_rate=1e-3'],
                                 '--finetune_override', {}, '--finetune_task')
   assert finetune.save_best_checkpoint is False and finetune.learning_rate == 1e-3
+  from electra_jax.experiments import compare  # pylint: disable=import-outside-toplevel
+  assert compare.finetune_config('tagging') == (
+      os.path.join(REPO_ROOT, 'configs', 'finetune', 'tagging.py'), 'tagging')
 
 
 def test_config_file_mistakes_name_the_file_and_each_file_is_its_own(tmp_path):

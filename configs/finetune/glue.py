@@ -16,15 +16,16 @@ def get_config():
 
   # --- Task and data -----------------------------------------------------------------------
   # Task name: a GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), squad_v1, squad_v2,
-  # or 'files' (your own train_file / eval_file).
+  # 'files' (your own train_file / eval_file) or 'tagging' (your own CoNLL-format files).
   c.task = 'sst2'
   # TFDS data directory for GLUE/SQuAD (None: TFDS's default, ~/tensorflow_datasets).
   c.tfds_data_dir = placeholder(str)
   # Let TFDS download and prepare (as ArrayRecord) a GLUE/SQuAD dataset that is not there yet.
   c.tfds_download = True
-  # task=files: training CSV/TSV/JSONL with a header (columns text or text_a/text_b, label).
+  # task=files: training CSV/TSV/JSONL with a header (columns text or text_a/text_b, label);
+  # task=tagging: a CoNLL-format file (a word and its tag per line, sentences blank-separated).
   c.train_file = placeholder(str)
-  # task=files: evaluation file in the same format.
+  # task=files / tagging: evaluation file in the same format.
   c.eval_file = placeholder(str)
   # task=files: 'auto' (float labels such as 0.5 -> regression, else classes), 'class' or
   # 'regression'.

@@ -1,4 +1,5 @@
-r"""Fine-tune a pretrained ELECTRA discriminator on a GLUE task, SQuAD or your own files.
+r"""Fine-tune a pretrained ELECTRA discriminator on a GLUE task, SQuAD, your own files (classes,
+regression) or your own CoNLL-format tagging files.
 
   python -m electra_jax.finetune --config=configs/finetune/glue.py --config.task=sst2 \
       --config.init_checkpoint=WORKDIR --workdir=FT_DIR [--config.num_seeds=10]

@@ -136,3 +136,34 @@ def encode_squad(tokenizer, examples: list[dict], max_seq_length: int, doc_strid
       out['token_end'].append(end)
       out['token_is_max_context'].append(max_context)
   return {k: np.asarray(v, np.int32) for k, v in out.items()}
+
+
+def encode_tagging(tokenizer, examples: list[dict], max_seq_length: int) -> dict:
+  """[CLS] word pieces [SEP], each word tokenized alone (as the official tagging code and
+  transformers' is_split_into_words do). Arrays [N, S]: input_ids, segment_ids, input_mask,
+  word_start (1 at each word's first piece: where its tag is predicted), label (the word's tag
+  id there, 0 elsewhere). Words whose first piece falls past max_seq_length - 2 are cut (their
+  count: word_start's row sum below the example's word count); a cut word's later pieces too."""
+  budget = max_seq_length - 2
+  pieces = tokenizer.encode_batch([w for e in examples for w in e['words']])
+  out = {k: [] for k in ('input_ids', 'segment_ids', 'input_mask', 'word_start', 'label')}
+  k = 0
+  for example in examples:
+    ids, starts, labels = [tokenizer.cls_id], [0], [0]
+    for j in range(len(example['words'])):
+      word = list(pieces[k + j]) or [tokenizer.unk_id]  # A word sentencepiece drops entirely.
+      if len(ids) - 1 < budget:
+        word = word[:budget - (len(ids) - 1)]
+        ids += word
+        starts += [1] + [0] * (len(word) - 1)
+        tag = 0 if example['label'] is None else example['label'][j]
+        labels += [tag] + [0] * (len(word) - 1)
+    k += len(example['words'])
+    ids.append(tokenizer.sep_id)
+    pad = max_seq_length - len(ids)
+    out['input_ids'].append(ids + [tokenizer.pad_id] * pad)
+    out['segment_ids'].append([0] * max_seq_length)
+    out['input_mask'].append([1] * len(ids) + [0] * pad)
+    out['word_start'].append(starts + [0] * (pad + 1))
+    out['label'].append(labels + [0] * (pad + 1))
+  return {k: np.asarray(v, np.int32).reshape(-1, max_seq_length) for k, v in out.items()}

@@ -56,6 +56,22 @@ class ClassificationHead(nn.Module):
                   self.head_init)(pooled).astype(jnp.float32)
 
 
+class TokenHead(nn.Module):
+  """Dropout + one linear layer on every position's state: tag logits [B, S, C] (the official
+  tagging head; transformers' ElectraForTokenClassification)."""
+  num_outputs: int
+  dropout_rate: float
+  dtype: Any = jnp.float32
+  head_init: str = 'normal'
+
+  @nn.compact
+  def __call__(self, hidden, input_mask, deterministic: bool):
+    del input_mask
+    hidden = nn.Dropout(self.dropout_rate)(hidden, deterministic=deterministic)
+    return _dense(self.num_outputs, self.dtype, 'output', self.head_init)(hidden).astype(
+        jnp.float32)
+
+
 def span_positions(context_mask):
   """Where a span may start or end: the context, and [CLS] (position 0), the target of a window
   that does not hold the answer (as the official code trains it; decoding never returns it)."""
@@ -151,7 +167,8 @@ class FinetuneModel(nn.Module):
                                              batch['input_mask'], deterministic)
 
   def __call__(self, batch, deterministic: bool = True):
-    """Classification/regression logits [B, C], or the span head's training outputs."""
+    """Classification/regression logits [B, C], tag logits [B, S, C], or the span head's
+    training outputs."""
     hidden = self.hidden(batch, deterministic)
     if isinstance(self.head, SpanHead):
       return self.head(hidden, batch['context_mask'], batch['start_position'])

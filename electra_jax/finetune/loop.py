@@ -51,13 +51,25 @@ def encode(c, task, tokenizer, examples):
   if task.kind == tasks_lib.SPAN:
     return features_lib.encode_squad(tokenizer, examples, c.max_seq_length, c.doc_stride,
                                      c.max_query_length)
+  if task.kind == tasks_lib.TAGGING:
+    return features_lib.encode_tagging(tokenizer, examples, c.max_seq_length)
   return features_lib.encode_classification(tokenizer, examples, c.max_seq_length,
                                             task.kind == tasks_lib.REGRESSION)
 
 
 def load_data(c, task, tokenizer) -> Data:
   """Reads and encodes the train split and every eval split of the task."""
-  if task.name == 'files':
+  if task.kind == tasks_lib.TAGGING:
+    for key in ('train_file', 'eval_file'):
+      if not c[key]:
+        raise UserError(f'config.task=tagging needs --config.{key}=PATH (CoNLL format: a word '
+                        'and its tag per line, a blank line between sentences)')
+    train_sentences = tasks_lib.read_conll(c.train_file)
+    task = tasks_lib.tagging_task(train_sentences, c.train_file)
+    train = tasks_lib.tagging_examples(task, train_sentences, c.train_file, c.max_train_examples)
+    evals = [('', tasks_lib.tagging_examples(task, tasks_lib.read_conll(c.eval_file),
+                                             c.eval_file, c.max_eval_examples))]
+  elif task.name == 'files':
     for key in ('train_file', 'eval_file'):
       if not c[key]:
         raise UserError(f'config.task=files needs --config.{key}=PATH (CSV/TSV/JSONL with '
@@ -134,6 +146,18 @@ def decode_spans(task, c, features: dict, outputs: dict, examples: list) -> span
                       tasks_lib.is_squad_v2(task), spans.NULL_THRESHOLDS[c.span_head])
 
 
+def word_tags(task, features: dict, outputs: dict, examples: list) -> list[list[str]]:
+  """Each sentence's predicted tag names, one per word; a word cut at max_seq_length gets the
+  outside tag ('O', or the first tag where there is none)."""
+  outside = 'O' if 'O' in task.label_names else task.label_names[0]
+  result = []
+  for i, example in enumerate(examples):
+    ids = outputs['prediction'][i][features['word_start'][i] > 0]
+    result.append([task.label_names[t] for t in ids]
+                  + [outside] * (len(example['words']) - len(ids)))
+  return result
+
+
 def score(task, c, eval_set: EvalSet, outputs: dict,
           decoded: spans.Decoded | None = None) -> dict:
   """Task metrics (and mean eval loss) for one eval split; SQuAD's from `decoded` when the
@@ -143,6 +167,10 @@ def score(task, c, eval_set: EvalSet, outputs: dict,
   if task.kind == tasks_lib.CLASSIFICATION:
     result.update(metrics_lib.classification_metrics(f['label'], outputs['prediction'],
                                                      task.metric_names))
+  elif task.kind == tasks_lib.TAGGING:
+    gold = [[task.label_names[t] for t in e['label']] for e in eval_set.examples]
+    result.update(metrics_lib.tagging_metrics(
+        gold, word_tags(task, f, outputs, eval_set.examples), tasks_lib.is_span_tagging(task)))
   elif task.kind == tasks_lib.REGRESSION:
     # Scores on the original scale (STS-B targets were divided by label_scale for training).
     result.update(metrics_lib.regression_metrics(f['label'] * task.label_scale,
@@ -163,6 +191,9 @@ def make_model(task, model_config, pooling: str = 'cls', head_init: str = 'norma
                span_head: str = 'xlnet') -> heads.FinetuneModel:
   if task.kind == tasks_lib.SPAN:
     head = heads.SpanHead(model_config.hidden_size, model_config.dtype, head_init, span_head)
+  elif task.kind == tasks_lib.TAGGING:
+    head = heads.TokenHead(task.num_outputs, model_config.dropout_rate, model_config.dtype,
+                           head_init)
   else:
     head = heads.ClassificationHead(task.num_outputs, model_config.dropout_rate,
                                     model_config.dtype, pooling, head_init)

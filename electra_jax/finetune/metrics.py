@@ -3,7 +3,8 @@
 CoLA: Matthews correlation; STS-B: Pearson and Spearman; MRPC, QQP: F1 (positive class 1) and
 accuracy; other classification tasks: accuracy. SQuAD: exact match and token F1 after the
 official answer normalisation (lowercase, strip punctuation, articles and extra whitespace),
-each prediction scored against its best-matching gold answer.
+each prediction scored against its best-matching gold answer. Tagging: word accuracy, and for
+span tags chunk precision / recall / F1 as CoNLL's conlleval counts them.
 """
 import collections
 import re
@@ -38,6 +39,49 @@ def matthews_corrcoef(labels, predictions) -> float:
   fp, fn = float(np.sum(~y & p)), float(np.sum(y & ~p))
   denom = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
   return float((tp * tn - fp * fn) / denom) if denom else 0.0
+
+
+def _tag_parts(tag: str) -> tuple[str, str]:
+  """(prefix, type) of a span tag: 'B-PER' -> ('B', 'PER'), 'O' -> ('O', ''); BILOU's L/U read
+  as E/S."""
+  if tag == 'O':
+    return 'O', ''
+  return {'L': 'E', 'U': 'S'}.get(tag[0], tag[0]), tag[2:]
+
+
+def tag_spans(tags: list[str]) -> set[tuple[int, int, str]]:
+  """The chunks (start, end exclusive, type) of a tag sequence, by conlleval's rules, so IOB1,
+  IOB2 and BIOES all read: a chunk starts at B or S, or at I or E after O, E, S or another
+  type; it ends after E or S, or before B, S, O or another type."""
+  chunks, start = set(), None
+  prev_prefix, prev_type = 'O', ''
+  for i, tag in enumerate(list(tags) + ['O']):
+    prefix, kind = _tag_parts(tag)
+    ends = prev_prefix in ('E', 'S') or (prev_prefix in ('B', 'I') and (
+        prefix in ('B', 'S', 'O') or kind != prev_type))
+    if start is not None and ends:
+      chunks.add((start, i, prev_type))
+      start = None
+    if prefix in ('B', 'S') or (prefix in ('I', 'E') and (
+        prev_prefix in ('E', 'S', 'O') or kind != prev_type)):
+      start = i
+    prev_prefix, prev_type = prefix, kind
+  return chunks
+
+
+def tagging_metrics(gold: list[list[str]], predicted: list[list[str]], spans: bool) -> dict:
+  """Word accuracy over every sentence; with spans, chunk precision, recall and F1 (a chunk
+  counts where its start, end and type all match; 0 where there is nothing to divide by)."""
+  result = dict(accuracy=accuracy([t for s in gold for t in s], [t for s in predicted for t in s]))
+  if spans:
+    found = [(tag_spans(g), tag_spans(p)) for g, p in zip(gold, predicted)]
+    correct = sum(len(g & p) for g, p in found)
+    n_gold, n_predicted = sum(len(g) for g, _ in found), sum(len(p) for _, p in found)
+    precision = correct / n_predicted if n_predicted else 0.0
+    recall = correct / n_gold if n_gold else 0.0
+    result.update(precision=precision, recall=recall,
+                  f1=2 * precision * recall / (precision + recall) if correct else 0.0)
+  return result
 
 
 def pearson(x, y) -> float:

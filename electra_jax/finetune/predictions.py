@@ -4,7 +4,9 @@ split of the task, or a file; scored too where the data has labels.
 Classification / regression: OUT/<name>.tsv (`index<TAB>prediction`: class names, or class ids
 where the GLUE leaderboard wants them; regression on the task's own scale) and
 OUT/<name>.jsonl (per example: index, prediction, the class probabilities, the label if known).
-SQuAD: OUT/<name>_predictions.json (question id -> answer, '' for none: what the official
+Tagging: OUT/<name>.conll (each word and its predicted tag, a blank line between sentences: the
+input's format) and OUT/<name>.jsonl (per sentence: index, words, predicted tags, the tags if
+known). SQuAD: OUT/<name>_predictions.json (question id -> answer, '' for none: what the official
 evaluation script and the leaderboard read); SQuAD 2.0 also OUT/<name>_null_odds.json (each
 question's no-answer probability: the script's --na-prob-file) and OUT/<name>_best_spans.json
 (each question's best span however unanswerable it looks: with the null odds, what the script's
@@ -67,6 +69,10 @@ def split_parts(run: saved_run_lib.FinetunedRun, split: str, max_examples: int =
 def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0) -> Part:
   """A CSV/TSV/JSONL file (label column optional), or for SQuAD a SQuAD-format JSON file."""
   name = os.path.splitext(paths.name(path))[0]
+  if run.task.kind == tasks_lib.TAGGING:
+    examples = tasks_lib.tagging_examples(run.task, tasks_lib.read_conll(path, need_label=False),
+                                          path, max_examples)
+    return Part(name, examples, examples[0]['label'] is not None)
   if run.task.kind == tasks_lib.SPAN:
     examples, labelled = tasks_lib.squad_file_examples(path)
     return Part(name, _limit(examples, max_examples), labelled)
@@ -76,6 +82,8 @@ def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0)
 
 
 def file_names(task, part: Part) -> list[str]:
+  if task.kind == tasks_lib.TAGGING:
+    return [f'{part.name}.conll', f'{part.name}.jsonl']
   if task.kind != tasks_lib.SPAN:
     return [f'{part.name}.tsv', f'{part.name}.jsonl']
   return [f'{part.name}_predictions.json'] + (
@@ -125,9 +133,9 @@ def _class_text(task, part: Part, class_id: int) -> str:
 
 
 def write_part(output: str, task, part: Part, outputs: dict,
-               decoded: spans.Decoded | None = None) -> list:
-  """Writes the part's files (each whole, atomically; SQuAD's from `decoded`); returns their
-  paths."""
+               decoded: spans.Decoded | None = None, features: dict | None = None) -> list:
+  """Writes the part's files (each whole, atomically; SQuAD's from `decoded`, tagging's from
+  `features`' word starts); returns their paths."""
   written = []
 
   def write(name, text):
@@ -139,6 +147,18 @@ def write_part(output: str, task, part: Part, outputs: dict,
     if decoded.no_answer is not None:
       write(f'{part.name}_null_odds.json', json.dumps(decoded.no_answer, indent=2) + '\n')
       write(f'{part.name}_best_spans.json', json.dumps(decoded.best_spans, indent=2) + '\n')
+    return written
+  if task.kind == tasks_lib.TAGGING:
+    predicted = loop.word_tags(task, features, outputs, part.examples)
+    conll, details = [], []
+    for example, tags in zip(part.examples, predicted):
+      conll.append(''.join(f'{w}\t{t}\n' for w, t in zip(example['words'], tags)))
+      detail = dict(index=example['index'], words=example['words'], prediction=tags)
+      if example['label'] is not None:
+        detail['label'] = [task.label_names[t] for t in example['label']]
+      details.append(json.dumps(detail))
+    write(f'{part.name}.conll', '\n'.join(conll))
+    write(f'{part.name}.jsonl', '\n'.join(details) + '\n')
     return written
   lines, details = ['index\tprediction'], []
   for i, example in enumerate(part.examples):
@@ -178,7 +198,7 @@ def predict(run: saved_run_lib.FinetunedRun, parts: list, output: str, seed: int
     outputs = predictor(features)
     decoded = (loop.decode_spans(task, run.config, features, outputs, part.examples)
                if task.kind == tasks_lib.SPAN else None)
-    files = write_part(output, task, part, outputs, decoded)
+    files = write_part(output, task, part, outputs, decoded, features)
     result = dict(name=part.name, examples=len(part.examples), files=files)
     if part.labelled:
       eval_set = loop.EvalSet(prefix='', features=features, examples=part.examples)

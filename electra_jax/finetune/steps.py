@@ -1,7 +1,9 @@
 """Per-task losses and the pure train objective / prediction functions the loop jits.
 
 Every loss is per example (float32) so evaluation can weight out padding; training uses the
-mean. Classification: softmax cross-entropy; regression: squared error on the scaled target;
+mean. Classification: softmax cross-entropy; tagging: its sum over the sentence's words (at
+each word's first piece, as the official tagging code); regression: squared error on the scaled
+target;
 SQuAD: (start CE + end CE) / 2 on every window (one without the answer targets [CLS], as in the
 official code), plus answerable_weight times the answerability sigmoid cross-entropy: SQuAD 2.0
 with the 'xlnet' span head (label: this window holds the answer), SQuAD 1.1 and 2.0 with the
@@ -20,6 +22,9 @@ from electra_jax.finetune import tasks as tasks_lib
 def per_example_loss(task, outputs, batch, answerable_weight: float, span_head: str = 'xlnet'):
   if task.kind == tasks_lib.CLASSIFICATION:
     return optax.softmax_cross_entropy_with_integer_labels(outputs, batch['label'])
+  if task.kind == tasks_lib.TAGGING:
+    losses = optax.softmax_cross_entropy_with_integer_labels(outputs, batch['label'])
+    return jnp.sum(losses * batch['word_start'], axis=-1)
   if task.kind == tasks_lib.REGRESSION:
     return jnp.square(outputs[:, 0] - batch['label'])
   start, end, answerable = outputs
@@ -70,7 +75,7 @@ def make_predict(model, task, c):
     variables = {'params': params}
     outputs = model.apply(variables, batch, deterministic=True)
     result = dict(loss=per_example_loss(task, outputs, batch, c.answerable_weight, c.span_head))
-    if task.kind == tasks_lib.CLASSIFICATION:
+    if task.kind in (tasks_lib.CLASSIFICATION, tasks_lib.TAGGING):
       result['prediction'] = jnp.argmax(outputs, axis=-1)
       result['probabilities'] = jax.nn.softmax(outputs.astype(jnp.float32), axis=-1)
     elif task.kind == tasks_lib.REGRESSION:

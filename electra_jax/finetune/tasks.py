@@ -2,10 +2,11 @@
 
 GLUE and SQuAD come from TFDS (`tfds.data_source`, random access without TensorFlow; the
 dataset is downloaded and prepared as ArrayRecord on first use unless `tfds_download=false`);
-`files` reads a user's CSV/TSV/JSONL. Every loader returns plain Python examples:
-classification/regression: {'text_a', 'text_b' (or None), 'label', 'index'}; span (SQuAD):
-{'id', 'question', 'context', 'answers': [(text, start_char)], 'is_impossible'}. A label is
-None where the data has none (GLUE's test splits, a file to predict without a label column).
+`files` reads a user's CSV/TSV/JSONL, `tagging` a user's CoNLL-format files. Every loader
+returns plain Python examples: classification/regression: {'text_a', 'text_b' (or None),
+'label', 'index'}; span (SQuAD): {'id', 'question', 'context', 'answers': [(text, start_char)],
+'is_impossible'}; tagging: {'words', 'label' (one tag id per word), 'index'}. A label is None
+where the data has none (GLUE's test splits, a file to predict without a label column).
 """
 import csv
 import dataclasses
@@ -16,7 +17,7 @@ import re
 from electra_jax import paths
 from electra_jax.errors import UserError
 
-CLASSIFICATION, REGRESSION, SPAN = 'classification', 'regression', 'span'
+CLASSIFICATION, REGRESSION, SPAN, TAGGING = 'classification', 'regression', 'span', 'tagging'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Task:
   main_metric: str                       # picks the best epoch / checkpoint (higher is better)
   num_epochs: int                        # the paper's default
   metric_names: tuple = ('accuracy',)    # classification metrics reported
-  label_names: tuple = ()                # class names, index = class id
+  label_names: tuple = ()                # class (tagging: tag) names, index = class id
   tfds_name: str | None = None
   text_keys: tuple = ()                  # TFDS feature names of text_a (and text_b)
   train_split: str = 'train'
@@ -42,7 +43,7 @@ class Task:
 
   @property
   def num_outputs(self) -> int:
-    return len(self.label_names) if self.kind == CLASSIFICATION else 1
+    return len(self.label_names) if self.kind in (CLASSIFICATION, TAGGING) else 1
 
 
 def _glue(name, file_name, text_keys, label_names, main='accuracy', metrics=('accuracy',),
@@ -83,6 +84,8 @@ TASKS = {t.name: t for t in [
          tfds_name='squad/v2.0'),
     # A user's files; label names (or regression) are read from the training file.
     Task(name='files', kind=CLASSIFICATION, main_metric='accuracy', num_epochs=3),
+    # A user's CoNLL-format files; tag names are read from the training file.
+    Task(name='tagging', kind=TAGGING, main_metric='accuracy', num_epochs=3),
 ]}
 
 
@@ -323,4 +326,82 @@ def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0
                       f'never uses (its labels: {list(task.label_names)})')
     examples.append(dict(text_a=row[text_a], text_b=row.get(text_b) if text_b else None,
                          label=label, index=n - 1))
+  return examples
+
+
+# --- Tagging files (task=tagging) -------------------------------------------------------------
+
+# Tags of labelled spans: O, or a B/I/E/S (IOB1, IOB2, BIOES; L/U for E/S) prefix and a type.
+_SPAN_TAG = re.compile(r'^(O|[BIESLU]-.+)$')
+
+
+def read_conll(path: str, need_label: bool = True) -> list[tuple[list[str], list[str] | None]]:
+  """Sentences of a CoNLL-format file: one word per line, its tag in the last whitespace-
+  separated column (CoNLL-2003's `word POS chunk NER` reads as word and NER), a blank line
+  between sentences, -DOCSTART- lines skipped. Lines of one column are words without tags
+  (a file to predict); a file mixes none of both. Returns [(words, tags or None)]."""
+  resolved = paths.resolve(path)
+  if not paths.is_file(resolved):
+    raise UserError(f"file '{path}' not found; pass a CoNLL-format file (one word and its tag "
+                    'per line, a blank line between sentences)')
+  sentences, words, tags, tagged = [], [], [], None
+  for n, line in enumerate(paths.read_text(resolved).splitlines() + [''], 1):
+    columns = line.split()
+    if columns and columns[0] == '-DOCSTART-':
+      continue
+    if not columns:
+      if words:
+        sentences.append((words, tags if tagged else None))
+      words, tags = [], []
+      continue
+    if tagged is None:
+      tagged = len(columns) > 1
+    if tagged != (len(columns) > 1):
+      raise UserError(f"file '{path}' line {n} has {len(columns)} column(s) where earlier lines "
+                      f"have {'more' if tagged else 'one'}; write every word with its tag "
+                      '(or none at all: a file to predict)')
+    words.append(columns[0])
+    tags.append(columns[-1])
+  if not sentences:
+    raise UserError(f"file '{path}' holds no sentences; write one word (and its tag) per line, "
+                    'a blank line between sentences')
+  if need_label and not tagged:
+    raise UserError(f"file '{path}' has no tags (one column); training and evaluation need "
+                    'a tag after each word')
+  return sentences
+
+
+def tagging_task(sentences: list, path: str = 'the training file') -> Task:
+  """The tagging task of a training file's tags (sorted)."""
+  names = tuple(sorted({t for _, tags in sentences for t in tags}))
+  if len(names) < 2:
+    raise UserError(f"file '{path}' uses a single tag {names}; a tagger needs at least two")
+  return named_tagging_task(names)
+
+
+def named_tagging_task(tag_names: tuple) -> Task:
+  """Span tags (O, B-PER, I-PER, ...): chunk precision/recall/F1 (as conlleval counts them)
+  beside word accuracy, F1 the main metric; other tags (POS): word accuracy."""
+  spans = all(_SPAN_TAG.match(t) for t in tag_names)
+  return dataclasses.replace(
+      TASKS['tagging'], label_names=tuple(tag_names), main_metric='f1' if spans else 'accuracy',
+      metric_names=('f1', 'precision', 'recall', 'accuracy') if spans else ('accuracy',))
+
+
+def is_span_tagging(task: Task) -> bool:
+  return task.kind == TAGGING and 'f1' in task.metric_names
+
+
+def tagging_examples(task: Task, sentences: list, path: str,
+                     max_examples: int = 0) -> list[dict]:
+  """Sentences -> examples with tag ids of `task` (label None for an untagged file)."""
+  index = {name: i for i, name in enumerate(task.label_names)}
+  examples = []
+  for n, (words, tags) in enumerate(sentences[:_limit(max_examples, len(sentences))]):
+    unknown = sorted({t for t in tags or () if t not in index})
+    if unknown:
+      raise UserError(f"file '{path}' sentence {n + 1} uses tag(s) {unknown} the training file "
+                      f'never uses (its tags: {list(task.label_names)})')
+    examples.append(dict(words=list(words), label=None if tags is None else
+                         [index[t] for t in tags], index=n))
   return examples

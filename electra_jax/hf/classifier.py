@@ -1,4 +1,5 @@
-"""A fine-tuned classifier or regressor as transformers' ElectraForSequenceClassification.
+"""A fine-tuned classifier or regressor as transformers' ElectraForSequenceClassification, a
+tagger as its ElectraForTokenClassification (the same head as ours: one linear layer).
 
 Our head is one linear layer on the [CLS] state (the official release's); transformers' is
 out_proj(gelu(dense(x))). GELU's identity gelu(u) - gelu(-u) = u makes ours exactly one of
@@ -18,7 +19,11 @@ from electra_jax.finetune import tasks as tasks_lib
 from electra_jax.hf import configs
 from electra_jax.hf import weights
 
-ARCHITECTURE = 'ElectraForSequenceClassification'
+SEQUENCE, TOKEN = 'ElectraForSequenceClassification', 'ElectraForTokenClassification'
+
+
+def architecture(task) -> str:
+  return TOKEN if task.kind == tasks_lib.TAGGING else SEQUENCE
 
 
 def check_exportable(task, model_config, pooling: str):
@@ -27,7 +32,7 @@ def check_exportable(task, model_config, pooling: str):
     raise UserError(f"task {task.name!r}: the SQuAD span head (start, end given the start, "
                     "answerability) has no transformers class; use python -m "
                     'electra_jax.predict --workdir=FT_DIR for its answers')
-  if pooling != 'cls':
+  if task.kind != tasks_lib.TAGGING and pooling != 'cls':
     raise UserError(f"config.classifier_pooling={pooling!r}: transformers' ELECTRA classifier "
                     "reads the [CLS] state only; fine-tune with classifier_pooling='cls' to "
                     'export')
@@ -35,19 +40,22 @@ def check_exportable(task, model_config, pooling: str):
     raise UserError(f'relative_attention_span={model_config.relative_attention_span}: '
                     "transformers' ELECTRA has no relative attention bias, so this network "
                     'cannot be exported; use python -m electra_jax.predict --workdir=FT_DIR')
-  if 2 * task.num_outputs > model_config.hidden_size:
+  if task.kind != tasks_lib.TAGGING and 2 * task.num_outputs > model_config.hidden_size:
     raise UserError(f'{task.num_outputs} classes need a hidden size of at least '
                     f'{2 * task.num_outputs} to export (transformers\' head holds ours in '
                     f'pairs of units); this network has {model_config.hidden_size}')
 
 
 def state_dict(params, model_config, task) -> dict[str, np.ndarray]:
-  """The ElectraForSequenceClassification state dict (float32 numpy) of a fine-tuned run's
-  params {'electra': {'embeddings', 'discriminator': {'encoder'}}, 'head': {'output'}}."""
+  """The transformers state dict (float32 numpy) of a fine-tuned run's params
+  {'electra': {'embeddings', 'discriminator': {'encoder'}}, 'head': {'output'}}."""
   state = weights.params_to_hf(params['electra'], model_config, 'discriminator',
                                with_head=False)
   kernel = np.asarray(params['head']['output']['kernel'], np.float32)  # [H, C]
   bias = np.asarray(params['head']['output']['bias'], np.float32)      # [C]
+  if task.kind == tasks_lib.TAGGING:
+    state.update({'classifier.weight': np.ascontiguousarray(kernel.T), 'classifier.bias': bias})
+    return state
   hidden, classes = kernel.shape
   dense_w = np.zeros((hidden, hidden), np.float32)  # torch Linear: [out, in]
   dense_b = np.zeros(hidden, np.float32)
@@ -65,13 +73,12 @@ def state_dict(params, model_config, task) -> dict[str, np.ndarray]:
 def config_dict(model_config, task, dropout_rate: float, pad_token_id: int) -> dict:
   """config.json: the discriminator's ElectraConfig plus the task's labels."""
   hf = configs.hf_config_dict(model_config, 'discriminator', pad_token_id)
-  hf.update(architectures=[ARCHITECTURE], classifier_dropout=dropout_rate,
+  hf.update(architectures=[architecture(task)], classifier_dropout=dropout_rate,
             finetuning_task=task.name)
-  if task.kind == tasks_lib.REGRESSION:
-    hf.update(problem_type='regression', id2label={'0': 'LABEL_0'}, label2id={'LABEL_0': 0})
-  else:
-    names = task.label_names
-    hf.update(problem_type='single_label_classification',
-              id2label={str(i): name for i, name in enumerate(names)},
-              label2id={name: i for i, name in enumerate(names)})
+  names = task.label_names or ('LABEL_0',)  # A regression's one output.
+  hf.update(id2label={str(i): name for i, name in enumerate(names)},
+            label2id={name: i for i, name in enumerate(names)})
+  if task.kind != tasks_lib.TAGGING:
+    hf['problem_type'] = ('regression' if task.kind == tasks_lib.REGRESSION
+                          else 'single_label_classification')
   return hf

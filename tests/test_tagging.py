@@ -1,0 +1,182 @@
+"""Token tagging: CoNLL files, word-first-piece features, conlleval's chunk F1, and the run end
+to end (fine-tune, predict, export to transformers' ElectraForTokenClassification)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.errors import UserError
+from electra_jax.finetune import features, metrics, tasks
+from tests.conftest import REPO_ROOT
+from tests.test_finetune import pretrain_workdir  # noqa: F401  pylint: disable=unused-import
+from tests.test_finetune import VOCAB, bert_layout_vocab  # noqa: F401  pylint: disable=unused-import
+
+CONLL = '''-DOCSTART- -X- -X- O
+
+Mr. NNP B-NP O
+Knightley NNP I-NP B-PER
+came VBD B-VP O
+. . O O
+
+Jane NNP B-NP B-PER
+Fairfax NNP I-NP I-PER
+smiled VBD B-VP O
+'''
+
+
+def test_conll_files_read_as_sentences_of_words_and_tag_ids(tmp_path):
+  (tmp_path / 'train.txt').write_text(CONLL)
+  sentences = tasks.read_conll(str(tmp_path / 'train.txt'))
+  assert sentences == [(['Mr.', 'Knightley', 'came', '.'], ['O', 'B-PER', 'O', 'O']),
+                       (['Jane', 'Fairfax', 'smiled'], ['B-PER', 'I-PER', 'O'])]
+  task = tasks.tagging_task(sentences)
+  assert task.label_names == ('B-PER', 'I-PER', 'O') and task.main_metric == 'f1'
+  examples = tasks.tagging_examples(task, sentences, 'train.txt')
+  assert examples[1] == dict(words=['Jane', 'Fairfax', 'smiled'], label=[0, 1, 2], index=1)
+  # POS-like tags are no spans: word accuracy is the main metric.
+  assert tasks.named_tagging_task(('NN', 'VBD')).metric_names == ('accuracy',)
+  # A file to predict has words only.
+  (tmp_path / 'words.txt').write_text('Emma\nsmiled\n\nHarriet\n')
+  untagged = tasks.read_conll(str(tmp_path / 'words.txt'), need_label=False)
+  assert tasks.tagging_examples(task, untagged, 'words.txt')[1]['label'] is None
+  with pytest.raises(UserError, match='has no tags'):
+    tasks.read_conll(str(tmp_path / 'words.txt'))
+  (tmp_path / 'mixed.txt').write_text('Emma B-PER\nsmiled\n')
+  with pytest.raises(UserError, match=r"mixed.txt' line 2 has 1 column\(s\) where earlier"):
+    tasks.read_conll(str(tmp_path / 'mixed.txt'))
+  (tmp_path / 'eval.txt').write_text('Emma B-LOC\n')
+  with pytest.raises(UserError, match=r"sentence 1 uses tag\(s\) \['B-LOC'\] the training"):
+    tasks.tagging_examples(task, tasks.read_conll(str(tmp_path / 'eval.txt')), 'eval.txt')
+  (tmp_path / 'one.txt').write_text('Emma O\n')
+  with pytest.raises(UserError, match='single tag'):
+    tasks.tagging_task(tasks.read_conll(str(tmp_path / 'one.txt')))
+
+
+def test_chunks_and_their_f1_are_counted_as_conlleval_counts_them():
+  # IOB2, IOB1 (a chunk may start with I) and BIOES read alike.
+  assert metrics.tag_spans(['B-PER', 'I-PER', 'O', 'B-LOC']) == {(0, 2, 'PER'), (3, 4, 'LOC')}
+  assert metrics.tag_spans(['I-PER', 'I-PER', 'I-LOC', 'O', 'I-PER']) == {
+      (0, 2, 'PER'), (2, 3, 'LOC'), (4, 5, 'PER')}
+  assert metrics.tag_spans(['S-PER', 'B-ORG', 'E-ORG', 'E-ORG', 'U-LOC']) == {
+      (0, 1, 'PER'), (1, 3, 'ORG'), (3, 4, 'ORG'), (4, 5, 'LOC')}
+  assert metrics.tag_spans(['B-PER', 'B-PER']) == {(0, 1, 'PER'), (1, 2, 'PER')}
+  gold = [['B-PER', 'I-PER', 'O', 'B-LOC'], ['O', 'B-PER']]
+  # One chunk right, one cut short (wrong), one missed, one extra: P 1/3, R 1/3.
+  predicted = [['B-PER', 'O', 'O', 'B-LOC'], ['B-LOC', 'O']]
+  result = metrics.tagging_metrics(gold, predicted, spans=True)
+  assert (result['precision'], result['recall']) == (pytest.approx(1 / 3), pytest.approx(1 / 3))
+  assert result['f1'] == pytest.approx(1 / 3) and result['accuracy'] == pytest.approx(3 / 6)
+  # Two of three chunks found, none extra: P 1, R 2/3, F1 0.8.
+  predicted = [['B-PER', 'I-PER', 'O', 'B-LOC'], ['O', 'O']]
+  result = metrics.tagging_metrics(gold, predicted, spans=True)
+  assert (result['precision'], result['recall'], result['f1']) == (
+      1.0, pytest.approx(2 / 3), pytest.approx(0.8))
+  assert metrics.tagging_metrics(gold, [['O'] * 4, ['O'] * 2], spans=True)['f1'] == 0.0
+
+
+@pytest.fixture(scope='module', params=['sentencepiece', 'wordpiece'])
+def hf_tokenizer_pair(request, tmp_path_factory, bert_layout_vocab):  # noqa: F811
+  """Our tokenizer and transformers' of the same vocabulary (as export writes it)."""
+  transformers = pytest.importorskip('transformers')
+  from electra_jax.hf import tokenizer_files  # pylint: disable=import-outside-toplevel
+  vocab = VOCAB if request.param == 'sentencepiece' else bert_layout_vocab
+  directory = str(tmp_path_factory.mktemp('tok'))
+  tokenizer_files.write_tokenizer(vocab, directory, 512)
+  return (tokenizer_lib.load_tokenizer(vocab),
+          transformers.AutoTokenizer.from_pretrained(directory))
+
+
+def test_each_tag_sits_at_its_words_first_piece_as_in_transformers_split_words(
+    hf_tokenizer_pair):
+  ours, theirs = hf_tokenizer_pair
+  words = ['Mr.', 'Knightley', 'was', 'extraordinarily', 'agreeable', ',', 'said', 'Emma', '.']
+  example = dict(words=words, label=list(range(len(words))), index=0)
+  f = features.encode_tagging(ours, [example], 32)
+  encoded = theirs(words, is_split_into_words=True)
+  n = len(encoded['input_ids'])
+  assert f['input_ids'][0, :n].tolist() == encoded['input_ids']
+  assert f['input_mask'][0].sum() == n and not f['segment_ids'].any()
+  word_ids = encoded.word_ids()
+  firsts = [i for i, w in enumerate(word_ids) if w is not None and word_ids[i - 1] != w]
+  assert np.flatnonzero(f['word_start'][0]).tolist() == firsts
+  assert f['label'][0, firsts].tolist() == list(range(len(words)))
+  # Cut at max_seq_length: [CLS] + 8 pieces + [SEP]; the words whose first piece fits keep it.
+  short = features.encode_tagging(ours, [example], 10)
+  assert short['input_ids'][0, -1] == ours.sep_id and short['input_mask'][0].all()
+  kept = short['word_start'][0].sum()
+  assert kept == sum(1 for i in firsts if i <= 8) < len(words)
+  assert short['label'][0][short['word_start'][0] > 0].tolist() == list(range(kept))
+
+
+def _write_names(path, n, seed):
+  """A toy tagging set a tiny model learns in a few epochs: names are the capitalised words."""
+  rng = np.random.default_rng(seed)
+  names = ['Emma', 'Harriet', 'Knightley', 'Elton', 'Jane', 'Fairfax']
+  filler = ['the', 'walk', 'was', 'long', 'and', 'very', 'pleasant', 'today']
+  lines = []
+  for _ in range(n):
+    words = list(rng.choice(filler, 5))
+    at = rng.integers(0, 5)
+    person = list(rng.choice(names, rng.integers(1, 3), replace=False))
+    words[at:at] = person
+    tags = ['O'] * len(words)
+    tags[at:at + len(person)] = ['B-PER'] + ['I-PER'] * (len(person) - 1)
+    lines += [f'{w} {t}' for w, t in zip(words, tags)] + ['']
+  path.write_text('\n'.join(lines))
+
+
+def _run(module, *flags):
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT, PYTHONUNBUFFERED='1')
+  proc = subprocess.run([sys.executable, '-m', module, *flags], cwd=REPO_ROOT, env=env,
+                        capture_output=True, text=True, timeout=600, check=False)
+  assert proc.returncode == 0, f'{proc.stdout}\n{proc.stderr}'
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_tagger_fine_tunes_predicts_and_exports_as_transformers_token_classifier(
+    pretrain_workdir, tmp_path):  # noqa: F811
+  transformers = pytest.importorskip('transformers')
+  import torch  # pylint: disable=import-outside-toplevel
+  _write_names(tmp_path / 'train.txt', 512, 0)
+  _write_names(tmp_path / 'eval.txt', 64, 1)
+  out = str(tmp_path / 'ft')
+  summary = _run('electra_jax.finetune', '--config=configs/finetune/tagging.py',
+                 f'--config.train_file={tmp_path}/train.txt',
+                 f'--config.eval_file={tmp_path}/eval.txt', '--config.max_seq_length=16',
+                 '--config.train_batch_size=16', '--config.num_epochs=4',
+                 '--config.learning_rate=5e-3', '--config.dropout_rate=0.0',
+                 '--config.attention_dropout_rate=0.0', '--config.progress_bar=false',
+                 f'--config.init_checkpoint={pretrain_workdir[0]}', f'--workdir={out}')
+  assert summary['label_names'] == ['B-PER', 'I-PER', 'O'] and summary['main_metric'] == 'f1'
+  assert summary['median_best_f1'] > 0.8  # the toy task is learnable
+  # Predictions reproduce the best epoch's scores; the .conll file is the input's words.
+  predicted = _run('electra_jax.predict', f'--workdir={out}', f'--input={tmp_path}/eval.txt',
+                   f'--output={tmp_path}/pred')
+  (part,) = predicted['parts']
+  assert part['metrics']['f1'] == pytest.approx(summary['median_best_f1'])
+  conll = (tmp_path / 'pred' / 'eval.conll').read_text().split('\n\n')
+  sentences = tasks.read_conll(str(tmp_path / 'eval.txt'))
+  assert len(conll) == len(sentences) == 64
+  assert [line.split('\t')[0] for line in conll[3].splitlines()] == sentences[3][0]
+  with open(tmp_path / 'pred' / 'eval.jsonl', encoding='utf-8') as f:
+    first = json.loads(f.readline())
+  assert first['label'] == sentences[0][1] and len(first['prediction']) == len(first['words'])
+  # transformers' ElectraForTokenClassification gives our predictions on the same words.
+  exported = _run('electra_jax.export', f'--workdir={out}', f'--output={tmp_path}/hf')
+  assert exported['what'] == 'ElectraForTokenClassification'
+  tok = transformers.AutoTokenizer.from_pretrained(f'{tmp_path}/hf')
+  model = transformers.ElectraForTokenClassification.from_pretrained(f'{tmp_path}/hf').eval()
+  ours = [json.loads(line)['prediction'] for line in
+          (tmp_path / 'pred' / 'eval.jsonl').read_text().splitlines()]
+  for words, tags in zip([s[0] for s in sentences[:16]], ours):
+    encoded = tok(words, is_split_into_words=True, return_tensors='pt')
+    with torch.no_grad():
+      ids = model(**encoded).logits[0].argmax(-1).tolist()
+    word_ids = encoded.word_ids()
+    theirs = [model.config.id2label[ids[i]] for i, w in enumerate(word_ids)
+              if w is not None and word_ids[i - 1] != w]
+    assert theirs == tags
