@@ -5,7 +5,7 @@ repository root, each with tiny sizes appended (RULES: a command prefix -> the f
 and every `/tmp/` path moved into the test's own directory. What cannot run here is handled
 by a rule that says so, never skipped: `pip install` is what CI did before the tests; `hf
 download` (the network) is replaced by a tiny random transformers pair of the same layout
-(tests/hf_pair.py); GLUE / SQuAD come from TFDS over the network, so those fine-tuning
+(tests/hf_pair.py); GLUE / SQuAD / CoNLL-2003 come from TFDS over the network, so those fine-tuning
 commands run up to loading the dataset and must stop there with the one-line error naming it
 (and predictions of such a run with the one naming its missing workdir);
 `pytest` collects the suite (CI runs it); the GCS emulator that serves until Ctrl-C is started
@@ -103,8 +103,10 @@ def _train(argv, ctx) -> Plan:
 
 
 def _finetune(argv, ctx) -> Plan:
+  from electra_jax.finetune import tasks  # pylint: disable=import-outside-toplevel
   config = _flag(argv, 'config') or ''
-  if config.endswith(('glue.py', 'squad.py')):
+  task = tasks.TASKS.get(_flag(argv, 'config.task') or '')
+  if config.endswith(('glue.py', 'squad.py')) or (task and task.tfds_name):
     return Plan('finetune (TFDS task: up to loading the dataset)',
                 ['--config.tfds_download=false', f'--config.tfds_data_dir={ctx["tmp"]}/no_tfds'],
                 expect_error='TFDS dataset')

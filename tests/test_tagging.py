@@ -13,7 +13,8 @@ from electra_jax.errors import UserError
 from electra_jax.finetune import features, metrics, tasks
 from tests.conftest import REPO_ROOT
 from tests.test_finetune import pretrain_workdir  # noqa: F401  pylint: disable=unused-import
-from tests.test_finetune import VOCAB, bert_layout_vocab  # noqa: F401  pylint: disable=unused-import
+# pylint: disable-next=unused-import
+from tests.test_finetune import VOCAB, bert_layout_vocab  # noqa: F401
 
 CONLL = '''-DOCSTART- -X- -X- O
 
@@ -108,6 +109,7 @@ def test_each_tag_sits_at_its_words_first_piece_as_in_transformers_split_words(
   short = features.encode_tagging(ours, [example], 10)
   assert short['input_ids'][0, -1] == ours.sep_id and short['input_mask'][0].all()
   kept = short['word_start'][0].sum()
+  assert short['num_words'].tolist() == [len(words)]  # the cut words: len(words) - kept
   assert kept == sum(1 for i in firsts if i <= 8) < len(words)
   assert short['label'][0][short['word_start'][0] > 0].tolist() == list(range(kept))
 
@@ -180,3 +182,49 @@ def test_a_tagger_fine_tunes_predicts_and_exports_as_transformers_token_classifi
     theirs = [model.config.id2label[ids[i]] for i, w in enumerate(word_ids)
               if w is not None and word_ids[i - 1] != w]
     assert theirs == tags
+
+
+def test_conll2003_tags_come_from_tfds_and_are_scored_on_dev_and_test(tmp_path):
+  """CoNLL-2003 (NER, chunks, POS) from TFDS mock data: TFDS's tag ids name our tags, the
+  run picks its epoch on dev and reports test too, predictions score as its best epoch."""
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from electra_jax.finetune import loop, predictions, saved_run
+  from tests.test_finetune import ft_config  # pylint: disable=import-outside-toplevel
+  def sentences(builder, split, *args, **kwargs):
+    """Records as TFDS's conll2003 holds them (its random mock gives each feature its own
+    length): words, and the three tag columns as ids, one per word; the same on every call."""
+    del builder, args, kwargs
+    rng = np.random.default_rng(sum(map(ord, str(split))))
+    records = []
+    for _ in range(16):
+      n = int(rng.integers(3, 12))
+      records.append(dict(tokens=[w.encode() for w in rng.choice(['Emma', 'went', 'to',
+                                                                   'Bath', '.'], n)],
+                          ner=rng.integers(0, 9, n), chunks=rng.integers(0, 23, n),
+                          pos=rng.integers(0, 47, n)))
+    return records
+
+  with tfds.testing.mock_data(as_data_source_fn=sentences):
+    source = tasks.tfds_source('conll2003', 'dev', None, False)  # registers the builder
+    builder = tfds.builder('conll2003')
+    for name, key in (('conll2003', 'ner'), ('conll2003_chunk', 'chunks'),
+                      ('conll2003_pos', 'pos')):
+      assert tasks.get_task(name).label_names == tuple(builder.info.features[key].feature.names)
+    c = ft_config(task='conll2003', random_init=True, model_size='demo', max_seq_length=32,
+                  train_batch_size=8, eval_batch_size=8, num_epochs=1, max_train_examples=16,
+                  max_eval_examples=8, num_seeds=1)
+    summary = loop.finetune(c, str(tmp_path / 'ft'))
+    run = saved_run.load(str(tmp_path / 'ft'))
+    parts = predictions.split_parts(run, 'test', max_examples=8)
+    result = predictions.predict(run, parts, str(tmp_path / 'out'), say=lambda *a, **k: None)
+  example = tasks.tagging_tfds_examples(tasks.get_task('conll2003'), source, 1)[0]
+  assert len(example['words']) == len(example['label']) > 0
+  assert summary['main_metric'] == 'f1' and {'median_best_f1', 'median_best_test_f1'} <= set(
+      summary)
+  best = run.runs[0]['best']
+  assert result['parts'][0]['name'] == 'conll2003_test'
+  assert result['parts'][0]['metrics']['f1'] == pytest.approx(best['eval_test_f1'])
+  assert tasks.get_task('conll2003_pos').metric_names == ('accuracy',)
+  with pytest.raises(UserError, match="conll2003 record 0 has 2 words but 1 'ner' tags"):
+    tasks.tagging_tfds_examples(tasks.get_task('conll2003'), [dict(tokens=[b'a', b'b'], ner=[0])])

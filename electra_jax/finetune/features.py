@@ -142,11 +142,12 @@ def encode_tagging(tokenizer, examples: list[dict], max_seq_length: int) -> dict
   """[CLS] word pieces [SEP], each word tokenized alone (as the official tagging code and
   transformers' is_split_into_words do). Arrays [N, S]: input_ids, segment_ids, input_mask,
   word_start (1 at each word's first piece: where its tag is predicted), label (the word's tag
-  id there, 0 elsewhere). Words whose first piece falls past max_seq_length - 2 are cut (their
-  count: word_start's row sum below the example's word count); a cut word's later pieces too."""
+  id there, 0 elsewhere); num_words [N]. Words whose first piece falls past max_seq_length - 2
+  are cut (num_words minus word_start's row sum of them); a cut word's later pieces too."""
   budget = max_seq_length - 2
   pieces = tokenizer.encode_batch([w for e in examples for w in e['words']])
   out = {k: [] for k in ('input_ids', 'segment_ids', 'input_mask', 'word_start', 'label')}
+  num_words = np.asarray([len(e['words']) for e in examples], np.int32)
   k = 0
   for example in examples:
     ids, starts, labels = [tokenizer.cls_id], [0], [0]
@@ -166,4 +167,5 @@ def encode_tagging(tokenizer, examples: list[dict], max_seq_length: int) -> dict
     out['input_mask'].append([1] * len(ids) + [0] * pad)
     out['word_start'].append(starts + [0] * (pad + 1))
     out['label'].append(labels + [0] * (pad + 1))
-  return {k: np.asarray(v, np.int32).reshape(-1, max_seq_length) for k, v in out.items()}
+  return dict({k: np.asarray(v, np.int32).reshape(-1, max_seq_length) for k, v in out.items()},
+              num_words=num_words)

@@ -59,7 +59,7 @@ def encode(c, task, tokenizer, examples):
 
 def load_data(c, task, tokenizer) -> Data:
   """Reads and encodes the train split and every eval split of the task."""
-  if task.kind == tasks_lib.TAGGING:
+  if task.name == 'tagging':
     for key in ('train_file', 'eval_file'):
       if not c[key]:
         raise UserError(f'config.task=tagging needs --config.{key}=PATH (CoNLL format: a word '
@@ -84,6 +84,8 @@ def load_data(c, task, tokenizer) -> Data:
                                                  c.tfds_download)
     if task.kind == tasks_lib.SPAN:
       read = tasks_lib.squad_examples
+    elif task.kind == tasks_lib.TAGGING:
+      read = lambda src, n: tasks_lib.tagging_tfds_examples(task, src, n)
     else:
       read = lambda src, n: tasks_lib.glue_examples(task, src, n)
     train = read(source(task.train_split), c.max_train_examples)
@@ -102,9 +104,11 @@ def _num_rows(features: dict) -> int:
 
 
 def _model_inputs(features: dict) -> dict:
-  """The arrays the model reads (SQuAD's character spans and example ids stay on the host)."""
+  """The arrays the model reads (SQuAD's character spans and example ids, tagging's word
+  counts stay on the host)."""
   return {k: v for k, v in features.items()
-          if k not in ('token_begin', 'token_end', 'example_index', 'token_is_max_context')}
+          if k not in ('token_begin', 'token_end', 'example_index', 'token_is_max_context',
+                       'num_words')}
 
 
 def _local_slice(rows: np.ndarray) -> np.ndarray:
@@ -337,6 +341,14 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
       f'{_num_rows(data.train)} train rows, {eval_rows} | {c.num_seeds} seed(s) x '
       f'{c.num_epochs} epoch(s), lr {c.learning_rate:g}, layer decay '
       f'{c.layerwise_lr_decay:g}', flush=True)
+  if task.kind == tasks_lib.TAGGING:
+    for name, f in [('train', data.train)] + [(e.prefix.strip('_') or 'eval', e.features)
+                                                for e in data.evals]:
+      cut = int(f['num_words'].sum() - f['word_start'].sum())
+      if cut:
+        say(f'note: {cut} {name} word(s) lie past max_seq_length={c.max_seq_length} pieces; '
+            "they are not trained on and are predicted 'O' (raise max_seq_length to keep them)",
+            flush=True)
   total = c.num_seeds * c.num_epochs * steps_per_epoch(data.train, c.train_batch_size)
   bar = tqdm.tqdm(total=total, unit='step', file=sys.stderr, dynamic_ncols=True,
                   disable=not (is_chief and c.progress_bar),

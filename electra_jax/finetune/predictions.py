@@ -59,6 +59,9 @@ def split_parts(run: saved_run_lib.FinetunedRun, split: str, max_examples: int =
     if task.kind == tasks_lib.SPAN:
       examples = tasks_lib.squad_examples(source, max_examples)
       labelled = True
+    elif task.kind == tasks_lib.TAGGING:
+      examples = tasks_lib.tagging_tfds_examples(task, source, max_examples)
+      labelled = True
     else:
       examples = tasks_lib.glue_examples(task, source, max_examples)
       labelled = all(e['label'] is not None for e in examples)

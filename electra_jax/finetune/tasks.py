@@ -29,7 +29,8 @@ class Task:
   metric_names: tuple = ('accuracy',)    # classification metrics reported
   label_names: tuple = ()                # class (tagging: tag) names, index = class id
   tfds_name: str | None = None
-  text_keys: tuple = ()                  # TFDS feature names of text_a (and text_b)
+  text_keys: tuple = ()                  # TFDS feature names of text_a (and text_b; tagging: words)
+  tag_key: str | None = None             # tagging: the TFDS feature of the tag ids
   train_split: str = 'train'
   # Eval splits and the prefix their metrics get ('' for the main one).
   eval_splits: tuple = (('validation', ''),)
@@ -53,6 +54,26 @@ def _glue(name, file_name, text_keys, label_names, main='accuracy', metrics=('ac
   return Task(name=name, kind=kind, main_metric=main, num_epochs=epochs, metric_names=metrics,
               label_names=tuple(label_names), tfds_name=f'glue/{name}',
               text_keys=tuple(text_keys), **kwargs)
+
+
+# CoNLL-2003's tags in TFDS's ClassLabel order (tensorflow_datasets/core/dataset_builders/conll/
+# conll_dataset_builder_utils.py): TFDS gives their ids.
+NER_TAGS = ('O', 'B-PER', 'I-PER', 'B-ORG', 'I-ORG', 'B-LOC', 'I-LOC', 'B-MISC', 'I-MISC')
+CHUNK_TAGS = ('O', 'B-ADJP', 'I-ADJP', 'B-ADVP', 'I-ADVP', 'B-CONJP', 'I-CONJP', 'B-INTJ',
+              'I-INTJ', 'B-LST', 'I-LST', 'B-NP', 'I-NP', 'B-PP', 'I-PP', 'B-PRT', 'I-PRT',
+              'B-SBAR', 'I-SBAR', 'B-UCP', 'I-UCP', 'B-VP', 'I-VP')
+POS_TAGS = ('"', "''", '#', '$', '(', ')', ',', '.', ':', '``', 'CC', 'CD', 'DT', 'EX', 'FW',
+            'IN', 'JJ', 'JJR', 'JJS', 'LS', 'MD', 'NN', 'NNP', 'NNPS', 'NNS', 'NN|SYM', 'PDT',
+            'POS', 'PRP', 'PRP$', 'RB', 'RBR', 'RBS', 'RP', 'SYM', 'TO', 'UH', 'VB', 'VBD', 'VBG',
+            'VBN', 'VBP', 'VBZ', 'WDT', 'WP', 'WP$', 'WRB')
+
+
+def _conll(name, tag_key, tag_names, spans=True):
+  """A CoNLL-2003 tagging task: chosen on dev, reported on dev and test (`test_` metrics)."""
+  return Task(name=name, kind=TAGGING, main_metric='f1' if spans else 'accuracy',
+              num_epochs=3, label_names=tag_names, tfds_name='conll2003', text_keys=('tokens',),
+              tag_key=tag_key, eval_splits=(('dev', ''), ('test', 'test_')),
+              metric_names=('f1', 'precision', 'recall', 'accuracy') if spans else ('accuracy',))
 
 
 # The paper reports MCC for CoLA, Spearman for STS-B and accuracy for the other GLUE tasks;
@@ -86,6 +107,10 @@ TASKS = {t.name: t for t in [
     Task(name='files', kind=CLASSIFICATION, main_metric='accuracy', num_epochs=3),
     # A user's CoNLL-format files; tag names are read from the training file.
     Task(name='tagging', kind=TAGGING, main_metric='accuracy', num_epochs=3),
+    # CoNLL-2003 (English newswire) from TFDS: NER (the usual benchmark), its chunks and POS.
+    _conll('conll2003', 'ner', NER_TAGS),
+    _conll('conll2003_chunk', 'chunks', CHUNK_TAGS),
+    _conll('conll2003_pos', 'pos', POS_TAGS, spans=False),
 ]}
 
 
@@ -105,6 +130,7 @@ def _import_builders():
   """Registers the GLUE and SQuAD builders (tfds skips text datasets when TF is absent)."""
   # pylint: disable=import-outside-toplevel,unused-import
   import tensorflow_datasets.datasets.squad.squad_dataset_builder  # noqa: F401
+  import tensorflow_datasets.text.conll2003  # noqa: F401
   import tensorflow_datasets.text.glue  # noqa: F401
 
 
@@ -153,6 +179,20 @@ def glue_examples(task: Task, source, max_examples: int = 0) -> list[dict]:
     texts = [_text(record[k]) for k in task.text_keys]
     examples.append(dict(text_a=texts[0], text_b=texts[1] if len(texts) > 1 else None,
                          label=label, index=int(record.get('idx', i))))
+  return examples
+
+
+def tagging_tfds_examples(task: Task, source, max_examples: int = 0) -> list[dict]:
+  """A CoNLL-2003 split's sentences with TFDS's tag ids."""
+  examples = []
+  for i in range(_limit(max_examples, len(source))):
+    record = source[i]
+    words, tags = record[task.text_keys[0]], record[task.tag_key]
+    if len(words) != len(tags):
+      raise UserError(f'{task.tfds_name} record {i} has {len(words)} words but {len(tags)} '
+                      f"'{task.tag_key}' tags; prepare the dataset again")
+    examples.append(dict(words=[_text(w) for w in words], label=[int(t) for t in tags],
+                         index=i))
   return examples
 
 
