@@ -52,6 +52,11 @@ def test_conll_files_read_as_sentences_of_words_and_tag_ids(tmp_path):
   (tmp_path / 'eval.txt').write_text('Emma B-LOC\n')
   with pytest.raises(UserError, match=r"sentence 1 uses tag\(s\) \['B-LOC'\] the training"):
     tasks.tagging_examples(task, tasks.read_conll(str(tmp_path / 'eval.txt')), 'eval.txt')
+  from electra_jax.finetune import loop  # pylint: disable=import-outside-toplevel
+  from tests.test_finetune import ft_config  # pylint: disable=import-outside-toplevel
+  with pytest.raises(UserError, match=r'config.task=tagging needs --config.train_file=PATH '
+                                      r'\(CoNLL format'):
+    loop.load_data(ft_config(task='tagging'), tasks.get_task('tagging'), None)
   (tmp_path / 'one.txt').write_text('Emma O\n')
   with pytest.raises(UserError, match='single tag'):
     tasks.tagging_task(tasks.read_conll(str(tmp_path / 'one.txt')))

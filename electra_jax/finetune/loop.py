@@ -14,7 +14,6 @@ from electra_jax import atomic
 from electra_jax import checkpoint
 from electra_jax import cli
 from electra_jax import experiment as experiment_lib
-from electra_jax import model as model_lib
 from electra_jax import optim
 from electra_jax import parallel
 from electra_jax import paths
@@ -57,23 +56,25 @@ def encode(c, task, tokenizer, examples):
                                             task.kind == tasks_lib.REGRESSION)
 
 
+# The tasks that read a user's train_file / eval_file, and the format each takes.
+_FILE_FORMATS = {'files': 'CSV/TSV/JSONL with columns text or text_a/text_b, and label',
+                 'tagging': 'CoNLL format: a word and its tag per line, a blank line between '
+                            'sentences'}
+
+
 def load_data(c, task, tokenizer) -> Data:
   """Reads and encodes the train split and every eval split of the task."""
+  for key in ('train_file', 'eval_file') if task.name in _FILE_FORMATS else ():
+    if not c[key]:
+      raise UserError(f'config.task={task.name} needs --config.{key}=PATH '
+                      f'({_FILE_FORMATS[task.name]})')
   if task.name == 'tagging':
-    for key in ('train_file', 'eval_file'):
-      if not c[key]:
-        raise UserError(f'config.task=tagging needs --config.{key}=PATH (CoNLL format: a word '
-                        'and its tag per line, a blank line between sentences)')
     train_sentences = tasks_lib.read_conll(c.train_file)
     task = tasks_lib.tagging_task(train_sentences, c.train_file)
     train = tasks_lib.tagging_examples(task, train_sentences, c.train_file, c.max_train_examples)
     evals = [('', tasks_lib.tagging_examples(task, tasks_lib.read_conll(c.eval_file),
                                              c.eval_file, c.max_eval_examples))]
   elif task.name == 'files':
-    for key in ('train_file', 'eval_file'):
-      if not c[key]:
-        raise UserError(f'config.task=files needs --config.{key}=PATH (CSV/TSV/JSONL with '
-                        'columns text or text_a/text_b, and label)')
     train_rows = tasks_lib.read_rows(c.train_file)
     eval_rows = tasks_lib.read_rows(c.eval_file)
     task = tasks_lib.files_task(train_rows, c.label_type, c.train_file)
