@@ -62,6 +62,33 @@ def test_conll_files_read_as_sentences_of_words_and_tag_ids(tmp_path):
     tasks.tagging_task(tasks.read_conll(str(tmp_path / 'one.txt')))
 
 
+def test_bioes_encoding_keeps_the_chunks_as_the_official_tagging_code_trains_them(tmp_path):
+  assert tasks.to_bioes(['B-PER', 'I-PER', 'O', 'B-LOC', 'I-PER', 'I-PER', 'I-PER']) == [
+      'B-PER', 'E-PER', 'O', 'S-LOC', 'B-PER', 'I-PER', 'E-PER']
+  assert tasks.to_bioes(['I-ORG', 'O', 'I-ORG', 'I-ORG']) == ['S-ORG', 'O', 'B-ORG', 'E-ORG']
+  bioes = ['S-PER', 'B-ORG', 'I-ORG', 'E-ORG', 'O']
+  assert tasks.to_bioes(bioes) == bioes
+  ner = tasks.encoded_task(tasks.get_task('conll2003'), 'bioes')
+  assert len(ner.label_names) == 17 and {'S-MISC', 'E-LOC', 'O'} <= set(ner.label_names)
+  with pytest.raises(UserError, match=r"tag_encoding='bioes' re-encodes span tags .* task "
+                                      r"conll2003_pos has"):
+    tasks.encoded_task(tasks.get_task('conll2003_pos'), 'bioes')
+  # A file run learns the BIOES tags its training chunks give; its eval tags are re-encoded too.
+  from electra_jax.finetune import loop  # pylint: disable=import-outside-toplevel
+  from tests.test_finetune import ft_config  # pylint: disable=import-outside-toplevel
+  (tmp_path / 'train.txt').write_text(CONLL)
+  c = ft_config(task='tagging', train_file=str(tmp_path / 'train.txt'),
+                eval_file=str(tmp_path / 'train.txt'), tag_encoding='bioes')
+  data = loop.load_data(c, tasks.get_task('tagging'), tokenizer_lib.load_tokenizer(VOCAB))
+  assert data.task.label_names == ('B-PER', 'E-PER', 'O', 'S-PER')
+  assert [data.task.label_names[t] for t in data.evals[0].examples[1]['label']] == [
+      'B-PER', 'E-PER', 'O']
+  (tmp_path / 'pos.txt').write_text('Emma NNP\nsmiled VBD\n')
+  with pytest.raises(UserError, match=r"pos.txt' has \['NNP', 'VBD'\]; use tag_encoding='file'"):
+    c.train_file = str(tmp_path / 'pos.txt')
+    loop.load_data(c, tasks.get_task('tagging'), None)
+
+
 def test_chunks_and_their_f1_are_counted_as_conlleval_counts_them():
   # IOB2, IOB1 (a chunk may start with I) and BIOES read alike.
   assert metrics.tag_spans(['B-PER', 'I-PER', 'O', 'B-LOC']) == {(0, 2, 'PER'), (3, 4, 'LOC')}
@@ -189,7 +216,8 @@ def test_a_tagger_fine_tunes_predicts_and_exports_as_transformers_token_classifi
     assert theirs == tags
 
 
-def test_conll2003_tags_come_from_tfds_and_are_scored_on_dev_and_test(tmp_path):
+@pytest.mark.parametrize('encoding', ['file', 'bioes'])
+def test_conll2003_tags_come_from_tfds_and_are_scored_on_dev_and_test(tmp_path, encoding):
   """CoNLL-2003 (NER, chunks, POS) from TFDS mock data: TFDS's tag ids name our tags, the
   run picks its epoch on dev and reports test too, predictions score as its best epoch."""
   import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
@@ -218,13 +246,14 @@ def test_conll2003_tags_come_from_tfds_and_are_scored_on_dev_and_test(tmp_path):
       assert tasks.get_task(name).label_names == tuple(builder.info.features[key].feature.names)
     c = ft_config(task='conll2003', random_init=True, model_size='demo', max_seq_length=32,
                   train_batch_size=8, eval_batch_size=8, num_epochs=1, max_train_examples=16,
-                  max_eval_examples=8, num_seeds=1)
+                  max_eval_examples=8, num_seeds=1, tag_encoding=encoding)
     summary = loop.finetune(c, str(tmp_path / 'ft'))
     run = saved_run.load(str(tmp_path / 'ft'))
     parts = predictions.split_parts(run, 'test', max_examples=8)
     result = predictions.predict(run, parts, str(tmp_path / 'out'), say=lambda *a, **k: None)
-  example = tasks.tagging_tfds_examples(tasks.get_task('conll2003'), source, 1)[0]
+  example = tasks.tagging_tfds_examples(run.task, source, 1, encoding)[0]
   assert len(example['words']) == len(example['label']) > 0
+  assert len(run.task.label_names) == (9 if encoding == 'file' else 17)
   assert summary['main_metric'] == 'f1' and {'median_best_f1', 'median_best_test_f1'} <= set(
       summary)
   best = run.runs[0]['best']

@@ -114,6 +114,12 @@ def get_config():
   # trained for SQuAD 1.1 too, no answer where its logit is below 2.75).
   c.span_head = 'xlnet'
 
+  # --- Tagging ------------------------------------------------------------------------------
+  # Span tags as learned: 'file' (as the data has them: IOB1, IOB2 or BIOES) or 'bioes' (the
+  # same chunks re-encoded B/I/E/S, as the official tagging code trains; predictions then come
+  # out in BIOES). Chunk metrics are the same in either.
+  c.tag_encoding = 'file'
+
   # --- Runs and outputs ---------------------------------------------------------------------
   # Independent runs with seeds seed .. seed+num_seeds-1 (the paper reports the median of 10).
   c.num_seeds = 1

@@ -6,8 +6,9 @@ and model/optimization.py), where this framework's defaults differ:
 
 Adam without bias correction, the decay running during warmup, the batch's loss summed, the
 official layer-wise decay exponents, MRPC and STS-B in both sentence orders, the task head
-started Glorot-uniform, and for SQuAD (--config.task=squad_v2 --config.max_seq_length=512) the
-official span head.
+started Glorot-uniform, for SQuAD (--config.task=squad_v2 --config.max_seq_length=512) the
+official span head, and for tagging (--config.task=conll2003, or task=tagging with your files)
+the span tags re-encoded BIOES.
 """
 from configs.finetune import glue
 
@@ -16,5 +17,5 @@ def get_config():
   c = glue.get_config()
   c.update(dict(adam_bias_correction=False, warmup_times_decay=True, loss_reduction='sum',
                 official_layerwise_decay=True, double_unordered=True, head_init='glorot',
-                span_head='official'))
+                span_head='official', tag_encoding='bioes'))
   return c

@@ -69,11 +69,13 @@ def load_data(c, task, tokenizer) -> Data:
       raise UserError(f'config.task={task.name} needs --config.{key}=PATH '
                       f'({_FILE_FORMATS[task.name]})')
   if task.name == 'tagging':
-    train_sentences = tasks_lib.read_conll(c.train_file)
+    read = lambda path: tasks_lib.encode_tags(tasks_lib.read_conll(path), c.tag_encoding,
+                                              f"file '{path}'")
+    train_sentences = read(c.train_file)
     task = tasks_lib.tagging_task(train_sentences, c.train_file)
     train = tasks_lib.tagging_examples(task, train_sentences, c.train_file, c.max_train_examples)
-    evals = [('', tasks_lib.tagging_examples(task, tasks_lib.read_conll(c.eval_file),
-                                             c.eval_file, c.max_eval_examples))]
+    evals = [('', tasks_lib.tagging_examples(task, read(c.eval_file), c.eval_file,
+                                             c.max_eval_examples))]
   elif task.name == 'files':
     train_rows = tasks_lib.read_rows(c.train_file)
     eval_rows = tasks_lib.read_rows(c.eval_file)
@@ -86,7 +88,8 @@ def load_data(c, task, tokenizer) -> Data:
     if task.kind == tasks_lib.SPAN:
       read = tasks_lib.squad_examples
     elif task.kind == tasks_lib.TAGGING:
-      read = lambda src, n: tasks_lib.tagging_tfds_examples(task, src, n)
+      task = tasks_lib.encoded_task(task, c.tag_encoding)
+      read = lambda src, n: tasks_lib.tagging_tfds_examples(task, src, n, c.tag_encoding)
     else:
       read = lambda src, n: tasks_lib.glue_examples(task, src, n)
     train = read(source(task.train_split), c.max_train_examples)

@@ -60,7 +60,7 @@ def split_parts(run: saved_run_lib.FinetunedRun, split: str, max_examples: int =
       examples = tasks_lib.squad_examples(source, max_examples)
       labelled = True
     elif task.kind == tasks_lib.TAGGING:
-      examples = tasks_lib.tagging_tfds_examples(task, source, max_examples)
+      examples = tasks_lib.tagging_tfds_examples(task, source, max_examples, c.tag_encoding)
       labelled = True
     else:
       examples = tasks_lib.glue_examples(task, source, max_examples)
@@ -73,8 +73,9 @@ def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0)
   """A CSV/TSV/JSONL file (label column optional), or for SQuAD a SQuAD-format JSON file."""
   name = os.path.splitext(paths.name(path))[0]
   if run.task.kind == tasks_lib.TAGGING:
-    examples = tasks_lib.tagging_examples(run.task, tasks_lib.read_conll(path, need_label=False),
-                                          path, max_examples)
+    sentences = tasks_lib.encode_tags(tasks_lib.read_conll(path, need_label=False),
+                                      run.config.tag_encoding, f"file '{path}'")
+    examples = tasks_lib.tagging_examples(run.task, sentences, path, max_examples)
     return Part(name, examples, examples[0]['label'] is not None)
   if run.task.kind == tasks_lib.SPAN:
     examples, labelled = tasks_lib.squad_file_examples(path)

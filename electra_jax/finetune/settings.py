@@ -7,6 +7,7 @@ import ml_collections
 
 from electra_jax import config as config_lib
 from electra_jax.finetune import heads
+from electra_jax.finetune import tasks as tasks_lib
 
 LEARNING_RATES = {'demo': 1e-3, 'small': 3e-4, 'base': 1e-4, 'large': 5e-5}
 LAYERWISE_DECAY = {'demo': 0.8, 'small': 0.8, 'base': 0.8, 'large': 0.9}
@@ -45,6 +46,9 @@ def validate(c):
                    f"{', '.join(heads.POOLINGS)}")
   config_lib.check(c.head_init in heads.HEAD_INITS,
                    f'config.head_init={c.head_init!r} is not one of {", ".join(heads.HEAD_INITS)}')
+  config_lib.check(c.tag_encoding in tasks_lib.TAG_ENCODINGS,
+                   f'config.tag_encoding={c.tag_encoding!r} is not one of '
+                   f'{", ".join(tasks_lib.TAG_ENCODINGS)}')
   config_lib.check(c.span_head in heads.SPAN_HEADS,
                    f'config.span_head={c.span_head!r} is not one of {", ".join(heads.SPAN_HEADS)}')
   config_lib.check(c.learning_rate > 0, f'config.learning_rate={c.learning_rate} must be > 0')

@@ -182,18 +182,21 @@ def glue_examples(task: Task, source, max_examples: int = 0) -> list[dict]:
   return examples
 
 
-def tagging_tfds_examples(task: Task, source, max_examples: int = 0) -> list[dict]:
-  """A CoNLL-2003 split's sentences with TFDS's tag ids."""
-  examples = []
+def tagging_tfds_examples(task: Task, source, max_examples: int = 0,
+                          encoding: str = 'file') -> list[dict]:
+  """A CoNLL-2003 split's sentences with `task`'s tag ids (TFDS's ids name the tags of
+  TASKS[task.name]; `task` is that task as encoded_task made it for `encoding`)."""
+  names = TASKS[task.name].label_names
+  sentences = []
   for i in range(_limit(max_examples, len(source))):
     record = source[i]
     words, tags = record[task.text_keys[0]], record[task.tag_key]
     if len(words) != len(tags):
       raise UserError(f'{task.tfds_name} record {i} has {len(words)} words but {len(tags)} '
                       f"'{task.tag_key}' tags; prepare the dataset again")
-    examples.append(dict(words=[_text(w) for w in words], label=[int(t) for t in tags],
-                         index=i))
-  return examples
+    sentences.append(([_text(w) for w in words], [names[int(t)] for t in tags]))
+  return tagging_examples(task, encode_tags(sentences, encoding, task.tfds_name),
+                          task.tfds_name)
 
 
 def _answers(field) -> list:
@@ -426,6 +429,47 @@ def named_tagging_task(tag_names: tuple) -> Task:
   return dataclasses.replace(
       TASKS['tagging'], label_names=tuple(tag_names), main_metric='f1' if spans else 'accuracy',
       metric_names=('f1', 'precision', 'recall', 'accuracy') if spans else ('accuracy',))
+
+
+TAG_ENCODINGS = ('file', 'bioes')
+
+
+def to_bioes(tags: list[str]) -> list[str]:
+  """The same chunks tagged BIOES: S-X alone, B-X I-X ... E-X, O outside (what the official
+  tagging code trains on)."""
+  from electra_jax.finetune import metrics  # pylint: disable=import-outside-toplevel
+  out = ['O'] * len(tags)
+  for start, end, kind in metrics.tag_spans(tags):
+    if end - start == 1:
+      out[start] = f'S-{kind}'
+    else:
+      out[start:end] = [f'B-{kind}'] + [f'I-{kind}'] * (end - start - 2) + [f'E-{kind}']
+  return out
+
+
+def _check_span_tags(tags, where: str):
+  bad = sorted({t for t in tags if not _SPAN_TAG.match(t)})
+  if bad:
+    raise UserError(f"config.tag_encoding='bioes' re-encodes span tags (O, B-X, I-X, E-X, S-X); "
+                    f"{where} has {bad[:5]}; use tag_encoding='file'")
+
+
+def encode_tags(sentences: list, encoding: str, where: str) -> list:
+  """Sentences [(words, tags or None)] with their tags in `encoding` ('file': as they are)."""
+  if encoding == 'file':
+    return sentences
+  _check_span_tags({t for _, tags in sentences for t in tags or ()}, where)
+  return [(words, None if tags is None else to_bioes(tags)) for words, tags in sentences]
+
+
+def encoded_task(task: Task, encoding: str) -> Task:
+  """A TFDS tagging task with the tag names the model learns under `encoding`."""
+  if encoding == 'file':
+    return task
+  _check_span_tags(task.label_names, f'task {task.name}')
+  kinds = {t[2:] for t in task.label_names if t != 'O'}
+  return dataclasses.replace(task, label_names=tuple(sorted(
+      {'O'} | {f'{p}-{k}' for k in kinds for p in 'BIES'})))
 
 
 def is_span_tagging(task: Task) -> bool:
