@@ -90,6 +90,8 @@ def test_overrides_parse_as_the_train_command_parses_them(tmp_path):
   from electra_jax.experiments import compare  # pylint: disable=import-outside-toplevel
   assert compare.finetune_config('tagging') == (
       os.path.join(REPO_ROOT, 'configs', 'finetune', 'tagging.py'), 'tagging')
+  assert compare.finetune_config('conll2003_chunk') == (
+      os.path.join(REPO_ROOT, 'configs', 'finetune', 'tagging.py'), 'conll2003_chunk')
 
 
 def test_config_file_mistakes_name_the_file_and_each_file_is_its_own(tmp_path):

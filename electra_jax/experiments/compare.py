@@ -47,12 +47,15 @@ def finetune_config(task: str) -> tuple[str, str]:
   glue = sorted(n for n, t in tasks.TASKS.items() if (t.tfds_name or '').startswith('glue/'))
   if task in ('files', 'tagging'):
     return os.path.join(_FINETUNE_DIR, f'{task}.py'), task
+  if tasks.TASKS.get(task) and tasks.TASKS[task].tfds_name == 'conll2003':
+    return os.path.join(_FINETUNE_DIR, 'tagging.py'), task
   if family == 'glue' and name in glue:
     return os.path.join(_FINETUNE_DIR, 'glue.py'), name
   if family == 'squad' and name in _SQUAD:
     return os.path.join(_FINETUNE_DIR, 'squad.py'), _SQUAD[name]
   raise UserError(f"--finetune_task={task!r} is not a task; pick 'files', 'tagging', "
-                  f"'squad/v1.1', 'squad/v2.0' or glue/TASK with TASK one of {', '.join(glue)}")
+                  "'conll2003' (or conll2003_chunk, conll2003_pos), 'squad/v1.1', 'squad/v2.0' "
+                  f"or glue/TASK with TASK one of {', '.join(glue)}")
 
 
 def finetune_args(task: str, overrides: list[str]) -> list[str]:
@@ -218,8 +221,9 @@ def _define_flags():
   flags.DEFINE_string('finetune_task', None, "Downstream task: 'files' (configs/finetune/"
                       "files.py: data/austen_novels unless --finetune_override=train_file=... "
                       "eval_file=...), 'tagging' (configs/finetune/tagging.py: data/austen_names "
-                      "unless overridden likewise), 'glue/TASK' (e.g. glue/sst2, from TFDS), "
-                      "'squad/v1.1' or 'squad/v2.0'.")
+                      "unless overridden likewise), 'conll2003' (NER; conll2003_chunk, "
+                      "conll2003_pos), 'glue/TASK' (e.g. glue/sst2), 'squad/v1.1' or "
+                      "'squad/v2.0' (these from TFDS).")
   flags.DEFINE_string('output', None, 'Folder for every run and the results (re-run the same '
                       'command on it to resume).')
   flags.DEFINE_multi_string('override', [], 'KEY=VALUE applied to every pretraining config '
