@@ -3,9 +3,10 @@ words name a person: B-PER / I-PER / O, CoNLL format), for the tagging demo
 (configs/finetune/tagging.py).
 
 The labels are made by rule, not by hand: a person's name is a run of capitalised words each of
-which somewhere in the five training novels follows a title (Mr., Mrs., Miss, Lady, Sir,
-Colonel, Captain, Dr., Admiral), e.g. "Knightley", "Jane Fairfax"; the title itself is O, as in
-CoNLL-2003. So "Emma" is a name only if some "Miss Emma ..." occurs. Sentences are those of
+which somewhere in the five training novels follows a title (Mr., Mrs., Miss, Lady, Sir, Lord,
+Colonel, General, Captain, Dr., Admiral), e.g. "Knightley", "Jane Fairfax", or is one of a few
+first names never written after a title (FIRST_NAMES: "Emma", "Elinor", ...); the title itself
+is O, as in CoNLL-2003. Sentences are those of
 data/make_finetune_set.py (8-30 words; every 4th chapter to eval), words split off punctuation;
 three in four sentences chosen hold a name.
 
@@ -21,7 +22,12 @@ import re
 from make_finetune_set import chapter_sentences
 
 _WORD = re.compile(r"(?:Mrs|Mr|Dr|St|Ms)\.|\w+(?:['’-]\w+)*|[^\w\s]")
-TITLES = {'Mr.', 'Mrs.', 'Miss', 'Lady', 'Sir', 'Colonel', 'Captain', 'Dr.', 'Admiral'}
+TITLES = {'Mr.', 'Mrs.', 'Miss', 'Lady', 'Sir', 'Lord', 'Colonel', 'General', 'Captain', 'Dr.',
+          'Admiral'}
+# First names of characters who are never written after a title (there is no "Miss Emma").
+FIRST_NAMES = {'Emma', 'Elinor', 'Eleanor', 'Charlotte', 'Tom', 'George', 'Mary', 'Maria',
+               'Isabella', 'Caroline', 'Clara', 'Susan', 'Kitty', 'Georgiana', 'Frederick',
+               'Louisa'}
 # Capitalised words that follow a title in the novels but name no one ("Lady Patroness").
 NOT_NAMES = {'I', 'The', 'A', 'And', 'But', 'He', 'She', 'It', 'In', 'Of', 'Monday', 'Impudence',
              'Manager', 'Patroness'}
@@ -32,8 +38,8 @@ def words(sentence: str) -> list[str]:
 
 
 def name_words(sentences) -> set[str]:
-  """Every capitalised word of a run that follows a title."""
-  names = set()
+  """Every capitalised word of a run that follows a title, and FIRST_NAMES."""
+  names = set(FIRST_NAMES)
   for sentence in sentences:
     ws = words(sentence)
     for i, w in enumerate(ws[:-1]):
