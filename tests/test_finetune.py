@@ -802,7 +802,7 @@ def test_squad_files_give_the_official_scripts_inputs(tokenizer, tmp_path):
   first = np.argmax(feats['context_mask'], axis=1)
   outputs.update(start_index=first[:, None], end_index=first[:, None, None])
   part = predictions.Part('dev', examples, True)
-  decoded = loop.decode_spans(tasks.TASKS['squad_v2'], c, feats, outputs, examples)
+  decoded = loop.decode(tasks.TASKS['squad_v2'], c, feats, outputs, examples)
   files = predictions.write_part(str(tmp_path), tasks.TASKS['squad_v2'], part, outputs, decoded)
   assert [os.path.basename(f) for f in files] == ['dev_predictions.json', 'dev_null_odds.json',
                                                   'dev_best_spans.json']

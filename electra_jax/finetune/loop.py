@@ -69,13 +69,12 @@ def load_data(c, task, tokenizer) -> Data:
       raise UserError(f'config.task={task.name} needs --config.{key}=PATH '
                       f'({_FILE_FORMATS[task.name]})')
   if task.name == 'tagging':
-    read = lambda path: tasks_lib.encode_tags(tasks_lib.read_conll(path), c.tag_encoding,
-                                              f"file '{path}'")
-    train_sentences = read(c.train_file)
+    train_sentences = tasks_lib.read_tagged_file(c.train_file, c.tag_encoding)
     task = tasks_lib.tagging_task(train_sentences, c.train_file)
     train = tasks_lib.tagging_examples(task, train_sentences, c.train_file, c.max_train_examples)
-    evals = [('', tasks_lib.tagging_examples(task, read(c.eval_file), c.eval_file,
-                                             c.max_eval_examples))]
+    evals = [('', tasks_lib.tagging_examples(
+        task, tasks_lib.read_tagged_file(c.eval_file, c.tag_encoding), c.eval_file,
+        c.max_eval_examples))]
   elif task.name == 'files':
     train_rows = tasks_lib.read_rows(c.train_file)
     eval_rows = tasks_lib.read_rows(c.eval_file)
@@ -148,12 +147,6 @@ def predict_all(predict_step, params, features: dict, batch_size: int, mesh) -> 
   return merged
 
 
-def decode_spans(task, c, features: dict, outputs: dict, examples: list) -> spans.Decoded:
-  """A SQuAD eval set's answers (what its metrics and prediction files read)."""
-  return spans.decode(features, outputs, examples, c.max_answer_length,
-                      tasks_lib.is_squad_v2(task), spans.NULL_THRESHOLDS[c.span_head])
-
-
 def word_tags(task, features: dict, outputs: dict, examples: list) -> list[list[str]]:
   """Each sentence's predicted tag names, one per word; a word cut at max_seq_length gets the
   outside tag ('O', or the first tag where there is none)."""
@@ -166,26 +159,35 @@ def word_tags(task, features: dict, outputs: dict, examples: list) -> list[list[
   return result
 
 
-def score(task, c, eval_set: EvalSet, outputs: dict,
-          decoded: spans.Decoded | None = None) -> dict:
-  """Task metrics (and mean eval loss) for one eval split; SQuAD's from `decoded` when the
+def decode(task, c, features: dict, outputs: dict, examples: list):
+  """What an eval set's metrics and prediction files both read, decoded once: SQuAD's answers
+  (spans.Decoded), a tagger's word tags (word_tags), None for the other tasks."""
+  if task.kind == tasks_lib.SPAN:
+    return spans.decode(features, outputs, examples, c.max_answer_length,
+                        tasks_lib.is_squad_v2(task), spans.NULL_THRESHOLDS[c.span_head])
+  if task.kind == tasks_lib.TAGGING:
+    return word_tags(task, features, outputs, examples)
+  return None
+
+
+def score(task, c, eval_set: EvalSet, outputs: dict, decoded=None) -> dict:
+  """Task metrics (and mean eval loss) for one eval split; from `decoded` (decode's) when the
   caller has decoded it already."""
   f = eval_set.features
+  if decoded is None:
+    decoded = decode(task, c, f, outputs, eval_set.examples)
   result = dict(loss=float(np.mean(outputs['loss'])))
   if task.kind == tasks_lib.CLASSIFICATION:
     result.update(metrics_lib.classification_metrics(f['label'], outputs['prediction'],
                                                      task.metric_names))
   elif task.kind == tasks_lib.TAGGING:
     gold = [[task.label_names[t] for t in e['label']] for e in eval_set.examples]
-    result.update(metrics_lib.tagging_metrics(
-        gold, word_tags(task, f, outputs, eval_set.examples), tasks_lib.is_span_tagging(task)))
+    result.update(metrics_lib.tagging_metrics(gold, decoded, tasks_lib.is_span_tagging(task)))
   elif task.kind == tasks_lib.REGRESSION:
     # Scores on the original scale (STS-B targets were divided by label_scale for training).
     result.update(metrics_lib.regression_metrics(f['label'] * task.label_scale,
                                                  outputs['prediction'] * task.label_scale))
   else:
-    if decoded is None:
-      decoded = decode_spans(task, c, f, outputs, eval_set.examples)
     gold = {e['id']: [a for a, _ in e['answers']] for e in eval_set.examples}
     # SQuAD 2.0 also gets the official script's breakdown and threshold search.
     result.update(metrics_lib.squad_metrics(decoded.answers, gold, decoded.best_spans,

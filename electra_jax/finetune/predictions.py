@@ -25,7 +25,6 @@ from electra_jax import train_state as ts
 from electra_jax.errors import UserError
 from electra_jax.finetune import loop
 from electra_jax.finetune import saved_run as saved_run_lib
-from electra_jax.finetune import spans
 from electra_jax.finetune import steps
 from electra_jax.finetune import tasks as tasks_lib
 
@@ -73,8 +72,7 @@ def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0)
   """A CSV/TSV/JSONL file (label column optional), or for SQuAD a SQuAD-format JSON file."""
   name = os.path.splitext(paths.name(path))[0]
   if run.task.kind == tasks_lib.TAGGING:
-    sentences = tasks_lib.encode_tags(tasks_lib.read_conll(path, need_label=False),
-                                      run.config.tag_encoding, f"file '{path}'")
+    sentences = tasks_lib.read_tagged_file(path, run.config.tag_encoding, need_label=False)
     examples = tasks_lib.tagging_examples(run.task, sentences, path, max_examples)
     return Part(name, examples, examples[0]['label'] is not None)
   if run.task.kind == tasks_lib.SPAN:
@@ -136,10 +134,9 @@ def _class_text(task, part: Part, class_id: int) -> str:
   return task.label_names[class_id]
 
 
-def write_part(output: str, task, part: Part, outputs: dict,
-               decoded: spans.Decoded | None = None, features: dict | None = None) -> list:
-  """Writes the part's files (each whole, atomically; SQuAD's from `decoded`, tagging's from
-  `features`' word starts); returns their paths."""
+def write_part(output: str, task, part: Part, outputs: dict, decoded=None) -> list:
+  """Writes the part's files (each whole, atomically; SQuAD's and a tagger's from `decoded`,
+  loop.decode's); returns their paths."""
   written = []
 
   def write(name, text):
@@ -153,9 +150,8 @@ def write_part(output: str, task, part: Part, outputs: dict,
       write(f'{part.name}_best_spans.json', json.dumps(decoded.best_spans, indent=2) + '\n')
     return written
   if task.kind == tasks_lib.TAGGING:
-    predicted = loop.word_tags(task, features, outputs, part.examples)
     conll, details = [], []
-    for example, tags in zip(part.examples, predicted):
+    for example, tags in zip(part.examples, decoded):
       conll.append(''.join(f'{w}\t{t}\n' for w, t in zip(example['words'], tags)))
       detail = dict(index=example['index'], words=example['words'], prediction=tags)
       if example['label'] is not None:
@@ -200,9 +196,8 @@ def predict(run: saved_run_lib.FinetunedRun, parts: list, output: str, seed: int
   for part in parts:
     features = predictor.features(part)
     outputs = predictor(features)
-    decoded = (loop.decode_spans(task, run.config, features, outputs, part.examples)
-               if task.kind == tasks_lib.SPAN else None)
-    files = write_part(output, task, part, outputs, decoded, features)
+    decoded = loop.decode(task, run.config, features, outputs, part.examples)
+    files = write_part(output, task, part, outputs, decoded)
     result = dict(name=part.name, examples=len(part.examples), files=files)
     if part.labelled:
       eval_set = loop.EvalSet(prefix='', features=features, examples=part.examples)

@@ -16,6 +16,7 @@ import re
 
 from electra_jax import paths
 from electra_jax.errors import UserError
+from electra_jax.finetune import metrics
 
 CLASSIFICATION, REGRESSION, SPAN, TAGGING = 'classification', 'regression', 'span', 'tagging'
 
@@ -68,12 +69,19 @@ POS_TAGS = ('"', "''", '#', '$', '(', ')', ',', '.', ':', '``', 'CC', 'CD', 'DT'
             'VBN', 'VBP', 'VBZ', 'WDT', 'WP', 'WP$', 'WRB')
 
 
+def _tag_metrics(spans: bool) -> dict:
+  """Span tags (O, B-PER, I-PER, ...): chunk precision/recall/F1 (as conlleval counts them)
+  beside word accuracy, F1 the main metric; other tags (POS): word accuracy."""
+  if spans:
+    return dict(main_metric='f1', metric_names=('f1', 'precision', 'recall', 'accuracy'))
+  return dict(main_metric='accuracy', metric_names=('accuracy',))
+
+
 def _conll(name, tag_key, tag_names, spans=True):
   """A CoNLL-2003 tagging task: chosen on dev, reported on dev and test (`test_` metrics)."""
-  return Task(name=name, kind=TAGGING, main_metric='f1' if spans else 'accuracy',
-              num_epochs=3, label_names=tag_names, tfds_name='conll2003', text_keys=('tokens',),
-              tag_key=tag_key, eval_splits=(('dev', ''), ('test', 'test_')),
-              metric_names=('f1', 'precision', 'recall', 'accuracy') if spans else ('accuracy',))
+  return Task(name=name, kind=TAGGING, num_epochs=3, label_names=tag_names,
+              tfds_name='conll2003', text_keys=('tokens',), tag_key=tag_key,
+              eval_splits=(('dev', ''), ('test', 'test_')), **_tag_metrics(spans))
 
 
 # The paper reports MCC for CoLA, Spearman for STS-B and accuracy for the other GLUE tasks;
@@ -423,12 +431,9 @@ def tagging_task(sentences: list, path: str = 'the training file') -> Task:
 
 
 def named_tagging_task(tag_names: tuple) -> Task:
-  """Span tags (O, B-PER, I-PER, ...): chunk precision/recall/F1 (as conlleval counts them)
-  beside word accuracy, F1 the main metric; other tags (POS): word accuracy."""
-  spans = all(_SPAN_TAG.match(t) for t in tag_names)
-  return dataclasses.replace(
-      TASKS['tagging'], label_names=tuple(tag_names), main_metric='f1' if spans else 'accuracy',
-      metric_names=('f1', 'precision', 'recall', 'accuracy') if spans else ('accuracy',))
+  """The files tagging task of these tags, scored as _tag_metrics says for them."""
+  return dataclasses.replace(TASKS['tagging'], label_names=tuple(tag_names),
+                             **_tag_metrics(all(_SPAN_TAG.match(t) for t in tag_names)))
 
 
 TAG_ENCODINGS = ('file', 'bioes')
@@ -437,7 +442,6 @@ TAG_ENCODINGS = ('file', 'bioes')
 def to_bioes(tags: list[str]) -> list[str]:
   """The same chunks tagged BIOES: S-X alone, B-X I-X ... E-X, O outside (what the official
   tagging code trains on)."""
-  from electra_jax.finetune import metrics  # pylint: disable=import-outside-toplevel
   out = ['O'] * len(tags)
   for start, end, kind in metrics.tag_spans(tags):
     if end - start == 1:
@@ -460,6 +464,11 @@ def encode_tags(sentences: list, encoding: str, where: str) -> list:
     return sentences
   _check_span_tags({t for _, tags in sentences for t in tags or ()}, where)
   return [(words, None if tags is None else to_bioes(tags)) for words, tags in sentences]
+
+
+def read_tagged_file(path: str, encoding: str, need_label: bool = True) -> list:
+  """A CoNLL-format file's sentences with their tags in `encoding` (read_conll, encode_tags)."""
+  return encode_tags(read_conll(path, need_label), encoding, f"file '{path}'")
 
 
 def encoded_task(task: Task, encoding: str) -> Task:
