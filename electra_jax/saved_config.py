@@ -44,6 +44,12 @@ def _read(workdir, kind: str, command: str) -> dict:
                     'command line') from None
 
 
+def is_finetuning(workdir) -> bool:
+  """`workdir` holds a fine-tuning config (it names a task; a pretraining config has no such
+  key)."""
+  return exists(workdir) and 'task' in _read(workdir, 'training', 'train')
+
+
 def load(workdir) -> ml_collections.ConfigDict:
   """The resolved pretraining config saved in `workdir`, or a UserError naming the file."""
   saved = _read(workdir, 'training', 'train')

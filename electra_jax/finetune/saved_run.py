@@ -86,14 +86,9 @@ def _network(workdir: str, c) -> tuple[ml_collections.ConfigDict, object]:
 
 
 def is_finetuning_workdir(workdir: str) -> bool:
-  """A workdir python -m electra_jax.finetune wrote (finished or not): its config.json names a
-  task, and it has no pretraining checkpoints."""
-  if checkpoint.has_steps(workdir) or not saved_config.exists(workdir):
-    return False
-  try:
-    return 'task' in json.loads(paths.read_text(saved_config.path(workdir)))
-  except (json.JSONDecodeError, UnicodeDecodeError):
-    return False
+  """A workdir python -m electra_jax.finetune wrote (finished or not): a fine-tuning config and
+  no pretraining checkpoints."""
+  return not checkpoint.has_steps(workdir) and saved_config.is_finetuning(workdir)
 
 
 def load(workdir: str) -> FinetunedRun:
