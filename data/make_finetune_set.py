@@ -39,12 +39,21 @@ def chapter_sentences(path: str) -> list[list[str]]:
   return out
 
 
+def split_chapters(path: str) -> tuple[list[str], list[str]]:
+  """(train, eval) sentences of one novel: every 4th chapter's go to eval."""
+  train, evaluation = [], []
+  for k, chapter in enumerate(chapter_sentences(path)):
+    (evaluation if k % 4 == 3 else train).extend(chapter)
+  return train, evaluation
+
+
 def build(paths: list[str], num_train: int, num_eval: int, rng: random.Random):
   train, evaluation = [], []
   for path in paths:
     label = os.path.splitext(os.path.basename(path))[0]
-    for k, chapter in enumerate(chapter_sentences(path)):
-      (evaluation if k % 4 == 3 else train).extend((s, label) for s in chapter)
+    novel_train, novel_eval = split_chapters(path)
+    train += [(s, label) for s in novel_train]
+    evaluation += [(s, label) for s in novel_eval]
   for rows in (train, evaluation):
     rng.shuffle(rows)
   if len(train) < num_train or len(evaluation) < num_eval:

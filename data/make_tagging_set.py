@@ -19,7 +19,7 @@ import os
 import random
 import re
 
-from make_finetune_set import chapter_sentences
+from make_finetune_set import split_chapters
 
 _WORD = re.compile(r"(?:Mrs|Mr|Dr|St|Ms)\.|\w+(?:['’-]\w+)*|[^\w\s]")
 TITLES = {'Mr.', 'Mrs.', 'Miss', 'Lady', 'Sir', 'Lord', 'Colonel', 'General', 'Captain', 'Dr.',
@@ -67,8 +67,9 @@ def tags(ws: list[str], names: set[str]) -> list[str]:
 def build(paths, num_train: int, num_eval: int, rng: random.Random):
   train, evaluation = [], []
   for path in paths:
-    for k, chapter in enumerate(chapter_sentences(path)):
-      (evaluation if k % 4 == 3 else train).extend(chapter)
+    novel_train, novel_eval = split_chapters(path)
+    train += novel_train
+    evaluation += novel_eval
   names = name_words(train + evaluation)
   result = []
   for sentences, n in ((train, num_train), (evaluation, num_eval)):
