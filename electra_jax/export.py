@@ -7,9 +7,8 @@ Writes what `transformers.ElectraForPreTraining.from_pretrained(DIR)` (and
 `ElectraForMaskedLM` for the generator) loads: config.json, model.safetensors and tokenizer
 files that `AutoTokenizer.from_pretrained(DIR)` reads offline. A fine-tuning workdir's
 classifier (or regressor) becomes an `ElectraForSequenceClassification` directory, a tagger an
-`ElectraForTokenClassification` one. The way in,
-from transformers weights to a run, is `train --config.init_from=HF_DIR` (init_from.py). The
-conversions live in electra_jax/hf/.
+`ElectraForTokenClassification` one. The way in, from transformers weights to a run, is
+`train --config.init_from=HF_DIR` (init_from.py). The conversions live in electra_jax/hf/.
 """
 import os
 import shutil
@@ -142,8 +141,7 @@ def export_finetuned(workdir: str, output: str, seed: int | None = None,
 
   def write(tmp):
     print(f'Writing the {run.task.name} {hf_classifier.architecture(run.task)} (seed {seed}, '
-          f'step {step}) to {output}',
-          flush=True)
+          f'step {step}) to {output}', flush=True)
     hf_files.write_dir(tmp, hf_classifier.config_dict(run.model_config, run.task,
                                                       run.config.dropout_rate,
                                                       run.tokenizer.pad_id),

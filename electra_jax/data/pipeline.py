@@ -34,9 +34,10 @@ class ExampleBuilder:
   Two differences from the official code. A line longer than `max_length` tokens is split into
   `max_length`-token pieces that go on into the next examples (the official code makes one
   example of it and drops all but its first max_length - 2 tokens); a piece still loses what
-  does not fit the segment it lands in (A holds max_length - 2 tokens, so at least 2). Once segment B has begun, later lines stay in B (the official code
-  moves a later short line back into A, so A and B were not always contiguous text; the random
-  draws are unchanged). Targets, truncation and the choice of the split point are official.
+  does not fit the segment it lands in (A holds max_length - 2 tokens, so at least 2). Once
+  segment B has begun, later lines stay in B (the official code moves a later short line back
+  into A, so A and B were not always contiguous text; the random draws are unchanged).
+  Targets, truncation and the choice of the split point are official.
   """
 
   def __init__(self, max_length: int, cls_id: int, sep_id: int, short_seq_prob: float,
