@@ -194,9 +194,10 @@ tests/test_train_step.py tests/test_benchmark.py}"
     # PARTS_FLAGS='--variants=as_trained,flat_optimizer': what the per-array optimizer and norm
     # kernels (~950 in Base's step, session 15) cost the Small step (two compiles, about 3 min);
     # PARTS_FLAGS='--variants=as_trained,f32_scores': what the bf16 attention scores save
-    # (Base at 32 x 512 on an H200: 76.4 -> 73.3 ms); 'lean_softmax_backward' what a softmax-
-    # dropout backward keeping 3 bytes a score element saves. The five default variants of Small at
-    # '--config.steps_per_execution=10' took 478 s on an H200 (2026-11-27, compiles 47-84 s).
+    # (Base at 32 x 512 on an H200: 76.4 -> 73.3 ms); 'autodiff_softmax_backward' what the
+    # model's softmax-dropout backward saves (Base: 71.6 against 69.5 ms). The five default
+    # variants of Small at '--config.steps_per_execution=10' took 478 s on an H200 (2026-11-27,
+    # compiles 47-84 s).
     read -ra extra <<< "${PARTS_FLAGS:-}"
     measure step_parts benchmarks/step_parts.py --config="configs/${PARTS_CONFIG:-small}.py" \
         "${extra[@]}" --steps=30 --rounds=3 ;;

@@ -26,14 +26,14 @@ Only when named in --variants:
                      in another order); XLA:GPU runs the per-array Adam and norms as ~950
                      small kernels in Base's step (benchmarks/RESULTS.md, session 15): a
                      positive cost is what fewer, longer kernels would save.
-  lean_softmax_backward  attention's softmax and dropout (model.softmax_dropout) with a
-                     hand-written backward that keeps only the probabilities, in the compute
-                     dtype, and the keep mask: besides the bf16 dropped probabilities the
-                     next matmul keeps, JAX's own backward keeps 14 bytes a score element
-                     (the masked f32 scores, the f32 exp, the f32 dropped probabilities, two
-                     bool masks), this one 3 (needs --config.attention_dropout_rate > 0).
-                     The same forward, the backward from bf16 probabilities: a positive cost
-                     is what it saves
+  autodiff_softmax_backward  attention's softmax and dropout (model.softmax_dropout) with
+                     the backward JAX's autodiff derives, as the model had it before
+                     2026-11-27 (needs --config.attention_dropout_rate > 0): besides the bf16
+                     dropped probabilities the next matmul keeps, it keeps 14 bytes a score
+                     element (the masked f32 scores, the f32 exp, the f32 dropped
+                     probabilities, two bool masks) where the model's own backward keeps 3 (the
+                     bf16 probabilities and the keep mask). A negative cost is what the
+                     model's backward saves
   f32_scores         attention's q.k matmul writing float32 scores (and the 1/sqrt(head_dim)
                      after it), as the model did before 2026-11-27; it writes them in the
                      compute dtype now (model.attention_scores). Where attention dropout
@@ -55,7 +55,6 @@ part (as trained minus the variant) and `temp_mb`, XLA's temporary memory for th
 program (what the step keeps from its forward for its backward among others).
 """
 import contextlib
-import functools
 import statistics
 from unittest import mock
 
@@ -78,13 +77,12 @@ from electra_jax.objectives import metrics as objective_metrics
 FLAGS = flags.FLAGS
 VARIANTS = ('as_trained', 'plain_dropout_key', 'no_auc', 'no_dropout', 'apply_if_finite')
 # Not in the default --variants.
-OPTIONAL_VARIANTS = ('flat_optimizer', 'f32_scores', 'lean_softmax_backward')
+OPTIONAL_VARIANTS = ('flat_optimizer', 'f32_scores', 'autodiff_softmax_backward')
 GPU_VARIANTS = ('xla_attention',)  # Not in the default --variants: they need cuDNN.
 # Variants of the path that writes attention's scores (attention dropout > 0).
-SCORE_VARIANTS = ('f32_scores', 'lean_softmax_backward')
+SCORE_VARIANTS = ('f32_scores', 'autodiff_softmax_backward')
 _GROUPS = (('weights', True), ('bias', False))  # optim.weight_decay_mask reads these names.
 _make_optimizer = optim.make_optimizer
-_softmax_dropout = model.softmax_dropout
 
 
 def _joined(tree, decays):
@@ -140,32 +138,8 @@ def _f32_scores(q, k):
                     preferred_element_type=jnp.float32) / jnp.sqrt(q.shape[-1])
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _lean_softmax_dropout(scores, mask, keep, keep_prob):
-  return _softmax_dropout(scores, mask, keep, keep_prob)
-
-
-def _lean_forward(scores, mask, keep, keep_prob):
-  # The probabilities before dropout, in the scores' dtype (XLA computes the softmax once).
-  probs = _softmax_dropout(scores, mask, None, keep_prob)
-  return _softmax_dropout(scores, mask, keep, keep_prob), (probs, keep)
-
-
-def _lean_backward(keep_prob, residuals, grad):
-  probs, keep = residuals
-  p = probs.astype(jnp.float32)
-  d_probs = model.dropped(grad.astype(jnp.float32), keep, keep_prob)
-  d_scores = p * (d_probs - jnp.sum(d_probs * p, axis=-1, keepdims=True))
-  return d_scores.astype(probs.dtype), None, None
-
-
-_lean_softmax_dropout.defvjp(_lean_forward, _lean_backward)
-
-
-def _lean_softmax(scores, mask, keep, keep_prob):
-  if keep is None:  # A rate that rounds to keeping all: nothing to swap.
-    return _softmax_dropout(scores, mask, keep, keep_prob)
-  return _lean_softmax_dropout(scores, mask, keep, keep_prob)
+def _autodiff_softmax_dropout(scores, mask, keep, keep_prob):
+  return model.dropped(model.masked_softmax(scores, mask), keep, keep_prob).astype(scores.dtype)
 
 
 @contextlib.contextmanager
@@ -195,8 +169,8 @@ def traced_as(variant: str, config):
     return c, _flat_patches()
   if variant == 'f32_scores':
     return c, mock.patch.object(model, 'attention_scores', _f32_scores)
-  if variant == 'lean_softmax_backward':
-    return c, mock.patch.object(model, 'softmax_dropout', _lean_softmax)
+  if variant == 'autodiff_softmax_backward':
+    return c, mock.patch.object(model, 'softmax_dropout', _autodiff_softmax_dropout)
   return c, contextlib.nullcontext()
 
 

@@ -1,5 +1,6 @@
 """Who computes the model's fused attention call: cuDNN's flash attention where it computes what
-XLA's would (config.attention_implementation='auto'), else XLA's."""
+XLA's would (config.attention_implementation='auto'), else XLA's; and the gradient of the
+path that writes the probabilities (attention dropout), whose backward is written out."""
 import types
 
 import jax
@@ -139,3 +140,54 @@ def test_cudnn_attention_on_a_gpu_matches_xla_in_values_and_gradients():
   real = np.asarray(mask, bool)
   assert np.isfinite(got).all()
   assert np.max(np.abs(got - want)[real]) <= 0.05 * np.max(np.abs(want[real]))
+
+
+def _autodiff_softmax_dropout(scores, mask, keep, keep_prob):
+  """model.softmax_dropout's forward, differentiated by JAX."""
+  probs = model_lib.masked_softmax(scores, mask)
+  return model_lib.dropped(probs, keep, keep_prob).astype(scores.dtype)
+
+
+@pytest.mark.parametrize('mask_kind', ['keys', 'query_by_key'])
+def test_softmax_dropout_gradient_is_autodiffs(mask_kind):
+  """The written-out backward against JAX's autodiff of the same forward: float32 to rounding,
+  nothing through masked keys (also in a row whose keys are all padding, where the
+  probabilities are uniform, not zero), and in bf16 (probabilities kept in bf16) within the
+  error autodiff's own bf16 gradient has. Runs on the GPU too (gpu_suite.sh tests)."""
+  batch, heads, seq = 3, 4, 32
+  keys = jax.random.split(jax.random.key(0), 3)
+  scores = 4 * jax.random.normal(keys[0], (batch, heads, seq, seq))
+  lengths = jnp.array([seq, 20, 0])  # Full, padded, padding only.
+  mask = (jnp.arange(seq)[None, :] < lengths[:, None])[:, None, None, :]
+  if mask_kind == 'query_by_key':  # E.g. causal, as [batch, 1, seq, seq].
+    mask = mask & jnp.tril(jnp.ones((seq, seq), bool))[None, None]
+  keep_prob = 0.875
+  keep = jax.random.bernoulli(keys[1], keep_prob, scores.shape)
+  weights = jax.random.normal(keys[2], scores.shape)
+
+  def grad(fn, s, keep=keep):
+    loss = lambda s: jnp.sum(fn(s, mask, keep, keep_prob).astype(jnp.float32) * weights)
+    return jax.grad(loss)(s)
+
+  for keep_or_none in (keep, None):
+    got = grad(model_lib.softmax_dropout, scores, keep_or_none)
+    want = grad(_autodiff_softmax_dropout, scores, keep_or_none)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(
+        model_lib.softmax_dropout(scores, mask, keep_or_none, keep_prob),
+        _autodiff_softmax_dropout(scores, mask, keep_or_none, keep_prob))
+  got = grad(model_lib.softmax_dropout, scores)
+  assert jnp.all(jnp.where(jnp.broadcast_to(mask, got.shape), 0.0, got) == 0)
+  # The padding-only row's probabilities are uniform: only the mask keeps its gradient zero.
+  np.testing.assert_allclose(model_lib.softmax_dropout(scores, mask, None, 1.0)[2], 1 / seq)
+
+  # bf16: against the float32 gradient of the same bf16 scores, op by op (no XLA fusion keeping
+  # the probabilities in float32 after all).
+  bf16 = scores.astype(jnp.bfloat16)
+  truth = grad(_autodiff_softmax_dropout, bf16.astype(jnp.float32))
+  error = lambda g: float(jnp.linalg.norm(g.astype(jnp.float32) - truth) / jnp.linalg.norm(truth))
+  with jax.disable_jit():
+    got, autodiff = grad(model_lib.softmax_dropout, bf16), grad(_autodiff_softmax_dropout, bf16)
+  assert got.dtype == jnp.bfloat16
+  assert 0 < error(autodiff) < 5e-3  # bf16's own rounding of the gradient
+  assert error(got) < 2 * error(autodiff)

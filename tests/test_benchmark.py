@@ -406,22 +406,23 @@ def test_step_parts_f32_scores_swaps_the_models_bf16_scores_for_the_same_loss():
     step_parts.run(tiny_config(), 1, 0, 1, ('as_trained', 'f32_scores'))
 
 
-def test_step_parts_lean_softmax_backward_keeps_3_bytes_a_score_for_the_same_training():
-  """lean_softmax_backward: the same training to float32 rounding (parameters after three steps
-  with both dropouts), and of attention's [batch, heads, seq, seq] arrays the backward keeps
-  only the keep mask and bf16 probabilities where JAX's own keeps f32 scores, exp and
-  probabilities too."""
+def test_step_parts_autodiff_softmax_backward_keeps_16_bytes_a_score_where_the_model_keeps_5():
+  """autodiff_softmax_backward: the same training to float32 rounding (parameters after three
+  steps with both dropouts), and of attention's [batch, heads, seq, seq] arrays the model's
+  backward keeps only the keep mask and bf16 probabilities where JAX's autodiff keeps f32
+  scores, exp and probabilities too."""
   step_parts = benchmark_script('step_parts')
-  assert 'lean_softmax_backward' not in step_parts.VARIANTS  # opt-in
+  assert 'autodiff_softmax_backward' not in step_parts.VARIANTS  # opt-in
   c = tiny_config(dropout_rate=0.1, attention_dropout_rate=0.1)
   states = {}
-  for variant in ('as_trained', 'lean_softmax_backward'):
+  softmax_dropout = model_lib.softmax_dropout
+  for variant in ('as_trained', 'autodiff_softmax_backward'):
     vc, patch = step_parts.traced_as(variant, c)
     with patch:
       exp, host_batch = benchmark.build(vc, 'synthetic')
       states[variant] = benchmark.JaxStep(exp, host_batch, warmup=3).state
-  assert model_lib.softmax_dropout is step_parts._softmax_dropout  # restored after the trace
-  for got, want in zip(jax.tree.leaves(states['lean_softmax_backward'].params),
+  assert model_lib.softmax_dropout is softmax_dropout  # restored after the trace
+  for got, want in zip(jax.tree.leaves(states['autodiff_softmax_backward'].params),
                        jax.tree.leaves(states['as_trained'].params)):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
 
@@ -431,16 +432,16 @@ def test_step_parts_lean_softmax_backward_keeps_3_bytes_a_score_for_the_same_tra
   params = layer.init({'params': jax.random.key(0), 'dropout': jax.random.key(1)}, x, mask, False)
   loss = lambda p: layer.apply(p, x, mask, False, rngs={'dropout': jax.random.key(2)}).sum()
   kept = {}
-  for variant in ('as_trained', 'lean_softmax_backward'):
+  for variant in ('as_trained', 'autodiff_softmax_backward'):
     with step_parts.traced_as(variant, c)[1]:
       residuals = jax.vjp(loss, params)[1]
     kept[variant] = sum(x.dtype.itemsize for x in jax.tree.leaves(residuals)
                         if hasattr(x, 'shape') and x.shape == (2, 4, seq, seq))
   # Bytes a score element: keep (1) + bf16 probabilities (2) + the next matmul's bf16 input (2),
   # against 16 from JAX's autodiff (jax 0.10-0.11).
-  assert kept['lean_softmax_backward'] == 5 and kept['as_trained'] >= 10
-  with pytest.raises(UserError, match='lean_softmax_backward needs --config.attention_dropout'):
-    step_parts.run(tiny_config(), 1, 0, 1, ('as_trained', 'lean_softmax_backward'))
+  assert kept['as_trained'] == 5 and kept['autodiff_softmax_backward'] >= 10
+  with pytest.raises(UserError, match='autodiff_softmax_backward needs --config.attention_drop'):
+    step_parts.run(tiny_config(), 1, 0, 1, ('as_trained', 'autodiff_softmax_backward'))
 
 
 def _equations(jaxpr):
