@@ -260,7 +260,7 @@ def masked_softmax(scores, mask):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
 def _softmax_dropout(scores, mask, keep, keep_prob):
-  return dropped(masked_softmax(scores, mask), keep, keep_prob).astype(scores.dtype)
+  return _softmax_dropout_forward(scores, mask, keep, keep_prob)[0]
 
 
 def _softmax_dropout_forward(scores, mask, keep, keep_prob):
