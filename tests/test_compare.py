@@ -90,6 +90,8 @@ def test_overrides_parse_as_the_train_command_parses_them(tmp_path):
   from electra_jax.experiments import compare  # pylint: disable=import-outside-toplevel
   assert compare.finetune_config('tagging') == (
       os.path.join(REPO_ROOT, 'configs', 'finetune', 'tagging.py'), 'tagging')
+  assert compare.finetune_config('acceptability') == (
+      os.path.join(REPO_ROOT, 'configs', 'finetune', 'acceptability.py'), 'files')
   assert compare.finetune_config('conll2003_chunk') == (
       os.path.join(REPO_ROOT, 'configs', 'finetune', 'tagging.py'), 'conll2003_chunk')
 

@@ -47,14 +47,16 @@ def finetune_config(task: str) -> tuple[str, str]:
   glue = sorted(n for n, t in tasks.TASKS.items() if (t.tfds_name or '').startswith('glue/'))
   if task in ('files', 'tagging'):
     return os.path.join(_FINETUNE_DIR, f'{task}.py'), task
+  if task == 'acceptability':  # The bundled CoLA-like set: files.py's task on its own config.
+    return os.path.join(_FINETUNE_DIR, 'acceptability.py'), 'files'
   if tasks.TASKS.get(task) and tasks.TASKS[task].tfds_name == 'conll2003':
     return os.path.join(_FINETUNE_DIR, 'tagging.py'), task
   if family == 'glue' and name in glue:
     return os.path.join(_FINETUNE_DIR, 'glue.py'), name
   if family == 'squad' and name in _SQUAD:
     return os.path.join(_FINETUNE_DIR, 'squad.py'), _SQUAD[name]
-  raise UserError(f"--finetune_task={task!r} is not a task; pick 'files', 'tagging', "
-                  "'conll2003' (or conll2003_chunk, conll2003_pos), 'squad/v1.1', 'squad/v2.0' "
+  raise UserError(f"--finetune_task={task!r} is not a task; pick 'files', 'acceptability', "
+                  "'tagging', 'conll2003' (or conll2003_chunk, conll2003_pos), 'squad/v1.1', 'squad/v2.0' "
                   f"or glue/TASK with TASK one of {', '.join(glue)}")
 
 
@@ -220,7 +222,8 @@ def _define_flags():
                      'config trains floor(budget / FLOPs per step) steps.')
   flags.DEFINE_string('finetune_task', None, "Downstream task: 'files' (configs/finetune/"
                       "files.py: data/austen_novels unless --finetune_override=train_file=... "
-                      "eval_file=...), 'tagging' (configs/finetune/tagging.py: data/austen_names "
+                      "eval_file=...), 'acceptability' (configs/finetune/acceptability.py: "
+                      "data/austen_acceptability, the bundled CoLA-like set), 'tagging' (configs/finetune/tagging.py: data/austen_names "
                       "unless overridden likewise), 'conll2003' (NER; conll2003_chunk, "
                       "conll2003_pos), 'glue/TASK' (e.g. glue/sst2), 'squad/v1.1' or "
                       "'squad/v2.0' (these from TFDS).")
