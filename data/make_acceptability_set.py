@@ -17,12 +17,13 @@ Sentences are those of data/make_finetune_set.py (8-30 words).
   python data/make_acceptability_set.py --corpus_dir=data/demo_corpus \
       --output_dir=data/austen_acceptability --num_train=2000 --num_eval=1000 --seed=0
 """
-import argparse
 import glob
 import os
 import random
 
 from make_finetune_set import chapter_sentences
+from make_finetune_set import parse_args
+from make_finetune_set import write_splits
 from make_finetune_set import write_tsv
 
 CORRUPTED_FRACTION = 0.2  # Of a corrupted sentence's words after the first; at least two.
@@ -79,20 +80,11 @@ def build(train_paths: list[str], eval_path: str, num_train: int, num_eval: int,
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
-  parser.add_argument('--corpus_dir', default='data/demo_corpus')
-  parser.add_argument('--output_dir', default='data/austen_acceptability')
-  parser.add_argument('--num_train', type=int, default=2000)
-  parser.add_argument('--num_eval', type=int, default=1000)
-  parser.add_argument('--seed', type=int, default=0)
-  args = parser.parse_args()
+  args = parse_args(__doc__, 'data/austen_acceptability', 2000, 1000)
   train, evaluation = build(sorted(glob.glob(os.path.join(args.corpus_dir, 'train', '*.txt'))),
                             os.path.join(args.corpus_dir, 'eval', 'persuasion.txt'),
                             args.num_train, args.num_eval, random.Random(args.seed))
-  os.makedirs(args.output_dir, exist_ok=True)
-  write_tsv(os.path.join(args.output_dir, 'train.tsv'), train)
-  write_tsv(os.path.join(args.output_dir, 'eval.tsv'), evaluation)
-  print(f'wrote {len(train)} train and {len(evaluation)} eval examples to {args.output_dir}')
+  write_splits(args.output_dir, write_tsv, 'tsv', train, evaluation, 'examples')
 
 
 if __name__ == '__main__':

@@ -68,20 +68,30 @@ def write_tsv(path: str, rows):
       f.write(f'{text}\t{label}\n')
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
+def parse_args(doc: str, output_dir: str, num_train: int, num_eval: int) -> argparse.Namespace:
+  """The flags every data/make_*_set.py script takes (its defaults build the bundled set)."""
+  parser = argparse.ArgumentParser(description=doc.split('\n\n', maxsplit=1)[0])
   parser.add_argument('--corpus_dir', default='data/demo_corpus')
-  parser.add_argument('--output_dir', default='data/austen_novels')
-  parser.add_argument('--num_train', type=int, default=2000)
-  parser.add_argument('--num_eval', type=int, default=1000)
+  parser.add_argument('--output_dir', default=output_dir)
+  parser.add_argument('--num_train', type=int, default=num_train)
+  parser.add_argument('--num_eval', type=int, default=num_eval)
   parser.add_argument('--seed', type=int, default=0)
-  args = parser.parse_args()
+  return parser.parse_args()
+
+
+def write_splits(output_dir: str, write, extension: str, train, evaluation, unit: str):
+  """Writes OUTPUT_DIR/train.EXT and eval.EXT with write(path, rows) and says so."""
+  os.makedirs(output_dir, exist_ok=True)
+  write(os.path.join(output_dir, f'train.{extension}'), train)
+  write(os.path.join(output_dir, f'eval.{extension}'), evaluation)
+  print(f'wrote {len(train)} train and {len(evaluation)} eval {unit} to {output_dir}')
+
+
+def main():
+  args = parse_args(__doc__, 'data/austen_novels', 2000, 1000)
   train, evaluation = build(sorted(glob.glob(os.path.join(args.corpus_dir, 'train', '*.txt'))),
                             args.num_train, args.num_eval, random.Random(args.seed))
-  os.makedirs(args.output_dir, exist_ok=True)
-  write_tsv(os.path.join(args.output_dir, 'train.tsv'), train)
-  write_tsv(os.path.join(args.output_dir, 'eval.tsv'), evaluation)
-  print(f'wrote {len(train)} train and {len(evaluation)} eval examples to {args.output_dir}')
+  write_splits(args.output_dir, write_tsv, 'tsv', train, evaluation, 'examples')
 
 
 if __name__ == '__main__':

@@ -13,13 +13,14 @@ three in four sentences chosen hold a name.
   python data/make_tagging_set.py --corpus_dir=data/demo_corpus \
       --output_dir=data/austen_names --num_train=1500 --num_eval=500 --seed=0
 """
-import argparse
 import glob
 import os
 import random
 import re
 
+from make_finetune_set import parse_args
 from make_finetune_set import split_chapters
+from make_finetune_set import write_splits
 
 _WORD = re.compile(r"(?:Mrs|Mr|Dr|St|Ms)\.|\w+(?:['’-]\w+)*|[^\w\s]")
 TITLES = {'Mr.', 'Mrs.', 'Miss', 'Lady', 'Sir', 'Lord', 'Colonel', 'General', 'Captain', 'Dr.',
@@ -94,19 +95,10 @@ def write_conll(path: str, rows):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
-  parser.add_argument('--corpus_dir', default='data/demo_corpus')
-  parser.add_argument('--output_dir', default='data/austen_names')
-  parser.add_argument('--num_train', type=int, default=1500)
-  parser.add_argument('--num_eval', type=int, default=500)
-  parser.add_argument('--seed', type=int, default=0)
-  args = parser.parse_args()
+  args = parse_args(__doc__, 'data/austen_names', 1500, 500)
   paths = sorted(glob.glob(os.path.join(args.corpus_dir, 'train', '*.txt')))
   train, evaluation = build(paths, args.num_train, args.num_eval, random.Random(args.seed))
-  os.makedirs(args.output_dir, exist_ok=True)
-  write_conll(os.path.join(args.output_dir, 'train.txt'), train)
-  write_conll(os.path.join(args.output_dir, 'eval.txt'), evaluation)
-  print(f'wrote {len(train)} train and {len(evaluation)} eval sentences to {args.output_dir}')
+  write_splits(args.output_dir, write_conll, 'txt', train, evaluation, 'sentences')
 
 
 if __name__ == '__main__':
