@@ -648,6 +648,13 @@ def test_paper_defaults_fill_by_model_size_and_task():
   assert (base.learning_rate, base.layerwise_lr_decay, base.num_epochs) == (2e-5, 0.8, 3)
   with pytest.raises(UserError, match=r'config.layerwise_lr_decay=1.5 must be in \(0, 1\]'):
     settings.resolve(ft_config(layerwise_lr_decay=1.5), tasks.get_task('sst2'), 256)
+  # Windows: the official code's 128 tokens over SQuAD contexts; half the window for tagging.
+  assert large.doc_stride == 128
+  tagging = settings.resolve(ft_config(max_seq_length=128), tasks.get_task('conll2003'), 256)
+  assert tagging.doc_stride == 63
+  assert settings.resolve(ft_config(doc_stride=9), tasks.get_task('conll2003'), 256).doc_stride == 9
+  with pytest.raises(UserError, match='config.doc_stride=0 must be a positive integer'):
+    settings.resolve(ft_config(doc_stride=0), tasks.get_task('squad_v1'), 256)
 
 
 def test_without_checkpoint_or_random_init_the_error_says_what_to_set():

@@ -10,7 +10,7 @@ import pytest
 
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
-from electra_jax.finetune import features, metrics, tasks
+from electra_jax.finetune import features, loop, metrics, tasks
 from tests.conftest import REPO_ROOT
 from tests.test_finetune import pretrain_workdir  # noqa: F401  pylint: disable=unused-import
 # pylint: disable-next=unused-import
@@ -128,22 +128,63 @@ def test_each_tag_sits_at_its_words_first_piece_as_in_transformers_split_words(
   ours, theirs = hf_tokenizer_pair
   words = ['Mr.', 'Knightley', 'was', 'extraordinarily', 'agreeable', ',', 'said', 'Emma', '.']
   example = dict(words=words, label=list(range(len(words))), index=0)
-  f = features.encode_tagging(ours, [example], 32)
+  f = features.encode_tagging(ours, [example], 32, doc_stride=15)
   encoded = theirs(words, is_split_into_words=True)
   n = len(encoded['input_ids'])
+  assert f['input_ids'].shape == (1, 32) and f['example_index'].tolist() == [0]
   assert f['input_ids'][0, :n].tolist() == encoded['input_ids']
   assert f['input_mask'][0].sum() == n and not f['segment_ids'].any()
   word_ids = encoded.word_ids()
   firsts = [i for i, w in enumerate(word_ids) if w is not None and word_ids[i - 1] != w]
   assert np.flatnonzero(f['word_start'][0]).tolist() == firsts
+  assert np.flatnonzero(f['word_is_max_context'][0]).tolist() == firsts
   assert f['label'][0, firsts].tolist() == list(range(len(words)))
-  # Cut at max_seq_length: [CLS] + 8 pieces + [SEP]; the words whose first piece fits keep it.
-  short = features.encode_tagging(ours, [example], 10)
-  assert short['input_ids'][0, -1] == ours.sep_id and short['input_mask'][0].all()
-  kept = short['word_start'][0].sum()
-  assert short['num_words'].tolist() == [len(words)]  # the cut words: len(words) - kept
-  assert kept == sum(1 for i in firsts if i <= 8) < len(words)
-  assert short['label'][0][short['word_start'][0] > 0].tolist() == list(range(kept))
+  assert f['word_index'][0, firsts].tolist() == list(range(len(words)))
+
+
+@pytest.mark.parametrize('doc_stride', [1, 3, 8, 100])
+def test_a_sentence_longer_than_the_window_is_read_in_windows_each_word_once(doc_stride):
+  tokenizer = tokenizer_lib.load_tokenizer(VOCAB)
+  words = ('Mr. Knightley was extraordinarily agreeable , said Emma , and Harriet Smith '
+           'thought so too , though she never said it .').split()
+  short = dict(words=['Emma', 'smiled', '.'], label=[1, 0, 0], index=0)
+  example = dict(words=words, label=list(range(len(words))), index=1)
+  length = 10  # [CLS] + 8 pieces + [SEP]
+  f = features.encode_tagging(tokenizer, [short, example], length, doc_stride)
+  pieces = [list(p) for p in tokenizer.encode_batch(words)]
+  flat = [i for p in pieces for i in p]
+  rows = np.flatnonzero(f['example_index'] == 1)
+  assert f['example_index'].tolist() == [0] + [1] * len(rows) and len(rows) > 1
+  # Every window is [CLS] + consecutive pieces of the sentence + [SEP], starting every
+  # min(doc_stride, 8) pieces; the last reaches the end.
+  stride = min(doc_stride, length - 2)
+  for w, row in enumerate(rows):
+    n = f['input_mask'][row].sum()
+    assert f['input_ids'][row, 0] == tokenizer.cls_id and f['input_ids'][row, n - 1] == tokenizer.sep_id
+    assert f['input_ids'][row, 1:n - 1].tolist() == flat[w * stride:w * stride + n - 2]
+  assert w * stride + n - 2 == len(flat)
+  # Each word is trained on wherever its first piece is, and read exactly once, at its label.
+  read = [(f['word_index'][r, p], f['label'][r, p])
+          for r in rows for p in np.flatnonzero(f['word_is_max_context'][r])]
+  assert sorted(read) == [(j, j) for j in range(len(words))]
+  assert (f['word_is_max_context'] <= f['word_start']).all()
+  assert f['word_start'][rows].sum() >= len(words)
+  # ... from the window where its first piece has the most context on its shorter side.
+  def context(row, word):
+    position = np.flatnonzero((f['word_index'][row] == word) & (f['word_start'][row] > 0))
+    if not len(position):
+      return -1
+    return min(position[0] - 1, f['input_mask'][row].sum() - 2 - position[0])
+  for r in rows:
+    for p in np.flatnonzero(f['word_is_max_context'][r]):
+      word = f['word_index'][r, p]
+      assert context(r, word) == max(context(other, word) for other in rows)
+  # Decoding reads each word's tag from that window.
+  task = tasks.Task(name='t', kind=tasks.TAGGING, main_metric='accuracy', num_epochs=1,
+                    label_names=tuple(f'T{j}' for j in range(len(words))))
+  elsewhere = np.where(f['word_is_max_context'] > 0, f['label'], 0)  # T0 where not read.
+  tags = loop.word_tags(task, f, dict(prediction=elsewhere), [short, example])
+  assert tags == [['T1', 'T0', 'T0'], [f'T{j}' for j in range(len(words))]]
 
 
 def _write_names(path, n, seed):

@@ -97,9 +97,11 @@ def get_config():
   # Clip gradients to this global norm (0 disables).
   c.max_grad_norm = 1.0
 
-  # --- SQuAD --------------------------------------------------------------------------------
-  # Tokens between the starts of consecutive context windows.
-  c.doc_stride = 128
+  # --- SQuAD (doc_stride: tagging too) ------------------------------------------------------
+  # Tokens between the starts of consecutive windows over a SQuAD context, or over a tagged
+  # sentence longer than max_seq_length (None: 128 for SQuAD, as the official code; half the
+  # window for tagging, so every word has context on both sides in some window).
+  c.doc_stride = placeholder(int)
   # Question tokens kept.
   c.max_query_length = 64
   # Longest answer span considered, in tokens.

@@ -2,7 +2,8 @@
 
 Pairs are truncated longest-first, as in BERT/ELECTRA. SQuAD contexts longer than the window
 are split into overlapping windows (stride `doc_stride` tokens); each window keeps the
-character span of every context token so a predicted token span maps back to the text.
+character span of every context token so a predicted token span maps back to the text. Tagged
+sentences longer than the window are split the same way.
 """
 import numpy as np
 
@@ -138,34 +139,43 @@ def encode_squad(tokenizer, examples: list[dict], max_seq_length: int, doc_strid
   return {k: np.asarray(v, np.int32) for k, v in out.items()}
 
 
-def encode_tagging(tokenizer, examples: list[dict], max_seq_length: int) -> dict:
+def encode_tagging(tokenizer, examples: list[dict], max_seq_length: int, doc_stride: int) -> dict:
   """[CLS] word pieces [SEP], each word tokenized alone (as the official tagging code and
-  transformers' is_split_into_words do). Arrays [N, S]: input_ids, segment_ids, input_mask,
-  word_start (1 at each word's first piece: where its tag is predicted), label (the word's tag
-  id there, 0 elsewhere); num_words [N]. Words whose first piece falls past max_seq_length - 2
-  are cut (num_words minus word_start's row sum of them); a cut word's later pieces too."""
+  transformers' is_split_into_words do) and tagged at its first piece. A sentence of more
+  pieces than the window holds is split into windows every doc_stride pieces, as SQuAD's
+  contexts are (the official code cuts it): every window trains on the words whose first piece
+  it holds, and a word's tag is read from the window where that piece has the most context.
+  Arrays [R, S] (R windows): input_ids, segment_ids, input_mask, word_start (1 at each word's
+  first piece), label (the word's tag id there, 0 elsewhere), word_index (that word's index in
+  its sentence, -1 elsewhere), word_is_max_context (1 where the tag is read); example_index
+  [R]."""
   budget = max_seq_length - 2
   pieces = tokenizer.encode_batch([w for e in examples for w in e['words']])
-  out = {k: [] for k in ('input_ids', 'segment_ids', 'input_mask', 'word_start', 'label')}
-  num_words = np.asarray([len(e['words']) for e in examples], np.int32)
+  out = {k: [] for k in ('input_ids', 'segment_ids', 'input_mask', 'word_start', 'label',
+                         'word_index', 'word_is_max_context', 'example_index')}
   k = 0
-  for example in examples:
-    ids, starts, labels = [tokenizer.cls_id], [0], [0]
+  for index, example in enumerate(examples):
+    flat, first_of = [], []  # The sentence's pieces; the word each word's first piece starts.
     for j in range(len(example['words'])):
       word = list(pieces[k + j]) or [tokenizer.unk_id]  # A word sentencepiece drops entirely.
-      if len(ids) - 1 < budget:
-        word = word[:budget - (len(ids) - 1)]
-        ids += word
-        starts += [1] + [0] * (len(word) - 1)
-        tag = 0 if example['label'] is None else example['label'][j]
-        labels += [tag] + [0] * (len(word) - 1)
+      flat += word
+      first_of += [j] + [-1] * (len(word) - 1)
     k += len(example['words'])
-    ids.append(tokenizer.sep_id)
-    pad = max_seq_length - len(ids)
-    out['input_ids'].append(ids + [tokenizer.pad_id] * pad)
-    out['segment_ids'].append([0] * max_seq_length)
-    out['input_mask'].append([1] * len(ids) + [0] * pad)
-    out['word_start'].append(starts + [0] * (pad + 1))
-    out['label'].append(labels + [0] * (pad + 1))
-  return dict({k: np.asarray(v, np.int32).reshape(-1, max_seq_length) for k, v in out.items()},
-              num_words=num_words)
+    windows = _windows(len(flat), budget, doc_stride)
+    home = _max_context_window(windows, len(flat))
+    for w, window in enumerate(windows):
+      words = [first_of[t] for t in window]
+      tags = [0 if j < 0 or example['label'] is None else example['label'][j] for j in words]
+      pad = max_seq_length - len(window) - 2
+      out['input_ids'].append([tokenizer.cls_id] + [flat[t] for t in window] + [tokenizer.sep_id]
+                              + [tokenizer.pad_id] * pad)
+      out['segment_ids'].append([0] * max_seq_length)
+      out['input_mask'].append([1] * (len(window) + 2) + [0] * pad)
+      out['word_start'].append([0] + [int(j >= 0) for j in words] + [0] * (pad + 1))
+      out['label'].append([0] + tags + [0] * (pad + 1))
+      out['word_index'].append([-1] + words + [-1] * (pad + 1))
+      out['word_is_max_context'].append(
+          [0] + [int(j >= 0 and home[t] == w) for j, t in zip(words, window)] + [0] * (pad + 1))
+      out['example_index'].append(index)
+  return {k: np.asarray(v, np.int32).reshape(-1, max_seq_length) if k != 'example_index'
+          else np.asarray(v, np.int32) for k, v in out.items()}

@@ -51,7 +51,7 @@ def encode(c, task, tokenizer, examples):
     return features_lib.encode_squad(tokenizer, examples, c.max_seq_length, c.doc_stride,
                                      c.max_query_length)
   if task.kind == tasks_lib.TAGGING:
-    return features_lib.encode_tagging(tokenizer, examples, c.max_seq_length)
+    return features_lib.encode_tagging(tokenizer, examples, c.max_seq_length, c.doc_stride)
   return features_lib.encode_classification(tokenizer, examples, c.max_seq_length,
                                             task.kind == tasks_lib.REGRESSION)
 
@@ -107,11 +107,11 @@ def _num_rows(features: dict) -> int:
 
 
 def _model_inputs(features: dict) -> dict:
-  """The arrays the model reads (SQuAD's character spans and example ids, tagging's word
-  counts stay on the host)."""
+  """The arrays the model reads (SQuAD's character spans, tagging's word indices, and the
+  windows' example ids and max-context marks stay on the host)."""
   return {k: v for k, v in features.items()
           if k not in ('token_begin', 'token_end', 'example_index', 'token_is_max_context',
-                       'num_words')}
+                       'word_index', 'word_is_max_context')}
 
 
 def _local_slice(rows: np.ndarray) -> np.ndarray:
@@ -148,15 +148,14 @@ def predict_all(predict_step, params, features: dict, batch_size: int, mesh) -> 
 
 
 def word_tags(task, features: dict, outputs: dict, examples: list) -> list[list[str]]:
-  """Each sentence's predicted tag names, one per word; a word cut at max_seq_length gets the
-  outside tag ('O', or the first tag where there is none)."""
-  outside = 'O' if 'O' in task.label_names else task.label_names[0]
-  result = []
-  for i, example in enumerate(examples):
-    ids = outputs['prediction'][i][features['word_start'][i] > 0]
-    result.append([task.label_names[t] for t in ids]
-                  + [outside] * (len(example['words']) - len(ids)))
-  return result
+  """Each sentence's predicted tag names, one per word, each read from the word's max-context
+  window (encode_tagging)."""
+  tags = [[None] * len(e['words']) for e in examples]
+  read = features['word_is_max_context'] > 0
+  for row, word, tag in zip(np.nonzero(read)[0], features['word_index'][read],
+                            outputs['prediction'][read]):
+    tags[features['example_index'][row]][word] = task.label_names[tag]
+  return tags
 
 
 def decode(task, c, features: dict, outputs: dict, examples: list):
@@ -347,14 +346,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
       f'{_num_rows(data.train)} train rows, {eval_rows} | {c.num_seeds} seed(s) x '
       f'{c.num_epochs} epoch(s), lr {c.learning_rate:g}, layer decay '
       f'{c.layerwise_lr_decay:g}', flush=True)
-  if task.kind == tasks_lib.TAGGING:
-    for name, f in [('train', data.train)] + [(e.prefix.strip('_') or 'eval', e.features)
-                                                for e in data.evals]:
-      cut = int(f['num_words'].sum() - f['word_start'].sum())
-      if cut:
-        say(f'note: {cut} {name} word(s) lie past max_seq_length={c.max_seq_length} pieces; '
-            "they are not trained on and are predicted 'O' (raise max_seq_length to keep them)",
-            flush=True)
   total = c.num_seeds * c.num_epochs * steps_per_epoch(data.train, c.train_batch_size)
   bar = tqdm.tqdm(total=total, unit='step', file=sys.stderr, dynamic_ncols=True,
                   disable=not (is_chief and c.progress_bar),

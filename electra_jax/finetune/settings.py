@@ -20,7 +20,8 @@ def size_name(hidden_size: int) -> str:
 
 
 def resolve(config, task, hidden_size: int) -> ml_collections.ConfigDict:
-  """A locked copy with learning_rate, layerwise_lr_decay and num_epochs filled in."""
+  """A locked copy with learning_rate, layerwise_lr_decay, num_epochs and doc_stride filled
+  in."""
   c = ml_collections.ConfigDict(config.to_dict())
   size = size_name(hidden_size)
   if c.learning_rate is None:
@@ -29,6 +30,8 @@ def resolve(config, task, hidden_size: int) -> ml_collections.ConfigDict:
     c.layerwise_lr_decay = LAYERWISE_DECAY[size]
   if c.num_epochs is None:
     c.num_epochs = task.num_epochs
+  if c.doc_stride is None:
+    c.doc_stride = (c.max_seq_length - 2) // 2 if task.kind == tasks_lib.TAGGING else 128
   validate(c)
   c.lock()
   return c
