@@ -8,7 +8,8 @@ Adam without bias correction, the decay running during warmup, the batch's loss 
 official layer-wise decay exponents, MRPC and STS-B in both sentence orders, the task head
 started Glorot-uniform, for SQuAD (--config.task=squad_v2 --config.max_seq_length=512) the
 official span head, and for tagging (--config.task=conll2003, or task=tagging with your files)
-the span tags re-encoded BIOES.
+the span tags re-encoded BIOES. One difference stays: a tagged sentence longer than
+max_seq_length pieces is read in windows (doc_stride), where the official code cuts it.
 """
 from configs.finetune import glue
 
