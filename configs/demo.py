@@ -14,12 +14,16 @@ checkpoints. Two keys differ from the paper's recipe because a few CPU minutes n
 Ten steps a call of the compiled program (steps_per_execution): the same weights as one a
 call, and on a 2-core CPU 1.4x the steps/s of one a call in the benchmark, 1.25-1.38x the
 demo's tokens/s (benchmarks/RESULTS.md, session 20).
+The optional argument names another objective on the same recipe, e.g. `configs/demo.py:mlm`
+for the BERT baseline (README "What to expect from the demo"); objectives without a
+generator ignore its keys.
 """
 from configs import base_config
 
 
-def get_config():
+def get_config(objective: str = 'electra'):
   c = base_config.get_config()
+  c.objective = objective
   c.model_size = 'demo'
   c.generator_hidden_size = 0.25
   c.relative_attention_span = 8

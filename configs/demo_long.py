@@ -16,8 +16,7 @@ from configs import demo
 
 
 def get_config(objective: str = 'electra'):
-  c = demo.get_config()
-  c.objective = objective
+  c = demo.get_config(objective)
   c.generator_lr_multiplier = 0.25
   c.num_train_steps = 6000
   c.num_warmup_steps = 300

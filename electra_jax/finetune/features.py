@@ -155,7 +155,8 @@ def encode_tagging(tokenizer, examples: list[dict], max_seq_length: int, doc_str
                          'word_index', 'word_is_max_context', 'example_index')}
   k = 0
   for index, example in enumerate(examples):
-    flat, first_of = [], []  # The sentence's pieces; the word each word's first piece starts.
+    # The sentence's pieces, and for each the index of the word it starts (-1: a later piece).
+    flat, first_of = [], []
     for j in range(len(example['words'])):
       word = list(pieces[k + j]) or [tokenizer.unk_id]  # A word sentencepiece drops entirely.
       flat += word
