@@ -160,7 +160,8 @@ def test_a_sentence_longer_than_the_window_is_read_in_windows_each_word_once(doc
   stride = min(doc_stride, length - 2)
   for w, row in enumerate(rows):
     n = f['input_mask'][row].sum()
-    assert f['input_ids'][row, 0] == tokenizer.cls_id and f['input_ids'][row, n - 1] == tokenizer.sep_id
+    assert f['input_ids'][row, 0] == tokenizer.cls_id
+    assert f['input_ids'][row, n - 1] == tokenizer.sep_id
     assert f['input_ids'][row, 1:n - 1].tolist() == flat[w * stride:w * stride + n - 2]
   assert w * stride + n - 2 == len(flat)
   # Each word is trained on wherever its first piece is, and read exactly once, at its label.

@@ -56,8 +56,8 @@ def finetune_config(task: str) -> tuple[str, str]:
   if family == 'squad' and name in _SQUAD:
     return os.path.join(_FINETUNE_DIR, 'squad.py'), _SQUAD[name]
   raise UserError(f"--finetune_task={task!r} is not a task; pick 'files', 'acceptability', "
-                  "'tagging', 'conll2003' (or conll2003_chunk, conll2003_pos), 'squad/v1.1', 'squad/v2.0' "
-                  f"or glue/TASK with TASK one of {', '.join(glue)}")
+                  "'tagging', 'conll2003' (or conll2003_chunk, conll2003_pos), 'squad/v1.1', "
+                  f"'squad/v2.0' or glue/TASK with TASK one of {', '.join(glue)}")
 
 
 def finetune_args(task: str, overrides: list[str]) -> list[str]:
@@ -223,8 +223,9 @@ def _define_flags():
   flags.DEFINE_string('finetune_task', None, "Downstream task: 'files' (configs/finetune/"
                       "files.py: data/austen_novels unless --finetune_override=train_file=... "
                       "eval_file=...), 'acceptability' (configs/finetune/acceptability.py: "
-                      "data/austen_acceptability, the bundled CoLA-like set), 'tagging' (configs/finetune/tagging.py: data/austen_names "
-                      "unless overridden likewise), 'conll2003' (NER; conll2003_chunk, "
+                      "data/austen_acceptability, the bundled CoLA-like set), 'tagging' "
+                      "(configs/finetune/tagging.py: data/austen_names unless overridden "
+                      "likewise), 'conll2003' (NER; conll2003_chunk, "
                       "conll2003_pos), 'glue/TASK' (e.g. glue/sst2), 'squad/v1.1' or "
                       "'squad/v2.0' (these from TFDS).")
   flags.DEFINE_string('output', None, 'Folder for every run and the results (re-run the same '
