@@ -146,10 +146,12 @@ def sweep(tmp_path_factory):
   _write_sentiment(root / 'train.tsv', 64, 0)
   _write_sentiment(root / 'eval.tsv', 32, 1)
   configs = [write_config(root / 'gen_quarter.py', 0.25), write_config(root / 'gen_half.py', 0.5)]
+  # Progress bars left at the configs' default (on): compare turns its commands' bars off.
+  with_bars = lambda overrides: [o for o in overrides if o != 'progress_bar=false']
   flags = [f'--configs={",".join(configs)}', '--flops_budget=2.3e8', '--finetune_task=files',
            f'--output={root / "out"}', '--num_seeds=2',
-           *[f'--override={o}' for o in TINY + [f'train_files={root / "corpus.txt"}']],
-           *[f'--finetune_override={o}' for o in TINY_FINETUNE
+           *[f'--override={o}' for o in with_bars(TINY) + [f'train_files={root / "corpus.txt"}']],
+           *[f'--finetune_override={o}' for o in with_bars(TINY_FINETUNE)
              + [f'train_file={root / "train.tsv"}', f'eval_file={root / "eval.tsv"}']]]
   # One compilation cache for the whole module (compare otherwise keeps one per output).
   env = dict(JAX_COMPILATION_CACHE_DIR=str(root / 'jax_cache'))
@@ -171,6 +173,9 @@ def last_json(stdout):
 def test_sweep_pretrains_each_config_for_the_budget_and_fine_tunes_every_seed(sweep):
   summary = last_json(sweep['first'].stdout)
   assert summary['status'] == 'completed' and summary['main_metric'] == 'accuracy'
+  # The commands' log lines come through; their progress bars (a line per redraw) do not.
+  assert '[pretrain gen_quarter] Writing to' in sweep['first'].stderr
+  assert '%|' not in sweep['first'].stderr, sweep['first'].stderr
   assert (summary['pretrain_run'], summary['finetune_run']) == (2, 2)
   with open(os.path.join(sweep['out'], 'results.json'), encoding='utf-8') as f:
     results = json.load(f)

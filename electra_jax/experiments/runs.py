@@ -24,6 +24,10 @@ from electra_jax import saved_config
 from electra_jax.errors import UserError
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The commands' own progress bars, piped through run_command, would add a line per redraw to
+# the comparison's output; their log lines still say how far each run is. A user's
+# --override=progress_bar=true / --finetune_override=progress_bar=true, coming later, wins.
+NO_PROGRESS_BAR = '--config.progress_bar=false'
 
 
 def _say(message: str):
@@ -167,7 +171,8 @@ def pretrain(plan, user_overrides: list[str], output: str, workdir: str, counter
       counter['pretrain_run'] += 1
     while latest < step:
       args = [f'--config={plan.spec}', f'--workdir={workdir}',
-              f'--compilation_cache_dir={cache_dir}', *plan.train_overrides(user_overrides)]
+              f'--compilation_cache_dir={cache_dir}', NO_PROGRESS_BAR,
+              *plan.train_overrides(user_overrides)]
       if step < plan.num_train_steps:
         args.append(f'--stop_after_steps={step - latest}')
       result = run_command('electra_jax.train', args,
@@ -191,7 +196,8 @@ def pretrain(plan, user_overrides: list[str], output: str, workdir: str, counter
 def finetune(plan, step: int, task_args: list[str], num_seeds: int, output: str,
              counter: dict, cache_dir: str) -> dict:
   """Fine-tunes the budget point `step` of `plan` with num_seeds seeds; returns finetune's
-  results.json. A finished run is read back; an unfinished one is discarded and redone."""
+  results.json. A finished run is read back; an unfinished one is discarded and redone.
+  task_args: compare.finetune_args's flags, --config=FILE first."""
   point_dir = paths.join(output, 'points', plan.name, str(step))
   workdir = paths.join(output, 'finetune', plan.name, str(step))
   results_path = paths.join(workdir, 'results.json')
@@ -205,8 +211,10 @@ def finetune(plan, step: int, task_args: list[str], num_seeds: int, output: str,
     paths.remove_tree(workdir)
   _say(f'{label}: {num_seeds} seed(s) -> {workdir}')
   counter['finetune_run'] += 1
+  config_file, *task_overrides = task_args  # --config=FILE comes before any --config.KEY.
   run_command('electra_jax.finetune',
-              [*task_args, f'--config.init_checkpoint={point_dir}',
+              [config_file, NO_PROGRESS_BAR, *task_overrides,
+               f'--config.init_checkpoint={point_dir}',
                f'--config.num_seeds={num_seeds}', f'--workdir={workdir}',
                f'--compilation_cache_dir={cache_dir}'],
               paths.join(output, 'logs', f'finetune_{plan.name}_{step}.log'), label)
