@@ -138,10 +138,6 @@ def _f32_scores(q, k):
                     preferred_element_type=jnp.float32) / jnp.sqrt(q.shape[-1])
 
 
-def _autodiff_softmax_dropout(scores, mask, keep, keep_prob):
-  return model.dropped(model.masked_softmax(scores, mask), keep, keep_prob).astype(scores.dtype)
-
-
 @contextlib.contextmanager
 def _flat_patches():
   with mock.patch.object(optim, 'make_optimizer', _flat_optimizer), \
@@ -170,7 +166,8 @@ def traced_as(variant: str, config):
   if variant == 'f32_scores':
     return c, mock.patch.object(model, 'attention_scores', _f32_scores)
   if variant == 'autodiff_softmax_backward':
-    return c, mock.patch.object(model, 'softmax_dropout', _autodiff_softmax_dropout)
+    return c, mock.patch.object(model, 'softmax_dropout',
+                                 model.autodiff_softmax_dropout)
   return c, contextlib.nullcontext()
 
 

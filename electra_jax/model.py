@@ -247,9 +247,15 @@ def softmax_dropout(scores, mask, keep, keep_prob: float):
   two bool masks). Base at 32 x 512 on an H200: 71.6 -> 69.5 ms a step, 1.2 GB less temporary
   memory (benchmarks/RESULTS.md, 2026-11-27). The same gradient: the softmax's
   p * (g - sum(p * g)) from the kept probabilities (bf16-rounded in a bf16 model)."""
-  if keep is None:
-    return masked_softmax(scores, mask).astype(scores.dtype)
+  if keep is None:  # No dropout: autodiff's backward of the softmax alone.
+    return autodiff_softmax_dropout(scores, mask, keep, keep_prob)
   return _softmax_dropout(scores, mask, keep, keep_prob)
+
+
+def autodiff_softmax_dropout(scores, mask, keep, keep_prob: float):
+  """softmax_dropout's forward with the backward JAX's autodiff derives (the model's form
+  before 2026-11-27): benchmarks/step_parts.py's variant and the tests' reference."""
+  return dropped(masked_softmax(scores, mask), keep, keep_prob).astype(scores.dtype)
 
 
 def masked_softmax(scores, mask):

@@ -142,12 +142,6 @@ def test_cudnn_attention_on_a_gpu_matches_xla_in_values_and_gradients():
   assert np.max(np.abs(got - want)[real]) <= 0.05 * np.max(np.abs(want[real]))
 
 
-def _autodiff_softmax_dropout(scores, mask, keep, keep_prob):
-  """model.softmax_dropout's forward, differentiated by JAX."""
-  probs = model_lib.masked_softmax(scores, mask)
-  return model_lib.dropped(probs, keep, keep_prob).astype(scores.dtype)
-
-
 @pytest.mark.parametrize('mask_kind', ['keys', 'query_by_key'])
 def test_softmax_dropout_gradient_is_autodiffs(mask_kind):
   """The written-out backward against JAX's autodiff of the same forward: float32 to rounding,
@@ -171,11 +165,11 @@ def test_softmax_dropout_gradient_is_autodiffs(mask_kind):
 
   for keep_or_none in (keep, None):
     got = grad(model_lib.softmax_dropout, scores, keep_or_none)
-    want = grad(_autodiff_softmax_dropout, scores, keep_or_none)
+    want = grad(model_lib.autodiff_softmax_dropout, scores, keep_or_none)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(
         model_lib.softmax_dropout(scores, mask, keep_or_none, keep_prob),
-        _autodiff_softmax_dropout(scores, mask, keep_or_none, keep_prob))
+        model_lib.autodiff_softmax_dropout(scores, mask, keep_or_none, keep_prob))
   got = grad(model_lib.softmax_dropout, scores)
   assert jnp.all(jnp.where(jnp.broadcast_to(mask, got.shape), 0.0, got) == 0)
   # The padding-only row's probabilities are uniform: only the mask keeps its gradient zero.
@@ -184,10 +178,11 @@ def test_softmax_dropout_gradient_is_autodiffs(mask_kind):
   # bf16: against the float32 gradient of the same bf16 scores, op by op (no XLA fusion keeping
   # the probabilities in float32 after all).
   bf16 = scores.astype(jnp.bfloat16)
-  truth = grad(_autodiff_softmax_dropout, bf16.astype(jnp.float32))
+  truth = grad(model_lib.autodiff_softmax_dropout, bf16.astype(jnp.float32))
   error = lambda g: float(jnp.linalg.norm(g.astype(jnp.float32) - truth) / jnp.linalg.norm(truth))
   with jax.disable_jit():
-    got, autodiff = grad(model_lib.softmax_dropout, bf16), grad(_autodiff_softmax_dropout, bf16)
+    got = grad(model_lib.softmax_dropout, bf16)
+    autodiff = grad(model_lib.autodiff_softmax_dropout, bf16)
   assert got.dtype == jnp.bfloat16
   assert 0 < error(autodiff) < 5e-3  # bf16's own rounding of the gradient
   assert error(got) < 2 * error(autodiff)
