@@ -151,8 +151,8 @@ def encode_tagging(tokenizer, examples: list[dict], max_seq_length: int, doc_str
   [R]."""
   budget = max_seq_length - 2
   pieces = tokenizer.encode_batch([w for e in examples for w in e['words']])
-  out = {k: [] for k in ('input_ids', 'segment_ids', 'input_mask', 'word_start', 'label',
-                         'word_index', 'word_is_max_context', 'example_index')}
+  out = {k: [] for k in ('input_ids', 'segment_ids', 'input_mask', 'label', 'word_index',
+                         'word_is_max_context', 'example_index')}
   k = 0
   for index, example in enumerate(examples):
     # The sentence's pieces, and for each the index of the word it starts (-1: a later piece).
@@ -172,11 +172,11 @@ def encode_tagging(tokenizer, examples: list[dict], max_seq_length: int, doc_str
                               + [tokenizer.pad_id] * pad)
       out['segment_ids'].append([0] * max_seq_length)
       out['input_mask'].append([1] * (len(window) + 2) + [0] * pad)
-      out['word_start'].append([0] + [int(j >= 0) for j in words] + [0] * (pad + 1))
       out['label'].append([0] + tags + [0] * (pad + 1))
       out['word_index'].append([-1] + words + [-1] * (pad + 1))
       out['word_is_max_context'].append(
           [0] + [int(j >= 0 and home[t] == w) for j, t in zip(words, window)] + [0] * (pad + 1))
       out['example_index'].append(index)
-  return {k: np.asarray(v, np.int32).reshape(-1, max_seq_length) if k != 'example_index'
-          else np.asarray(v, np.int32) for k, v in out.items()}
+  arrays = {k: np.asarray(v, np.int32).reshape(-1, max_seq_length) if k != 'example_index'
+            else np.asarray(v, np.int32) for k, v in out.items()}
+  return dict(arrays, word_start=(arrays['word_index'] >= 0).astype(np.int32))
