@@ -91,10 +91,11 @@ def _validate(c):
     check(0 <= c[key] < 1, f'config.{key}={c[key]} must be in [0, 1)')
   check(c.num_data_workers >= 0,
          f'config.num_data_workers={c.num_data_workers} must be >= 0 (0 = no worker processes)')
+  check(bool(c.text_key), "config.text_key is empty; set it to the field holding each record's "
+         'text in JSON Lines files or the TFDS dataset (default: text)')
   if c.tfds_name:
-    for key in ('tfds_split', 'tfds_text_key'):
-      check(bool(c[key]), f'config.{key} is empty but config.tfds_name={c.tfds_name!r} is set; '
-             f'set --config.{key}')
+    check(bool(c.tfds_split), f'config.tfds_split is empty but config.tfds_name={c.tfds_name!r} '
+           'is set; set --config.tfds_split')
   _validate_objective(c)
   for key in ('init_generator_from', 'extend_vocab_file'):
     check(not c[key] or bool(c.init_from),

@@ -3,7 +3,7 @@
 Train, evaluate, export, fine-tuning, init_from and predict all load a saved config here. A
 workdir written before a key existed still loads: a key it lacks takes today's default from
 configs/base_config.py (fine-tuning workdirs: configs/finetune/glue.py; the behaviour the key
-was added with), a key since removed is dropped.
+was added with), a key since removed is dropped, a renamed one is read under its new name.
 """
 import json
 
@@ -17,6 +17,8 @@ from electra_jax import paths
 from electra_jax.errors import UserError
 
 FILE_NAME = 'config.json'
+# Pretraining keys renamed since workdirs were first written: old name -> new name.
+RENAMED_KEYS = {'tfds_text_key': 'text_key'}  # 2026-11-28: JSON Lines files use it too.
 
 
 def path(workdir) -> str:
@@ -53,6 +55,9 @@ def is_finetuning(workdir) -> bool:
 def load(workdir) -> ml_collections.ConfigDict:
   """The resolved pretraining config saved in `workdir`, or a UserError naming the file."""
   saved = _read(workdir, 'training', 'train')
+  for old, new in RENAMED_KEYS.items():
+    if old in saved:
+      saved.setdefault(new, saved.pop(old))
   c = base_config.get_config()
   c.update({k: v for k, v in saved.items() if k in c})
   try:

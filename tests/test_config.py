@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -5,6 +6,7 @@ import pytest
 
 from configs import base, base_config, demo, demo_long, large, small
 from electra_jax import config as config_lib
+from electra_jax import saved_config
 from electra_jax.errors import UserError
 
 
@@ -82,6 +84,7 @@ def test_demo_long_stretches_the_demo_and_its_argument_changes_only_the_objectiv
     (dict(dtype='float16'), "dtype='float16'"),
     (dict(mask_token_prob=0.9, random_token_prob=0.2), 'random_token_prob=0.2'),
     (dict(generator_hidden_size=1.5), 'generator_hidden_size=1.5'),
+    (dict(text_key=''), 'config.text_key is empty'),
 ])
 def test_invalid_values_fail_with_one_line_naming_the_key(overrides, needle):
   c = demo.get_config()
@@ -89,6 +92,17 @@ def test_invalid_values_fail_with_one_line_naming_the_key(overrides, needle):
   with pytest.raises(UserError) as e:
     config_lib.resolve(c)
   assert needle in str(e.value) and '\n' not in str(e.value)
+
+
+def test_a_saved_config_loads_with_renamed_keys_under_their_new_names(tmp_path):
+  """A workdir written before tfds_text_key became text_key keeps its value; one written after
+  keeps its own; keys since removed are dropped."""
+  saved = config_lib.resolve(demo.get_config()).to_dict()
+  del saved['text_key']
+  (tmp_path / 'config.json').write_text(json.dumps(dict(saved, tfds_text_key='body', gone=1)))
+  assert saved_config.load(str(tmp_path)).text_key == 'body'
+  (tmp_path / 'config.json').write_text(json.dumps(dict(saved, text_key='content')))
+  assert saved_config.load(str(tmp_path)).text_key == 'content'
 
 
 def test_resolved_config_is_locked_against_typos():

@@ -43,8 +43,8 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope='module')
 def tiny_tokenizer(corpus, tmp_path_factory):
   prefix = str(tmp_path_factory.mktemp('vocab') / 'tiny')
-  model = tok.train_sentencepiece([str(corpus / 'a.txt'), str(corpus / 'b.txt')], TINY_VOCAB,
-                                  prefix)
+  lines = sources.vocabulary_lines([str(corpus / 'a.txt'), str(corpus / 'b.txt')])
+  model = tok.train_sentencepiece(lines, TINY_VOCAB, prefix)
   return tok.load_tokenizer(model, TINY_VOCAB)
 
 
@@ -115,7 +115,8 @@ def test_load_tokenizer_rejects_a_vocab_without_the_special_tokens(corpus, tmp_p
 
 def test_train_sentencepiece_vocab_too_large_for_the_corpus_is_a_user_error(corpus, tmp_path):
   with pytest.raises(UserError, match='50000'):
-    tok.train_sentencepiece([str(corpus / 'small.txt')], 50000, str(tmp_path / 'big'))
+    tok.train_sentencepiece(sources.vocabulary_lines([str(corpus / 'small.txt')]), 50000,
+                            str(tmp_path / 'big'))
 
 
 def test_relative_paths_resolve_from_the_repo_root_when_not_in_the_cwd(tmp_path, monkeypatch):
@@ -177,6 +178,80 @@ def test_comma_separated_globs_are_sorted_and_deduplicated(tmp_path):
     (tmp_path / name).write_text('x\n')
   got = sources.list_files(f'{tmp_path}/b.txt, {tmp_path}/*.txt,{tmp_path}/*.md')
   assert got == [str(tmp_path / n) for n in ('a.txt', 'b.txt', 'c.md')]
+
+
+def write_json_lines(path, docs, key='text', extra=None):
+  """docs as JSON Lines records, a document's lines joined by newlines (one blank line inside
+  each, as paragraphs come in real corpora); .gz paths are compressed."""
+  opener = gzip.open if str(path).endswith('.gz') else open
+  with opener(path, 'wt', encoding='utf-8') as f:
+    for doc in docs:
+      record = dict(extra or {}, **{key: '\n\n'.join(doc) + '\n'})
+      f.write(json.dumps(record) + '\n')
+
+
+@pytest.mark.parametrize('name', ['c4.json.gz', 'corpus.jsonl', 'corpus.ndjson'])
+def test_json_lines_records_are_documents_of_their_text_lines(tmp_path, name):
+  write_json_lines(tmp_path / name, [['a1', ' a2 '], ['b1']], extra={'url': 'u', 'n': 1})
+  with open(tmp_path / 'more.txt', 'w', encoding='utf-8') as f:
+    f.write('c1\n\nd1\n')
+  files = sources.list_files(f'{tmp_path}/{name},{tmp_path}/more.txt')
+  docs = list(sources.read_documents(files))
+  assert docs == ([['a1', 'a2'], ['b1'], ['c1'], ['d1']] if name < 'more' else
+                  [['c1'], ['d1'], ['a1', 'a2'], ['b1']])
+  assert list(sources.vocabulary_lines([str(tmp_path / name)])) == ['a1', 'a2', 'b1']
+
+
+def test_json_lines_read_the_configured_text_key(tmp_path):
+  write_json_lines(tmp_path / 'c.jsonl', [['x y'], ['z']], key='body')
+  config = ml_collections.ConfigDict(dict(text_key='body', skip_bad_lines=False))
+  assert list(sources.config_documents(config, str(tmp_path / 'c.jsonl'))) == [['x y'], ['z']]
+  with pytest.raises(UserError, match=r"c.jsonl' line 1 has no key 'text' \(its keys: body\); "
+                                      r'set --config.text_key to the field holding the text, '
+                                      r'or set --config.skip_bad_lines=true to skip such records'):
+    list(sources.read_documents([str(tmp_path / 'c.jsonl')]))
+
+
+@pytest.mark.parametrize('line,problem', [('{"text": "a"', r'not JSON \(Expecting'),
+                                          ('["a"]', 'a JSON list'), ('"a"', 'a JSON str')])
+def test_a_json_lines_line_that_is_no_object_is_named_or_skipped(tmp_path, line, problem):
+  path = tmp_path / 'bad.jsonl'
+  path.write_text('{"text": "ok"}\n\n' + line + '\n{"text": "fine"}\n')
+  with pytest.raises(UserError, match=f"bad.jsonl' line 3 is {problem}.*, not an object; "
+                                      'write one JSON object per line, or set '
+                                      '--config.skip_bad_lines=true'):
+    list(sources.read_documents([str(path)]))
+  assert list(sources.read_documents([str(path)], skip_bad_lines=True)) == [['ok'], ['fine']]
+
+
+def test_json_lines_records_without_text_are_named_or_skipped(tmp_path):
+  path = tmp_path / 'null.jsonl'
+  path.write_text('{"text": "ok"}\n{"text": null}\n{"text": ["a"]}\n')
+  with pytest.raises(UserError, match=r"null.jsonl' line 2 has 'text' = null, not text"):
+    list(sources.read_documents([str(path)]))
+  assert list(sources.read_documents([str(path)], skip_bad_lines=True)) == [['ok']]
+  path.write_text('{"id": 1}\n')
+  with pytest.raises(UserError, match="null.jsonl' has no record with text under 'text'"):
+    list(sources.read_documents([str(path)], skip_bad_lines=True))
+
+
+def test_a_json_lines_corpus_packs_the_examples_of_the_same_text_file(corpus, tiny_tokenizer,
+                                                                      tmp_path):
+  """The format is only how documents are stored: the same documents give the same examples,
+  for training (shuffled batches) and evaluation."""
+  docs = list(sources.read_documents([str(corpus / 'small.txt'), str(corpus / 'b.txt')]))
+  write_json_lines(tmp_path / 'small.jsonl.gz', docs[:2], key='content')
+  write_json_lines(tmp_path / 'b.jsonl', docs[2:], key='content')
+  as_text = make_config(corpus)
+  as_json = make_config(corpus, train_files=str(tmp_path / 'small.jsonl.gz'),
+                        eval_files=str(tmp_path / 'b.jsonl'), text_key='content')
+  for make in (pipeline.make_train_iterator, pipeline.make_eval_iterator):
+    for want, got in zip(take(make(as_text, tiny_tokenizer), 6),
+                         take(make(as_json, tiny_tokenizer), 6), strict=True):
+      for name in pipeline.FEATURES:
+        np.testing.assert_array_equal(got[name], want[name])
+  np.testing.assert_array_equal(pipeline.count_token_frequencies(as_json, tiny_tokenizer),
+                                pipeline.count_token_frequencies(as_text, tiny_tokenizer))
 
 
 # --- Example packing ----------------------------------------------------------------------
@@ -432,6 +507,27 @@ def test_build_vocab_cli_writes_the_model_and_ends_with_a_json_line(corpus, tmp_
   assert os.path.exists(summary['vocab'])
   tk = tok.load_tokenizer(summary['model'], 250)
   assert [tk.id_to_piece(i) for i in range(5)] == list(tok.SPECIAL_TOKENS)
+
+
+def test_build_vocab_cli_reads_json_lines_under_text_key(corpus, tmp_path):
+  """A JSON Lines corpus trains the vocabulary its text trains (sentencepiece is deterministic
+  given its lines)."""
+  docs = list(sources.read_documents([str(corpus / 'a.txt')]))
+  write_docs(tmp_path / 'a.txt', docs)
+  write_json_lines(tmp_path / 'a.jsonl', docs, key='body')
+  assert run_build_vocab(f'--input={tmp_path}/a.txt', '--vocab_size=250',
+                         f'--output={tmp_path}/text/spm').returncode == 0
+  proc = run_build_vocab(f'--input={tmp_path}/a.jsonl', '--vocab_size=250', '--text_key=body',
+                         f'--output={tmp_path}/json/spm')
+  assert proc.returncode == 0, proc.stderr
+  with open(tmp_path / 'text' / 'spm.vocab', 'rb') as f, \
+       open(tmp_path / 'json' / 'spm.vocab', 'rb') as g:
+    assert f.read() == g.read()
+  proc = run_build_vocab(f'--input={tmp_path}/a.jsonl', f'--output={tmp_path}/none/spm')
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines() == [
+      f"error: '{tmp_path}/a.jsonl' line 1 has no key 'text' (its keys: body); set --text_key "
+      'to the field holding the text, or set --skip_bad_lines=true to skip such records']
 
 
 def test_build_vocab_cli_bad_input_is_one_error_line_and_exit_code_2(tmp_path):

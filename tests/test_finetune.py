@@ -97,6 +97,11 @@ def test_files_task_errors_are_one_clear_line(tmp_path):
     tasks.read_rows('/nowhere.csv')
   with pytest.raises(UserError, match='is not .csv, .tsv or .jsonl'):
     tasks.read_rows(str(tmp_path / 'data.txt'))
+  # JSON Lines as pretraining corpora are read, without their config key in the message.
+  (tmp_path / 'list.jsonl').write_text('{"text": "a", "label": 1}\n["b", 2]\n')
+  with pytest.raises(UserError, match=r"list.jsonl' line 2 is a JSON list, not an object; write "
+                                      r'one JSON object per line$'):
+    tasks.read_rows(str(tmp_path / 'list.jsonl'))
   task = tasks.files_task(tasks.read_rows(str(tmp_path / 'train.tsv')))
   with pytest.raises(UserError, match="label 'z', which the training file never uses"):
     tasks.file_examples(task, tasks.read_rows(str(tmp_path / 'eval.tsv')), 'eval.tsv')

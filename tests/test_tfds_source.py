@@ -56,7 +56,7 @@ def tokenizer():
 
 def tfds_config(data_dir, **overrides):
   return tiny_config(vocab_file=DEMO_MODEL, vocab_size=8000, max_seq_length=SEQ,
-                     tfds_name='electra_test_text', tfds_split='train', tfds_text_key='text',
+                     tfds_name='electra_test_text', tfds_split='train', text_key='text',
                      tfds_data_dir=data_dir, train_files='/nowhere/*.txt', **overrides)
 
 
@@ -97,7 +97,7 @@ def test_tfds_mock_data_works_without_tensorflow(tokenizer):
 @pytest.mark.parametrize('name,split,key,where,message', [
     ('no_such_dataset', 'train', 'text', 'data', r"TFDS dataset 'no_such_dataset' not found "
      r'.*tfds build no_such_dataset --file_format=array_record --data_dir='),
-    ('electra_test_text', 'train', 'body', 'data', r"config.tfds_text_key='body' is not a "
+    ('electra_test_text', 'train', 'body', 'data', r"config.text_key='body' is not a "
      r"feature of TFDS dataset 'electra_test_text'; its features are \['id', 'text', 'title'\]"),
     ('electra_test_text', 'validation', 'text', 'data', r"config.tfds_split='validation' .*its "
      r"splits are \['train'\]"),

@@ -23,11 +23,13 @@ def main(argv):
   start = time.time()
   files = sources.list_files(FLAGS.input)
   # Sentencepiece silently skips what it cannot decode: fail first, naming the bad file.
-  num_lines = sum(len(doc) for doc in sources.read_documents(files))
+  read = dict(skip_bad_lines=FLAGS.skip_bad_lines, text_key=FLAGS.text_key, flags='--')
+  num_lines = sum(len(doc) for doc in sources.read_documents(files, **read))
   print(f'Training a {FLAGS.vocab_size}-token {FLAGS.model_type} vocabulary on {len(files)} '
         f'file(s), {num_lines} lines; writing {FLAGS.output}.model and {FLAGS.output}.vocab',
         flush=True)
-  model_file = tokenizer_lib.train_sentencepiece(files, FLAGS.vocab_size, FLAGS.output,
+  model_file = tokenizer_lib.train_sentencepiece(sources.vocabulary_lines(files, **read),
+                                                 FLAGS.vocab_size, FLAGS.output,
                                                  FLAGS.model_type, FLAGS.max_sentences)
   vocab_size = tokenizer_lib.load_tokenizer(model_file).vocab_size
   print(f'Wrote {model_file} ({vocab_size} tokens) in {time.time() - start:.1f}s; use '
@@ -37,8 +39,12 @@ def main(argv):
 
 
 def _define_flags():
-  flags.DEFINE_string('input', None, 'Glob of UTF-8 training text (comma-separated globs '
-                      'allowed).')
+  flags.DEFINE_string('input', None, 'Glob of UTF-8 training text or JSON Lines files '
+                      '(comma-separated globs allowed).')
+  flags.DEFINE_string('text_key', 'text', "JSON Lines files: the field holding each record's "
+                      'text.')
+  flags.DEFINE_bool('skip_bad_lines', False, 'Skip (and count in the log) lines that are not '
+                    'UTF-8 text (JSON Lines: not objects, or without text) instead of failing.')
   flags.DEFINE_integer('vocab_size', 8000, 'Vocabulary size, including the 5 special tokens.')
   flags.DEFINE_string('output', None, 'Output prefix: writes PREFIX.model and PREFIX.vocab.')
   flags.DEFINE_enum('model_type', 'unigram', ['unigram', 'bpe'], 'Sentencepiece model type.')

@@ -284,8 +284,7 @@ def make_eval_iterator(config, tokenizer, process_index: int = 0, process_count:
   """
   local_batch = _local_batch_size(config, 'eval_batch_size', process_index, process_count)
   pattern = files or config.eval_files
-  file_list = sources.list_files(pattern)  # Fail here, not at the first next().
-  documents = sources.read_documents(file_list, bool(config.get('skip_bad_lines', False)))
+  documents = sources.config_documents(config, pattern)  # A bad glob fails here, not at next().
   return _eval_batches(documents, pattern, tokenizer, config.max_seq_length,
                        config.eval_batch_size, local_batch, process_index, num_batches)
 
@@ -308,8 +307,7 @@ def _eval_batches(documents, pattern, tokenizer, max_seq_length, global_batch, l
 def count_token_frequencies(config, tokenizer, files: str | None = None) -> np.ndarray:
   """Counts [vocab_size] of each token over the eval examples' real, non-special tokens."""
   pattern = files or config.eval_files
-  documents = sources.read_documents(sources.list_files(pattern),
-                                     bool(config.get('skip_bad_lines', False)))
+  documents = sources.config_documents(config, pattern)
   examples = iter_examples(documents, tokenizer, config.max_seq_length, 0.0, EVAL_SEED)
   counts = np.zeros(tokenizer.vocab_size, np.int64)
   while chunk := list(itertools.islice(examples, 4096)):

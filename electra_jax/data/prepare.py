@@ -48,7 +48,7 @@ def prepare(config, output: str, examples_per_shard: int = 100_000,
   total = None
   if c.tfds_name:
     from electra_jax.data import tfds_source  # pylint: disable=import-outside-toplevel
-    total = len(tfds_source.open_text_source(c.tfds_name, c.tfds_split, c.tfds_text_key,
+    total = len(tfds_source.open_text_source(c.tfds_name, c.tfds_split, c.text_key,
                                              c.tfds_data_dir or None))
   bar = tqdm.tqdm(total=total, unit=' docs', file=sys.stderr, disable=not progress,
                   mininterval=1.0 if sys.stderr.isatty() else 30.0, dynamic_ncols=True)
@@ -67,9 +67,10 @@ def prepare(config, output: str, examples_per_shard: int = 100_000,
   bar.close()
   if not writer.num_examples:
     raise UserError(f'{description} produced no examples; check it contains text')
-  source = (dict(tfds_name=c.tfds_name, tfds_split=c.tfds_split, tfds_text_key=c.tfds_text_key,
+  source = (dict(tfds_name=c.tfds_name, tfds_split=c.tfds_split, text_key=c.text_key,
                  tfds_data_dir=c.tfds_data_dir) if c.tfds_name else
-            dict(train_files=c.train_files, files=sources.list_files(c.train_files)))
+            dict(train_files=c.train_files, files=sources.list_files(c.train_files),
+                 text_key=c.text_key))
   vocab_path = tokenizer.vocab_file
   metadata = writer.finish(dict(
       source=source, vocab_file=vocab_path, vocab_sha256=shards.file_sha256(vocab_path),

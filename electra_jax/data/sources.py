@@ -1,11 +1,15 @@
-"""Plain-text corpora: one sentence or paragraph per line, documents split by blank lines.
+"""Corpus files: plain text (documents split by blank lines) or JSON Lines (a record each).
 
-The format of the official ELECTRA/BERT release. Files are streamed line by line (a corpus
-never has to fit in memory as one string); `.gz` files are read transparently. Bad files fail
-with the file name and byte offset instead of a stack trace deep inside a decoder.
+Plain text is the format of the official ELECTRA/BERT release: one sentence or paragraph per
+line. JSON Lines (`.jsonl`, `.ndjson`, `.json`) is how C4, the Pile and `datasets`'
+`to_json` ship corpora: each line an object whose `text_key` field holds one document, split
+into lines on newlines (as a TFDS record is). Files are streamed line by line (a corpus never
+has to fit in memory as one string); `.gz` files are read transparently. Bad files fail with
+the file name and byte offset or line number instead of a stack trace deep inside a decoder.
 """
 import contextlib
 import gzip
+import json
 from typing import Iterable, Iterator
 
 from absl import logging
@@ -36,11 +40,21 @@ def _open_binary(path: str):
       yield file
 
 
-def read_lines(path: str, skip_bad_lines: bool = False) -> Iterator[str]:
+CONFIG_FLAGS = '--config.'  # How errors name the readers' options: a pretraining config's keys.
+
+
+def _skip_hint(flags: str | None, what: str = 'lines') -> str:
+  """', or set FLAGSskip_bad_lines=true ...' where the caller's command has that option."""
+  return f', or set {flags}skip_bad_lines=true to skip such {what}' if flags else ''
+
+
+def read_lines(path: str, skip_bad_lines: bool = False,
+               flags: str | None = CONFIG_FLAGS) -> Iterator[str]:
   """Decoded lines of one file (newlines kept); UserError for binary, non-UTF-8 or empty files.
 
   With `skip_bad_lines`, lines that are not UTF-8 (or hold NUL bytes) are dropped instead and
-  their count is logged, so one corrupt line need not stop a large corpus.
+  their count is logged, so one corrupt line need not stop a large corpus. `flags`: how errors
+  name the options (CONFIG_FLAGS; '--' for a command's own flags; None: it has none).
   """
   offset, has_text, skipped = 0, False, 0  # offset: of the current line in the decompressed bytes
   try:
@@ -52,8 +66,8 @@ def read_lines(path: str, skip_bad_lines: bool = False) -> Iterator[str]:
             skipped += 1
             continue
           raise UserError(f"'{path}' looks binary (NUL byte at byte offset "
-                          f'{line_offset + raw.index(0)}); pass UTF-8 text files only, or set '
-                          '--config.skip_bad_lines=true')
+                          f'{line_offset + raw.index(0)}); pass UTF-8 text files only'
+                          + _skip_hint(flags))
         try:
           line = raw.decode('utf-8')
         except UnicodeDecodeError as e:
@@ -61,8 +75,8 @@ def read_lines(path: str, skip_bad_lines: bool = False) -> Iterator[str]:
             skipped += 1
             continue
           raise UserError(f"'{path}' is not UTF-8 (invalid byte at byte offset "
-                          f'{line_offset + e.start}); convert it, e.g. iconv -t UTF-8, or set '
-                          '--config.skip_bad_lines=true') from None
+                          f'{line_offset + e.start}); convert it, e.g. iconv -t UTF-8'
+                          + _skip_hint(flags)) from None
         if line_offset == 0:
           line = line.removeprefix('\ufeff')  # A byte-order mark is not text.
         has_text = has_text or bool(line.strip())
@@ -76,11 +90,78 @@ def read_lines(path: str, skip_bad_lines: bool = False) -> Iterator[str]:
     raise UserError(f"'{path}' is empty; remove it or fix the glob")
 
 
-def read_documents(files: Iterable[str], skip_bad_lines: bool = False) -> Iterator[list[str]]:
-  """Each document as its non-empty stripped lines; blank lines and file ends end documents."""
+JSON_LINES_SUFFIXES = ('.jsonl', '.ndjson', '.json')
+
+
+def is_json_lines(path: str) -> bool:
+  """Named like a JSON Lines file (`.gz` too): one JSON object per line."""
+  return path.lower().removesuffix('.gz').endswith(JSON_LINES_SUFFIXES)
+
+
+def read_json_records(path: str, skip_bad_lines: bool = False,
+                      flags: str | None = CONFIG_FLAGS) -> Iterator[tuple[int, dict]]:
+  """(line number, object) of each non-blank line of a JSON Lines file; a line that is not a
+  JSON object is a UserError naming it (with `skip_bad_lines`, skipped and counted)."""
+  skipped = 0
+  for number, line in enumerate(read_lines(path, skip_bad_lines, flags), 1):
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+      problem = None if isinstance(record, dict) else f'a JSON {type(record).__name__}'
+    except json.JSONDecodeError as e:
+      problem = f'not JSON ({e.msg})'
+    if problem is None:
+      yield number, record
+    elif skip_bad_lines:
+      skipped += 1
+    else:
+      raise UserError(f"'{path}' line {number} is {problem}, not an object; write one JSON "
+                      'object per line' + _skip_hint(flags))
+  if skipped:
+    logging.warning('skipped %d line(s) of %s that are not JSON objects (skip_bad_lines)',
+                    skipped, path)
+
+
+def text_lines(text: str) -> list[str]:
+  """A document's text as its non-empty stripped lines (a record of JSON Lines or TFDS)."""
+  return [line for line in (raw.strip() for raw in text.splitlines()) if line]
+
+
+def _json_lines_documents(path: str, text_key: str, skip_bad_lines: bool, flags: str):
+  found, skipped = False, 0
+  for number, record in read_json_records(path, skip_bad_lines, flags):
+    text = record.get(text_key)
+    if not isinstance(text, str):
+      if skip_bad_lines:
+        skipped += 1
+        continue
+      what = (f'no key {text_key!r} (its keys: {", ".join(sorted(record)) or "none"})'
+              if text_key not in record else f'{text_key!r} = {json.dumps(text)[:40]}, not text')
+      raise UserError(f"'{path}' line {number} has {what}; set {flags}text_key to the field "
+                      'holding the text' + _skip_hint(flags, 'records'))
+    found = True
+    lines = text_lines(text)
+    if lines:
+      yield lines
+  if skipped:
+    logging.warning('skipped %d record(s) of %s without text under %r (skip_bad_lines)',
+                    skipped, path, text_key)
+  if not found:
+    raise UserError(f"'{path}' has no record with text under {text_key!r}; set {flags}text_key "
+                    'to the field holding the text')
+
+
+def read_documents(files: Iterable[str], skip_bad_lines: bool = False, text_key: str = 'text',
+                   flags: str = CONFIG_FLAGS) -> Iterator[list[str]]:
+  """Each document as its non-empty stripped lines: in text files, blank lines and file ends
+  end documents; in JSON Lines files, each record's `text_key` field is one."""
   for path in files:
+    if is_json_lines(path):
+      yield from _json_lines_documents(path, text_key, skip_bad_lines, flags)
+      continue
     doc = []
-    for line in read_lines(path, skip_bad_lines):
+    for line in read_lines(path, skip_bad_lines, flags):
       line = line.strip()
       if line:
         doc.append(line)
@@ -91,15 +172,32 @@ def read_documents(files: Iterable[str], skip_bad_lines: bool = False) -> Iterat
       yield doc
 
 
+def vocabulary_lines(files: Iterable[str], skip_bad_lines: bool = False, text_key: str = 'text',
+                     flags: str = CONFIG_FLAGS) -> Iterator[str]:
+  """The lines a vocabulary trains on: a text file's as written (newline dropped), a JSON Lines
+  record's text split on newlines."""
+  for path in files:
+    if is_json_lines(path):
+      for doc in _json_lines_documents(path, text_key, skip_bad_lines, flags):
+        yield from doc
+    else:
+      yield from (line.rstrip('\r\n') for line in read_lines(path, skip_bad_lines, flags))
+
+
+def config_documents(config, pattern: str) -> Iterator[list[str]]:
+  """The documents of the files `pattern` names, read as `config` says (bad lines, text key)."""
+  return read_documents(list_files(pattern), bool(config.get('skip_bad_lines', False)),
+                        config.get('text_key', 'text'))
+
+
 def corpus_documents(config, split: str = 'train') -> tuple[str, Iterator[list[str]]]:
   """(description, documents) of the config's corpus: TFDS when `tfds_name` is set (train
   split only), else the `train_files` / `eval_files` glob. Fails now on a bad glob or dataset."""
   if split == 'train' and config.get('tfds_name'):
     from electra_jax.data import tfds_source  # pylint: disable=import-outside-toplevel
     source = tfds_source.open_text_source(config.tfds_name, config.get('tfds_split') or 'train',
-                                          config.get('tfds_text_key') or 'text',
+                                          config.get('text_key', 'text'),
                                           config.get('tfds_data_dir') or None)
     return source.description, source.documents()
   pattern = config.train_files if split == 'train' else config.eval_files
-  files = list_files(pattern)
-  return f"'{pattern}'", read_documents(files, bool(config.get('skip_bad_lines', False)))
+  return f"'{pattern}'", config_documents(config, pattern)

@@ -8,6 +8,7 @@ import dataclasses
 from typing import Iterator
 
 from electra_jax import paths
+from electra_jax.data import sources
 from electra_jax.errors import UserError
 
 
@@ -42,8 +43,7 @@ class TfdsTextSource:
   def documents(self) -> Iterator[list[str]]:
     """Each record as its non-empty stripped lines, in the split's stored order."""
     for text in self.texts():
-      lines = [line.strip() for line in text.splitlines()]
-      lines = [line for line in lines if line]
+      lines = sources.text_lines(text)
       if lines:
         yield lines
 
@@ -82,7 +82,7 @@ def open_text_source(name: str, split: str, text_key: str,
                     ) from None
   features = sorted(builder.info.features.keys())
   if text_key not in features:
-    raise UserError(f"config.tfds_text_key={text_key!r} is not a feature of TFDS dataset "
+    raise UserError(f"config.text_key={text_key!r} is not a feature of TFDS dataset "
                     f"'{name}'; its features are {features}")
   try:
     data_source = builder.as_data_source(split=split)

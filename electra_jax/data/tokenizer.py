@@ -6,6 +6,7 @@ so no raw text (not even the literal string "[MASK]") can ever encode to them.
 """
 import os
 import tempfile
+from typing import Iterable
 
 import numpy as np
 import sentencepiece as spm
@@ -21,23 +22,22 @@ PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(SPECIAL_TOKENS))
 MAX_TRAINING_LINE_BYTES = 1 << 16
 
 
-def train_sentencepiece(input_files: list[str], vocab_size: int, output_prefix: str,
+def train_sentencepiece(lines: Iterable[str], vocab_size: int, output_prefix: str,
                         model_type: str = 'unigram', max_sentences: int = 2_000_000,
                         num_threads: int | None = None) -> str:
-  """Trains PREFIX.model/.vocab on UTF-8 text files (local or remote); returns the model path.
+  """Trains PREFIX.model/.vocab on `lines` (sources.vocabulary_lines of the corpus files, local
+  or remote); returns the model path.
 
   Casing is kept (ELECTRA's cased setting); NFKC normalisation only folds compatibility
   characters (ligatures, full-width forms). At most `max_sentences` randomly chosen lines are
   used, so a large corpus still trains in minutes. Lines are streamed to the trainer, and the
   two files are written where PREFIX says once training is done.
   """
-  from electra_jax.data import sources  # pylint: disable=import-outside-toplevel
   if vocab_size <= len(SPECIAL_TOKENS):
     raise UserError(f'vocab_size={vocab_size} leaves no room for text pieces; use at least '
                     f'{len(SPECIAL_TOKENS) + 100}')
   output_prefix = paths.absolute(output_prefix)
   paths.make_dirs(paths.parent(output_prefix))
-  lines = (line.rstrip('\r\n') for path in input_files for line in sources.read_lines(path))
   with tempfile.TemporaryDirectory(prefix='electra_vocab_') as tmp:
     local_prefix = os.path.join(tmp, 'spm')
     try:

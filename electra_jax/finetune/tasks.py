@@ -15,6 +15,7 @@ import json
 import re
 
 from electra_jax import paths
+from electra_jax.data import sources
 from electra_jax.errors import UserError
 from electra_jax.finetune import metrics
 
@@ -270,21 +271,10 @@ def read_rows(path: str) -> list[dict]:
   fmt = next((f for ext, f in _FORMATS.items() if resolved.lower().endswith(ext)), None)
   if fmt is None:
     raise UserError(f"file '{path}' is not .csv, .tsv or .jsonl; rename it or convert it")
+  if fmt == 'jsonl':
+    return [{k: v if isinstance(v, str) else json.dumps(v) for k, v in row.items()}
+            for _, row in sources.read_json_records(resolved, flags=None)]
   with io.TextIOWrapper(paths.open_binary(resolved), encoding='utf-8', newline='') as f:
-    if fmt == 'jsonl':
-      rows = []
-      for n, line in enumerate(f, 1):
-        if not line.strip():
-          continue
-        try:
-          row = json.loads(line)
-        except json.JSONDecodeError as e:
-          raise UserError(f"file '{path}' line {n} is not JSON ({e.msg}); write one object "
-                          'per line') from None
-        if not isinstance(row, dict):
-          raise UserError(f"file '{path}' line {n} is not a JSON object")
-        rows.append({k: v if isinstance(v, str) else json.dumps(v) for k, v in row.items()})
-      return rows
     reader = csv.DictReader(f, delimiter=',' if fmt == 'csv' else '\t',
                             quoting=csv.QUOTE_MINIMAL if fmt == 'csv' else csv.QUOTE_NONE)
     rows = list(reader)
