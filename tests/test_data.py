@@ -180,19 +180,25 @@ def test_comma_separated_globs_are_sorted_and_deduplicated(tmp_path):
   assert got == [str(tmp_path / n) for n in ('a.txt', 'b.txt', 'c.md')]
 
 
-def write_json_lines(path, docs, key='text', extra=None):
-  """docs as JSON Lines records, a document's lines joined by newlines (one blank line inside
-  each, as paragraphs come in real corpora); .gz paths are compressed."""
+def write_records(path, docs, key='text', extra=None):
+  """docs as JSON Lines or Parquet records (by the name), a document's lines joined by newlines
+  (one blank line inside each, as paragraphs come in real corpora); .gz paths are compressed."""
+  records = [dict(extra or {}, **{key: '\n\n'.join(doc) + '\n'}) for doc in docs]
+  if str(path).endswith('.parquet'):
+    import pyarrow  # pylint: disable=import-outside-toplevel
+    import pyarrow.parquet  # pylint: disable=import-outside-toplevel
+    # Small row groups and batches of 1,024 rows: the reader crosses both.
+    pyarrow.parquet.write_table(pyarrow.Table.from_pylist(records), path, row_group_size=3)
+    return
   opener = gzip.open if str(path).endswith('.gz') else open
   with opener(path, 'wt', encoding='utf-8') as f:
-    for doc in docs:
-      record = dict(extra or {}, **{key: '\n\n'.join(doc) + '\n'})
+    for record in records:
       f.write(json.dumps(record) + '\n')
 
 
-@pytest.mark.parametrize('name', ['c4.json.gz', 'corpus.jsonl', 'corpus.ndjson'])
-def test_json_lines_records_are_documents_of_their_text_lines(tmp_path, name):
-  write_json_lines(tmp_path / name, [['a1', ' a2 '], ['b1']], extra={'url': 'u', 'n': 1})
+@pytest.mark.parametrize('name', ['c4.json.gz', 'corpus.jsonl', 'corpus.ndjson', 'hub.parquet'])
+def test_records_are_documents_of_their_text_lines(tmp_path, name):
+  write_records(tmp_path / name, [['a1', ' a2 '], ['b1']], extra={'url': 'u', 'n': 1})
   with open(tmp_path / 'more.txt', 'w', encoding='utf-8') as f:
     f.write('c1\n\nd1\n')
   files = sources.list_files(f'{tmp_path}/{name},{tmp_path}/more.txt')
@@ -203,7 +209,7 @@ def test_json_lines_records_are_documents_of_their_text_lines(tmp_path, name):
 
 
 def test_json_lines_read_the_configured_text_key(tmp_path):
-  write_json_lines(tmp_path / 'c.jsonl', [['x y'], ['z']], key='body')
+  write_records(tmp_path / 'c.jsonl', [['x y'], ['z']], key='body')
   config = ml_collections.ConfigDict(dict(text_key='body', skip_bad_lines=False))
   assert list(sources.config_documents(config, str(tmp_path / 'c.jsonl'))) == [['x y'], ['z']]
   with pytest.raises(UserError, match=r"c.jsonl' line 1 has no key 'text' \(its keys: body\); "
@@ -224,6 +230,26 @@ def test_a_json_lines_line_that_is_no_object_is_named_or_skipped(tmp_path, line,
   assert list(sources.read_documents([str(path)], skip_bad_lines=True)) == [['ok'], ['fine']]
 
 
+def test_parquet_text_column_problems_are_named_or_skipped(tmp_path):
+  import pyarrow  # pylint: disable=import-outside-toplevel
+  import pyarrow.parquet  # pylint: disable=import-outside-toplevel
+  path = tmp_path / 'hub.parquet'
+  pyarrow.parquet.write_table(pyarrow.table({'text': ['ok', None, 'fine'], 'id': [1, 2, 3]}),
+                              path)
+  with pytest.raises(UserError, match=r"hub.parquet' row 2 has 'text' = null, not text; set "
+                                      r'--config.text_key'):
+    list(sources.read_documents([str(path)]))
+  assert list(sources.read_documents([str(path)], skip_bad_lines=True)) == [['ok'], ['fine']]
+  with pytest.raises(UserError, match=r"hub.parquet' column 'id' holds int64, not text"):
+    list(sources.read_documents([str(path)], text_key='id'))
+  with pytest.raises(UserError, match=r"hub.parquet' has no column 'body' \(its columns: text, "
+                                      r'id\); set --config.text_key to the column'):
+    list(sources.read_documents([str(path)], text_key='body'))
+  (tmp_path / 'not.parquet').write_text('text\n')
+  with pytest.raises(UserError, match=r"not.parquet' is not a Parquet file \("):
+    list(sources.read_documents([str(tmp_path / 'not.parquet')]))
+
+
 def test_json_lines_records_without_text_are_named_or_skipped(tmp_path):
   path = tmp_path / 'null.jsonl'
   path.write_text('{"text": "ok"}\n{"text": null}\n{"text": ["a"]}\n')
@@ -235,16 +261,16 @@ def test_json_lines_records_without_text_are_named_or_skipped(tmp_path):
     list(sources.read_documents([str(path)], skip_bad_lines=True))
 
 
-def test_a_json_lines_corpus_packs_the_examples_of_the_same_text_file(corpus, tiny_tokenizer,
-                                                                      tmp_path):
+def test_a_record_corpus_packs_the_examples_of_the_same_text_files(corpus, tiny_tokenizer,
+                                                                   tmp_path):
   """The format is only how documents are stored: the same documents give the same examples,
   for training (shuffled batches) and evaluation."""
   docs = list(sources.read_documents([str(corpus / 'small.txt'), str(corpus / 'b.txt')]))
-  write_json_lines(tmp_path / 'small.jsonl.gz', docs[:2], key='content')
-  write_json_lines(tmp_path / 'b.jsonl', docs[2:], key='content')
+  write_records(tmp_path / 'small.jsonl.gz', docs[:2], key='content')
+  write_records(tmp_path / 'b.parquet', docs[2:], key='content')
   as_text = make_config(corpus)
   as_json = make_config(corpus, train_files=str(tmp_path / 'small.jsonl.gz'),
-                        eval_files=str(tmp_path / 'b.jsonl'), text_key='content')
+                        eval_files=str(tmp_path / 'b.parquet'), text_key='content')
   for make in (pipeline.make_train_iterator, pipeline.make_eval_iterator):
     for want, got in zip(take(make(as_text, tiny_tokenizer), 6),
                          take(make(as_json, tiny_tokenizer), 6), strict=True):
@@ -514,7 +540,7 @@ def test_build_vocab_cli_reads_json_lines_under_text_key(corpus, tmp_path):
   given its lines)."""
   docs = list(sources.read_documents([str(corpus / 'a.txt')]))
   write_docs(tmp_path / 'a.txt', docs)
-  write_json_lines(tmp_path / 'a.jsonl', docs, key='body')
+  write_records(tmp_path / 'a.jsonl', docs, key='body')
   assert run_build_vocab(f'--input={tmp_path}/a.txt', '--vocab_size=250',
                          f'--output={tmp_path}/text/spm').returncode == 0
   proc = run_build_vocab(f'--input={tmp_path}/a.jsonl', '--vocab_size=250', '--text_key=body',

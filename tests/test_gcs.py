@@ -24,12 +24,14 @@ import portpicker
 import pytest
 
 from electra_jax import checkpoint
+from electra_jax.data import sources
 from electra_jax.errors import UserError
 from tests import gcs_emulator
 from tests.conftest import REPO_ROOT
 # small_corpus, cache_dir and reference are fixtures used here by name.
 from tests.test_resilience import (  # pylint: disable=unused-import
     FLAGS, NUM_STEPS, TIMING_KEYS, assert_same_state, cache_dir, env_for, reference)
+from tests.test_data import PERSUASION, write_records
 from tests.test_train_cli import last_json, small_corpus  # pylint: disable=unused-import
 
 BUCKET = f'gs://{gcs_emulator.BUCKET}'
@@ -295,6 +297,20 @@ def test_shards_prepared_into_the_bucket_give_the_streamed_batches(gcs, bucket_d
       np.testing.assert_array_equal(want[name], got[name])
   cached = [os.path.join(d, f) for d, _, fs in os.walk(paths.CACHE_DIR) for f in fs]
   assert len(cached) == summary['num_shards']  # The shards only, each copied once.
+
+
+def test_record_corpora_on_the_bucket_read_as_local_files(gcs, tmp_path):
+  """JSON Lines (gzip) and Parquet (read by ranges through the bucket's file object, several
+  row groups) from gs:// give the documents of the local files."""
+  from etils import epath  # pylint: disable=import-outside-toplevel
+  del gcs
+  docs = list(sources.read_documents([PERSUASION]))
+  for name in ('c.jsonl.gz', 'c.parquet'):
+    write_records(tmp_path / name, docs, key='body')
+    epath.Path(f'{BUCKET}/records/{name}').write_bytes((tmp_path / name).read_bytes())
+  files = sources.list_files(f'{BUCKET}/records/*')
+  assert files == [f'{BUCKET}/records/c.jsonl.gz', f'{BUCKET}/records/c.parquet']
+  assert list(sources.read_documents(files, text_key='body')) == docs + docs
 
 
 def test_an_unreadable_step_on_the_bucket_is_moved_aside_and_the_previous_one_restored(gcs):

@@ -1,11 +1,12 @@
-"""Corpus files: plain text (documents split by blank lines) or JSON Lines (a record each).
+"""Corpus files: plain text (documents split by blank lines), or records (a document each).
 
 Plain text is the format of the official ELECTRA/BERT release: one sentence or paragraph per
-line. JSON Lines (`.jsonl`, `.ndjson`, `.json`) is how C4, the Pile and `datasets`'
-`to_json` ship corpora: each line an object whose `text_key` field holds one document, split
-into lines on newlines (as a TFDS record is). Files are streamed line by line (a corpus never
-has to fit in memory as one string); `.gz` files are read transparently. Bad files fail with
-the file name and byte offset or line number instead of a stack trace deep inside a decoder.
+line. Records come as JSON Lines (`.jsonl`, `.ndjson`, `.json`: C4, the Pile, `datasets`'
+`to_json`), each line an object, or Parquet (`.parquet`: the Hugging Face Hub's datasets); a
+record's `text_key` field holds one document, split into lines on newlines (as a TFDS record
+is). Files are streamed (a corpus never has to fit in memory); `.gz` text and JSON Lines are
+read transparently. Bad files fail with the file name and byte offset, line or row instead of a
+stack trace deep inside a decoder.
 """
 import contextlib
 import gzip
@@ -128,17 +129,63 @@ def text_lines(text: str) -> list[str]:
   return [line for line in (raw.strip() for raw in text.splitlines()) if line]
 
 
-def _json_lines_documents(path: str, text_key: str, skip_bad_lines: bool, flags: str):
-  found, skipped = False, 0
+PARQUET_SUFFIX = '.parquet'
+
+
+def is_record_file(path: str) -> bool:
+  """A file of records (JSON Lines or Parquet), each one document, not of plain text."""
+  return is_json_lines(path) or path.lower().endswith(PARQUET_SUFFIX)
+
+
+def _json_lines_texts(path: str, text_key: str, skip_bad_lines: bool, flags: str):
   for number, record in read_json_records(path, skip_bad_lines, flags):
-    text = record.get(text_key)
+    yield f'line {number}', record.get(text_key), text_key in record, sorted(record)
+
+
+def _parquet_texts(path: str, text_key: str, flags: str):
+  """The `text_key` column of a Parquet file (the Hugging Face Hub's format), streamed a batch
+  of rows at a time."""
+  # pylint: disable=import-outside-toplevel
+  import pyarrow  # From tensorflow-datasets' dependencies.
+  import pyarrow.parquet
+  with paths.open_binary(path) as file:
+    try:
+      table = pyarrow.parquet.ParquetFile(file)
+    except (pyarrow.ArrowException, OSError) as e:
+      raise UserError(f"'{path}' is not a Parquet file ({e}); fix the glob or the file") from None
+    schema = table.schema_arrow
+    if text_key not in schema.names:
+      raise UserError(f"'{path}' has no column {text_key!r} (its columns: "
+                      f"{', '.join(schema.names)}); set {flags}text_key to the column "
+                      'holding the text')
+    kind = schema.field(text_key).type
+    is_string_view = getattr(pyarrow.types, 'is_string_view', lambda _: False)  # pyarrow >= 16.
+    if not any(is_text(kind) for is_text in (pyarrow.types.is_string,
+                                             pyarrow.types.is_large_string, is_string_view)):
+      raise UserError(f"'{path}' column {text_key!r} holds {kind}, not text; set "
+                      f"{flags}text_key to the column holding the text")
+    row = 0
+    for batch in table.iter_batches(batch_size=1024, columns=[text_key]):
+      for text in batch.column(0).to_pylist():
+        row += 1
+        yield f'row {row}', text, True, schema.names
+
+
+def _record_documents(path: str, text_key: str, skip_bad_lines: bool, flags: str):
+  """The documents of a JSON Lines or Parquet file: each record's text, split into lines."""
+  if is_json_lines(path):
+    records = _json_lines_texts(path, text_key, skip_bad_lines, flags)
+  else:
+    records = _parquet_texts(path, text_key, flags)
+  found, skipped = False, 0
+  for where, text, has_key, keys in records:
     if not isinstance(text, str):
       if skip_bad_lines:
         skipped += 1
         continue
-      what = (f'no key {text_key!r} (its keys: {", ".join(sorted(record)) or "none"})'
-              if text_key not in record else f'{text_key!r} = {json.dumps(text)[:40]}, not text')
-      raise UserError(f"'{path}' line {number} has {what}; set {flags}text_key to the field "
+      what = (f'{text_key!r} = {json.dumps(text)[:40]}, not text' if has_key else
+              f"no key {text_key!r} (its keys: {', '.join(keys) or 'none'})")
+      raise UserError(f"'{path}' {where} has {what}; set {flags}text_key to the field "
                       'holding the text' + _skip_hint(flags, 'records'))
     found = True
     lines = text_lines(text)
@@ -148,17 +195,17 @@ def _json_lines_documents(path: str, text_key: str, skip_bad_lines: bool, flags:
     logging.warning('skipped %d record(s) of %s without text under %r (skip_bad_lines)',
                     skipped, path, text_key)
   if not found:
-    raise UserError(f"'{path}' has no record with text under {text_key!r}; set {flags}text_key "
-                    'to the field holding the text')
+    raise UserError(f"'{path}' has no record with text under {text_key!r}; set "
+                    f"{flags}text_key to the field holding the text")
 
 
 def read_documents(files: Iterable[str], skip_bad_lines: bool = False, text_key: str = 'text',
                    flags: str = CONFIG_FLAGS) -> Iterator[list[str]]:
   """Each document as its non-empty stripped lines: in text files, blank lines and file ends
-  end documents; in JSON Lines files, each record's `text_key` field is one."""
+  end documents; in JSON Lines and Parquet files, each record's `text_key` field is one."""
   for path in files:
-    if is_json_lines(path):
-      yield from _json_lines_documents(path, text_key, skip_bad_lines, flags)
+    if is_record_file(path):
+      yield from _record_documents(path, text_key, skip_bad_lines, flags)
       continue
     doc = []
     for line in read_lines(path, skip_bad_lines, flags):
@@ -174,11 +221,11 @@ def read_documents(files: Iterable[str], skip_bad_lines: bool = False, text_key:
 
 def vocabulary_lines(files: Iterable[str], skip_bad_lines: bool = False, text_key: str = 'text',
                      flags: str = CONFIG_FLAGS) -> Iterator[str]:
-  """The lines a vocabulary trains on: a text file's as written (newline dropped), a JSON Lines
-  record's text split on newlines."""
+  """The lines a vocabulary trains on: a text file's as written (newline dropped), a record's
+  text (JSON Lines, Parquet) split on newlines."""
   for path in files:
-    if is_json_lines(path):
-      for doc in _json_lines_documents(path, text_key, skip_bad_lines, flags):
+    if is_record_file(path):
+      for doc in _record_documents(path, text_key, skip_bad_lines, flags):
         yield from doc
     else:
       yield from (line.rstrip('\r\n') for line in read_lines(path, skip_bad_lines, flags))
