@@ -25,9 +25,10 @@ def _define_flags():
   flags.DEFINE_string('workdir', None, 'A finished fine-tuning workdir (python -m '
                       'electra_jax.finetune --workdir=...).')
   flags.DEFINE_string('output', None, 'Directory for the prediction files (created).')
-  flags.DEFINE_multi_string('input', [], 'A file to predict: CSV/TSV/JSONL with columns text '
-                            '(or text_a, text_b) and optionally label; SQuAD tasks: SQuAD-format '
-                            'JSON. Repeat for several.')
+  flags.DEFINE_multi_string('input', [], 'A file to predict: CSV/TSV/JSON Lines/Parquet with '
+                            "the run's text columns (text, or text_a and text_b, or its "
+                            'text_columns) and optionally its label column; SQuAD tasks: '
+                            'SQuAD-format JSON. Repeat for several.')
   flags.DEFINE_string('split', None, "A TFDS split of the task (validation, test, ...); 'test' "
                       'of a GLUE task writes its leaderboard files (MNLI: MNLI-m, MNLI-mm, AX).')
   flags.DEFINE_integer('seed', None, "The run whose best epoch predicts (default: the seed "

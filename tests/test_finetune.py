@@ -1,5 +1,7 @@
 """Fine-tuning: tasks and files, TFDS GLUE/SQuAD adapters, LLRD, SQuAD head and decoding,
 initialisation from a pretraining workdir, and the CLI end to end on a tiny model."""
+import csv
+import gzip
 import json
 import os
 import subprocess
@@ -95,8 +97,13 @@ def test_files_task_errors_are_one_clear_line(tmp_path):
     tasks.file_examples(tasks.TASKS['files'], rows, 'nolabel.csv')
   with pytest.raises(UserError, match="file '/nowhere.csv' not found"):
     tasks.read_rows('/nowhere.csv')
-  with pytest.raises(UserError, match='is not .csv, .tsv or .jsonl'):
+  with pytest.raises(UserError, match='is not .csv, .tsv, .jsonl or .parquet'):
     tasks.read_rows(str(tmp_path / 'data.txt'))
+  (tmp_path / 'noheader.csv').write_text('Bad day,neg\nGood day,pos\n')
+  with pytest.raises(UserError, match=r"lacks column\(s\) text \(or text_a\), label \(has "
+                                      r"\['Bad day', 'neg'\]\); .*\(CSV/TSV: in a header row\), "
+                                      r'or name yours with --config.text_columns'):
+    tasks.files_task(tasks.read_rows(str(tmp_path / 'noheader.csv')))
   # JSON Lines as pretraining corpora are read, without their config key in the message.
   (tmp_path / 'list.jsonl').write_text('{"text": "a", "label": 1}\n["b", 2]\n')
   with pytest.raises(UserError, match=r"list.jsonl' line 2 is a JSON list, not an object; write "
@@ -107,6 +114,45 @@ def test_files_task_errors_are_one_clear_line(tmp_path):
     tasks.file_examples(task, tasks.read_rows(str(tmp_path / 'eval.tsv')), 'eval.tsv')
   with pytest.raises(UserError, match="config.task='nope' is not a task"):
     tasks.get_task('nope')
+
+
+def test_hub_parquet_and_gzipped_json_lines_files_read_their_named_columns(tmp_path):
+  """The Hugging Face Hub's GLUE files (Parquet, int labels, columns like question/sentence)
+  read as the same examples as a CSV with our column names; a JSON Lines .gz too."""
+  import pyarrow  # pylint: disable=import-outside-toplevel
+  import pyarrow.parquet  # pylint: disable=import-outside-toplevel
+  hub = dict(question=['Who?', 'Where, then?', 'Why'], sentence=['Emma.', 'At "Bath".', 'No'],
+             label=[1, 0, 1], idx=[0, 1, 2])
+  pyarrow.parquet.write_table(pyarrow.table(hub), tmp_path / 'train.parquet')
+  with gzip.open(tmp_path / 'train.jsonl.gz', 'wt', encoding='utf-8') as f:
+    for row in pyarrow.table(hub).to_pylist():
+      f.write(json.dumps(row) + '\n')
+  with open(tmp_path / 'train.csv', 'w', encoding='utf-8', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['text_a', 'text_b', 'label'])
+    writer.writerows(zip(hub['question'], hub['sentence'], hub['label']))
+  want_rows = tasks.read_rows(str(tmp_path / 'train.csv'))
+  want_task = tasks.files_task(want_rows)
+  want = tasks.file_examples(want_task, want_rows, 'train.csv')
+  assert want[1] == dict(text_a='Where, then?', text_b='At "Bath".', label=0, index=1)
+  config = ml_collections.ConfigDict(dict(text_columns='question, sentence', label_column='label'))
+  columns = tasks.file_columns(config)
+  assert columns == tasks.FileColumns(('question', 'sentence'), 'label')
+  for name in ('train.parquet', 'train.jsonl.gz'):
+    rows = tasks.read_rows(str(tmp_path / name))
+    task = tasks.files_task(rows, path=name, columns=columns)
+    assert task.label_names == want_task.label_names == ('0', '1')
+    assert tasks.file_examples(task, rows, name, columns=columns) == want
+  # One text column; an unlabelled file (predictions) needs only the text.
+  rows = [dict(sentence='x', label='1'), dict(sentence='y', label='0')]
+  one = tasks.FileColumns(('sentence',))
+  assert tasks.file_examples(tasks.files_task(rows, columns=one), rows, 'f', columns=one)[0] == \
+      dict(text_a='x', text_b=None, label=1, index=0)
+  assert tasks.file_examples(want_task, [dict(sentence='z')], 'f', need_label=False,
+                             columns=one) == [dict(text_a='z', text_b=None, label=None, index=0)]
+  with pytest.raises(UserError, match=r"lacks column\(s\) sentence2, gold \(has \['idx', "):
+    tasks.files_task(tasks.read_rows(str(tmp_path / 'train.parquet')),
+                     columns=tasks.FileColumns(('question', 'sentence2'), 'gold'))
 
 
 def test_pairs_are_packed_and_truncated_longest_first(any_tokenizer):
@@ -651,6 +697,10 @@ def test_paper_defaults_fill_by_model_size_and_task():
   base = settings.resolve(ft_config(learning_rate=2e-5, num_epochs=None),
                           tasks.get_task('sst2'), 768)
   assert (base.learning_rate, base.layerwise_lr_decay, base.num_epochs) == (2e-5, 0.8, 3)
+  with pytest.raises(UserError, match=r"config.text_columns='a,b,c' must name one or two "):
+    settings.resolve(ft_config(text_columns='a,b,c'), tasks.get_task('files'), 256)
+  with pytest.raises(UserError, match=r"text_columns='text,label' .* not the label column "):
+    settings.resolve(ft_config(text_columns='text,label'), tasks.get_task('files'), 256)
   with pytest.raises(UserError, match=r'config.layerwise_lr_decay=1.5 must be in \(0, 1\]'):
     settings.resolve(ft_config(layerwise_lr_decay=1.5), tasks.get_task('sst2'), 256)
   # Windows: the official code's 128 tokens over SQuAD contexts; half the window for tagging.
@@ -708,6 +758,39 @@ def test_predict_reproduces_the_best_epochs_score_and_writes_every_example(finet
   assert again.returncode == 2 and again.stderr.strip().splitlines()[-1] == (
       f"error: --output '{tmp_path}/out' already holds eval.tsv, eval.jsonl; pass another "
       '--output or --overwrite')
+
+
+def test_hub_style_parquet_files_finetune_and_predict_through_the_named_columns(
+    finetuned, pretrain_workdir, tmp_path):
+  """Columns named as a Hub dataset names them (review, stars as ints): the run saves the
+  names, and predict reads an unlabelled Parquet file through them."""
+  import pyarrow  # pylint: disable=import-outside-toplevel
+  import pyarrow.parquet  # pylint: disable=import-outside-toplevel
+  for split in ('train', 'eval'):
+    _, rows = _read_tsv(finetuned['root'] / f'{split}.tsv')
+    table = dict(review=[r[0] for r in rows], stars=[int(r[1] == 'good') for r in rows])
+    pyarrow.parquet.write_table(pyarrow.table(table), tmp_path / f'{split}.parquet')
+  pyarrow.parquet.write_table(pyarrow.table(dict(review=table['review'])),
+                              tmp_path / 'unlabelled.parquet')
+  flags = [f for f in finetuned['flags'] if not f.startswith(('--config.train_file',
+                                                               '--config.eval_file',
+                                                               '--config.num_seeds'))]
+  proc = run_cli(*flags, f'--config.train_file={tmp_path}/train.parquet',
+                 f'--config.eval_file={tmp_path}/eval.parquet', '--config.num_seeds=1',
+                 '--config.text_columns=review', '--config.label_column=stars',
+                 f'--config.init_checkpoint={pretrain_workdir[0]}', f'--workdir={tmp_path}/ft')
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert summary['label_names'] == ['0', '1'] and summary['median_best_accuracy'] > 0.8
+  predicted = subprocess.run(
+      [sys.executable, '-m', 'electra_jax.predict', f'--workdir={tmp_path}/ft',
+       f'--output={tmp_path}/out', f'--input={tmp_path}/unlabelled.parquet'], cwd=REPO_ROOT,
+      env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT), capture_output=True,
+      text=True, timeout=600, check=False)
+  assert predicted.returncode == 0, predicted.stderr
+  header, rows = _read_tsv(tmp_path / 'out' / 'unlabelled.tsv')
+  assert header == 'index\tprediction' and len(rows) == len(table['review'])
+  accuracy = np.mean([r[1] == str(y) for r, y in zip(rows, table['stars'])])
+  assert accuracy == pytest.approx(summary['median_best_accuracy'])
 
 
 def test_a_finetuned_workdir_predicts_without_its_pretraining_workdir(finetuned, tmp_path):

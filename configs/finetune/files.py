@@ -1,7 +1,8 @@
-"""Fine-tuning on your own CSV/TSV/JSONL; defaults to the bundled Austen set
+"""Fine-tuning on your own CSV/TSV, JSON Lines or Parquet; defaults to the bundled Austen set
 (which novel a sentence is from, data/austen_novels).
 
-Columns: text (or text_a/text_b) and label; a header row is required for CSV/TSV.
+Columns: text (or text_a/text_b) and label, or the ones --config.text_columns and
+--config.label_column name; a header row is required for CSV/TSV.
 """
 from configs.finetune import glue
 

@@ -134,7 +134,7 @@ PARQUET_SUFFIX = '.parquet'
 
 def is_record_file(path: str) -> bool:
   """A file of records (JSON Lines or Parquet), each one document, not of plain text."""
-  return is_json_lines(path) or path.lower().endswith(PARQUET_SUFFIX)
+  return is_json_lines(path) or is_parquet(path)
 
 
 def _json_lines_texts(path: str, text_key: str, skip_bad_lines: bool, flags: str):
@@ -142,9 +142,13 @@ def _json_lines_texts(path: str, text_key: str, skip_bad_lines: bool, flags: str
     yield f'line {number}', record.get(text_key), text_key in record, sorted(record)
 
 
-def _parquet_texts(path: str, text_key: str, flags: str):
-  """The `text_key` column of a Parquet file (the Hugging Face Hub's format), streamed a batch
-  of rows at a time."""
+def is_parquet(path: str) -> bool:
+  return path.lower().endswith(PARQUET_SUFFIX)
+
+
+@contextlib.contextmanager
+def open_parquet(path: str):
+  """A pyarrow ParquetFile of `path` (local or remote, read by ranges), or a UserError."""
   # pylint: disable=import-outside-toplevel
   import pyarrow  # From tensorflow-datasets' dependencies.
   import pyarrow.parquet
@@ -153,6 +157,14 @@ def _parquet_texts(path: str, text_key: str, flags: str):
       table = pyarrow.parquet.ParquetFile(file)
     except (pyarrow.ArrowException, OSError) as e:
       raise UserError(f"'{path}' is not a Parquet file ({e}); fix the glob or the file") from None
+    yield table
+
+
+def _parquet_texts(path: str, text_key: str, flags: str):
+  """The `text_key` column of a Parquet file (the Hugging Face Hub's format), streamed a batch
+  of rows at a time."""
+  import pyarrow  # pylint: disable=import-outside-toplevel
+  with open_parquet(path) as table:
     schema = table.schema_arrow
     if text_key not in schema.names:
       raise UserError(f"'{path}' has no column {text_key!r} (its columns: "

@@ -57,7 +57,8 @@ def encode(c, task, tokenizer, examples):
 
 
 # The tasks that read a user's train_file / eval_file, and the format each takes.
-_FILE_FORMATS = {'files': 'CSV/TSV/JSONL with columns text or text_a/text_b, and label',
+_FILE_FORMATS = {'files': f'{tasks_lib.FILE_FORMATS} with columns text or text_a/text_b, and '
+                          'label (or --config.text_columns, --config.label_column)',
                  'tagging': 'CoNLL format: a word and its tag per line, a blank line between '
                             'sentences'}
 
@@ -78,9 +79,12 @@ def load_data(c, task, tokenizer) -> Data:
   elif task.name == 'files':
     train_rows = tasks_lib.read_rows(c.train_file)
     eval_rows = tasks_lib.read_rows(c.eval_file)
-    task = tasks_lib.files_task(train_rows, c.label_type, c.train_file)
-    train = tasks_lib.file_examples(task, train_rows, c.train_file, c.max_train_examples)
-    evals = [('', tasks_lib.file_examples(task, eval_rows, c.eval_file, c.max_eval_examples))]
+    columns = tasks_lib.file_columns(c)
+    task = tasks_lib.files_task(train_rows, c.label_type, c.train_file, columns)
+    train = tasks_lib.file_examples(task, train_rows, c.train_file, c.max_train_examples,
+                                    columns=columns)
+    evals = [('', tasks_lib.file_examples(task, eval_rows, c.eval_file, c.max_eval_examples,
+                                          columns=columns))]
   else:
     source = lambda split: tasks_lib.tfds_source(task.tfds_name, split, c.tfds_data_dir,
                                                  c.tfds_download)

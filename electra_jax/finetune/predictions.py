@@ -69,7 +69,8 @@ def split_parts(run: saved_run_lib.FinetunedRun, split: str, max_examples: int =
 
 
 def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0) -> Part:
-  """A CSV/TSV/JSONL file (label column optional), or for SQuAD a SQuAD-format JSON file."""
+  """A CSV/TSV/JSON Lines/Parquet file (label column optional), or for SQuAD a SQuAD-format JSON
+  file."""
   name = os.path.splitext(paths.name(path))[0]
   if run.task.kind == tasks_lib.TAGGING:
     sentences = tasks_lib.read_tagged_file(path, run.config.tag_encoding, need_label=False)
@@ -79,7 +80,8 @@ def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0)
     examples, labelled = tasks_lib.squad_file_examples(path)
     return Part(name, _limit(examples, max_examples), labelled)
   rows = tasks_lib.read_rows(path)
-  examples = tasks_lib.file_examples(run.task, rows, path, max_examples, need_label=False)
+  examples = tasks_lib.file_examples(run.task, rows, path, max_examples, need_label=False,
+                                     columns=tasks_lib.file_columns(run.config))
   return Part(name, examples, examples[0]['label'] is not None)
 
 

@@ -2,7 +2,7 @@
 
 GLUE and SQuAD come from TFDS (`tfds.data_source`, random access without TensorFlow; the
 dataset is downloaded and prepared as ArrayRecord on first use unless `tfds_download=false`);
-`files` reads a user's CSV/TSV/JSONL, `tagging` a user's CoNLL-format files. Every loader
+`files` reads a user's CSV/TSV/JSON Lines/Parquet, `tagging` a user's CoNLL-format files. Every loader
 returns plain Python examples: classification/regression: {'text_a', 'text_b' (or None),
 'label', 'index'}; span (SQuAD): {'id', 'question', 'context', 'answers': [(text, start_char)],
 'is_impossible'}; tagging: {'words', 'label' (one tag id per word), 'index'}. A label is None
@@ -259,50 +259,79 @@ def squad_file_examples(path: str) -> tuple[list[dict], bool]:
 
 # --- User files (task=files) ------------------------------------------------------------------
 
-_FORMATS = {'.csv': 'csv', '.tsv': 'tsv', '.jsonl': 'jsonl', '.json': 'jsonl'}
+_DELIMITED = {'.csv': ',', '.tsv': '\t'}
 _FLOAT_LITERAL = re.compile(r'^[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+)$')
+FILE_FORMATS = 'CSV/TSV (a header row), JSON Lines or Parquet'
+
+
+def _cell(value) -> str:
+  """A value as the text a CSV cell would hold (numbers and null as JSON: 1, 0.5, null)."""
+  return value if isinstance(value, str) else json.dumps(value)
 
 
 def read_rows(path: str) -> list[dict]:
-  """Rows of a CSV/TSV (header row required) or JSONL file as dicts of strings."""
+  """Rows of a CSV/TSV (header row required), JSON Lines (.gz too) or Parquet file (the
+  Hugging Face Hub's datasets) as dicts of strings."""
   resolved = paths.resolve(path)
   if not paths.is_file(resolved):
-    raise UserError(f"file '{path}' not found; pass an existing CSV/TSV/JSONL file")
-  fmt = next((f for ext, f in _FORMATS.items() if resolved.lower().endswith(ext)), None)
-  if fmt is None:
-    raise UserError(f"file '{path}' is not .csv, .tsv or .jsonl; rename it or convert it")
-  if fmt == 'jsonl':
-    return [{k: v if isinstance(v, str) else json.dumps(v) for k, v in row.items()}
-            for _, row in sources.read_json_records(resolved, flags=None)]
-  with io.TextIOWrapper(paths.open_binary(resolved), encoding='utf-8', newline='') as f:
-    reader = csv.DictReader(f, delimiter=',' if fmt == 'csv' else '\t',
-                            quoting=csv.QUOTE_MINIMAL if fmt == 'csv' else csv.QUOTE_NONE)
-    rows = list(reader)
-    header = reader.fieldnames or []
-  if 'label' not in header and not ({'text', 'text_a'} & set(header)):
-    raise UserError(f"file '{path}' has no header row with columns text (or text_a, text_b) "
-                    f'and label (first row: {header}); add one')
-  return rows
+    raise UserError(f"file '{path}' not found; pass an existing {FILE_FORMATS} file")
+  if sources.is_json_lines(resolved):
+    records = [row for _, row in sources.read_json_records(resolved, flags=None)]
+  elif sources.is_parquet(resolved):
+    with sources.open_parquet(resolved) as table:
+      records = table.read().to_pylist()
+  else:
+    delimiter = next((d for ext, d in _DELIMITED.items() if resolved.lower().endswith(ext)),
+                     None)
+    if delimiter is None:
+      raise UserError(f"file '{path}' is not .csv, .tsv, .jsonl or .parquet; rename it or "
+                      'convert it')
+    with io.TextIOWrapper(paths.open_binary(resolved), encoding='utf-8', newline='') as f:
+      return list(csv.DictReader(f, delimiter=delimiter, quoting=csv.QUOTE_MINIMAL
+                                 if delimiter == ',' else csv.QUOTE_NONE))
+  return [{k: _cell(v) for k, v in record.items()} for record in records]
 
 
-def _columns(rows, path, need_label: bool = True) -> tuple[str, str | None]:
-  columns = set(rows[0]) if rows else set()
-  text_a = 'text' if 'text' in columns else 'text_a' if 'text_a' in columns else None
-  missing = [name for name, ok in (('text (or text_a)', text_a),
-                                   ('label', 'label' in columns or not need_label)) if not ok]
+@dataclasses.dataclass(frozen=True)
+class FileColumns:
+  """Which columns of a task=files file hold the text(s) and the label."""
+  text: tuple = ()        # One or two names; () = text, or text_a (and text_b).
+  label: str = 'label'
+
+
+def file_columns(c) -> FileColumns:
+  """The columns a fine-tuning config names (config.text_columns, config.label_column)."""
+  names = tuple(n.strip() for n in (c.get('text_columns') or '').split(',') if n.strip())
+  return FileColumns(names, c.get('label_column') or 'label')
+
+
+def _columns(rows, path, need_label: bool = True,
+             columns: FileColumns = FileColumns()) -> tuple[str, str | None]:
+  present = set(rows[0]) if rows else set()
+  if columns.text:
+    text_a, text_b = columns.text[0], (columns.text[1:] or [None])[0]
+    missing = [name for name in columns.text if name not in present]
+  else:
+    text_a = 'text' if 'text' in present else 'text_a' if 'text_a' in present else None
+    text_b = 'text_b' if 'text_b' in present else None
+    missing = [] if text_a else ['text (or text_a)']
+  if need_label and columns.label not in present:
+    missing.append(columns.label)
   if missing:
     raise UserError(f"file '{path}' lacks column(s) {', '.join(missing)} (has "
-                    f'{sorted(columns)}); name them text or text_a/text_b, and label')
-  return text_a, 'text_b' if 'text_b' in columns else None
+                    f'{sorted(present)}); name them text or text_a/text_b, and label (CSV/TSV: '
+                    'in a header row), or name yours with --config.text_columns and '
+                    '--config.label_column')
+  return text_a, text_b
 
 
 def files_task(train_rows: list[dict], label_type: str = 'auto',
-               path: str = 'the training file') -> Task:
+               path: str = 'the training file', columns: FileColumns = FileColumns()) -> Task:
   """The files task with its label names (sorted), or regression if the labels are floats."""
   if not train_rows:
     raise UserError(f"file '{path}' has no examples")
-  _columns(train_rows, path)
-  labels = [r['label'] for r in train_rows]
+  _columns(train_rows, path, columns=columns)
+  labels = [r[columns.label] for r in train_rows]
   if label_type == 'auto':
     floats = all(_is_float(x) for x in labels) and any(_FLOAT_LITERAL.match(x.strip())
                                                        for x in labels)
@@ -336,17 +365,17 @@ def _is_float(x: str) -> bool:
 
 
 def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0,
-                  need_label: bool = True) -> list[dict]:
+                  need_label: bool = True, columns: FileColumns = FileColumns()) -> list[dict]:
   """Rows -> examples; labels become class ids (or floats) of `task`. need_label=False: a file
   without a label column gives unlabelled examples (label None; for predictions)."""
   if not rows:
     raise UserError(f"file '{path}' has no examples")
-  text_a, text_b = _columns(rows, path, need_label)
-  labelled = 'label' in rows[0]
+  text_a, text_b = _columns(rows, path, need_label, columns)
+  labelled = columns.label in rows[0]
   index = {name: i for i, name in enumerate(task.label_names)}
   examples = []
   for n, row in enumerate(rows[:_limit(max_examples, len(rows))], 1):
-    raw = row.get('label')
+    raw = row.get(columns.label)
     if labelled and raw is None:
       raise UserError(f"file '{path}' example {n} has no label value")
     if row.get(text_a) is None:
