@@ -78,7 +78,7 @@ def get_config():
   c.do_lower_case = True
   # Glob (comma-separated globs allowed) of UTF-8 training text: one sentence or paragraph per
   # line, documents separated by blank lines; or record files, JSON Lines (.jsonl/.ndjson/.json,
-  # .gz too) or Parquet (.parquet), one document per record in its text_key field.
+  # .gz too), Parquet (.parquet) or Arrow (.arrow), one document per record in its text_key field.
   c.train_files = 'data/demo_corpus/train/*.txt'
   # TFDS text dataset to pretrain on instead of train_files (eval still reads eval_files), e.g.
   # 'wikipedia/20230601.en', prepared as ArrayRecord (`tfds build NAME --file_format=array_record`);
@@ -86,8 +86,8 @@ def get_config():
   c.tfds_name = ''
   # TFDS split to read (slices such as 'train[:90%]' work).
   c.tfds_split = 'train'
-  # The field holding a record's text in JSON Lines and Parquet files and TFDS datasets; each
-  # record is one document, one paragraph per line.
+  # The field holding a record's text in JSON Lines, Parquet and Arrow files and TFDS datasets;
+  # each record is one document, one paragraph per line.
   c.text_key = 'text'
   # TFDS data directory ('' = TFDS's default, ~/tensorflow_datasets).
   c.tfds_data_dir = ''

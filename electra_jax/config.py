@@ -92,7 +92,7 @@ def _validate(c):
   check(c.num_data_workers >= 0,
          f'config.num_data_workers={c.num_data_workers} must be >= 0 (0 = no worker processes)')
   check(bool(c.text_key), "config.text_key is empty; set it to the field holding each record's "
-         'text in JSON Lines or Parquet files or the TFDS dataset (default: text)')
+         'text in JSON Lines, Parquet or Arrow files or the TFDS dataset (default: text)')
   if c.tfds_name:
     check(bool(c.tfds_split), f'config.tfds_split is empty but config.tfds_name={c.tfds_name!r} '
            'is set; set --config.tfds_split')

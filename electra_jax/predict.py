@@ -25,7 +25,7 @@ def _define_flags():
   flags.DEFINE_string('workdir', None, 'A finished fine-tuning workdir (python -m '
                       'electra_jax.finetune --workdir=...).')
   flags.DEFINE_string('output', None, 'Directory for the prediction files (created).')
-  flags.DEFINE_multi_string('input', [], 'A file to predict: CSV/TSV/JSON Lines/Parquet with '
+  flags.DEFINE_multi_string('input', [], 'A file to predict: CSV/TSV/JSON Lines/Parquet/Arrow with '
                             "the run's text columns (text, or text_a and text_b, or its "
                             'text_columns) and optionally its label column; SQuAD tasks: '
                             'SQuAD-format JSON. Repeat for several.')

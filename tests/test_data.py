@@ -181,14 +181,24 @@ def test_comma_separated_globs_are_sorted_and_deduplicated(tmp_path):
 
 
 def write_records(path, docs, key='text', extra=None):
-  """docs as JSON Lines or Parquet records (by the name), a document's lines joined by newlines
-  (one blank line inside each, as paragraphs come in real corpora); .gz paths are compressed."""
+  """docs as JSON Lines, Parquet or Arrow records (by the name), a document's lines joined by
+  newlines (one blank line inside each, as paragraphs come in real corpora); .gz paths are
+  compressed; Arrow as `datasets` writes it (an IPC stream)."""
   records = [dict(extra or {}, **{key: '\n\n'.join(doc) + '\n'}) for doc in docs]
-  if str(path).endswith('.parquet'):
-    import pyarrow  # pylint: disable=import-outside-toplevel
-    import pyarrow.parquet  # pylint: disable=import-outside-toplevel
-    # Small row groups and batches of 1,024 rows: the reader crosses both.
-    pyarrow.parquet.write_table(pyarrow.Table.from_pylist(records), path, row_group_size=3)
+  if str(path).endswith(('.parquet', '.arrow')):
+    # pylint: disable=import-outside-toplevel
+    import pyarrow
+    import pyarrow.ipc
+    import pyarrow.parquet
+    table = pyarrow.Table.from_pylist(records)
+    if str(path).endswith('.parquet'):
+      # Small row groups and batches of 1,024 rows: the reader crosses both.
+      pyarrow.parquet.write_table(table, path, row_group_size=3)
+      return
+    with pyarrow.OSFile(str(path), 'wb') as sink, \
+         pyarrow.ipc.new_stream(sink, table.schema) as writer:
+      for batch in table.to_batches(max_chunksize=3):
+        writer.write_batch(batch)
     return
   opener = gzip.open if str(path).endswith('.gz') else open
   with opener(path, 'wt', encoding='utf-8') as f:
@@ -196,15 +206,15 @@ def write_records(path, docs, key='text', extra=None):
       f.write(json.dumps(record) + '\n')
 
 
-@pytest.mark.parametrize('name', ['c4.json.gz', 'corpus.jsonl', 'corpus.ndjson', 'hub.parquet'])
+@pytest.mark.parametrize('name', ['c4.json.gz', 'corpus.jsonl', 'corpus.ndjson', 'hub.parquet',
+                                  'data-00000-of-00001.arrow'])
 def test_records_are_documents_of_their_text_lines(tmp_path, name):
   write_records(tmp_path / name, [['a1', ' a2 '], ['b1']], extra={'url': 'u', 'n': 1})
   with open(tmp_path / 'more.txt', 'w', encoding='utf-8') as f:
     f.write('c1\n\nd1\n')
   files = sources.list_files(f'{tmp_path}/{name},{tmp_path}/more.txt')
   docs = list(sources.read_documents(files))
-  assert docs == ([['a1', 'a2'], ['b1'], ['c1'], ['d1']] if name < 'more' else
-                  [['c1'], ['d1'], ['a1', 'a2'], ['b1']])
+  assert docs == [['a1', 'a2'], ['b1'], ['c1'], ['d1']]  # Files in name order.
   assert list(sources.vocabulary_lines([str(tmp_path / name)])) == ['a1', 'a2', 'b1']
 
 
@@ -230,7 +240,7 @@ def test_a_json_lines_line_that_is_no_object_is_named_or_skipped(tmp_path, line,
   assert list(sources.read_documents([str(path)], skip_bad_lines=True)) == [['ok'], ['fine']]
 
 
-def test_parquet_text_column_problems_are_named_or_skipped(tmp_path):
+def test_columnar_text_column_problems_are_named_or_skipped(tmp_path):
   import pyarrow  # pylint: disable=import-outside-toplevel
   import pyarrow.parquet  # pylint: disable=import-outside-toplevel
   path = tmp_path / 'hub.parquet'
@@ -246,8 +256,11 @@ def test_parquet_text_column_problems_are_named_or_skipped(tmp_path):
                                       r'id\); set --config.text_key to the column'):
     list(sources.read_documents([str(path)], text_key='body'))
   (tmp_path / 'not.parquet').write_text('text\n')
-  with pytest.raises(UserError, match=r"not.parquet' is not a Parquet file \("):
+  with pytest.raises(UserError, match=r"not.parquet' is not a readable Parquet file \("):
     list(sources.read_documents([str(tmp_path / 'not.parquet')]))
+  (tmp_path / 'not.arrow').write_text('text\n')
+  with pytest.raises(UserError, match=r"not.arrow' is not a readable Arrow file \("):
+    list(sources.read_documents([str(tmp_path / 'not.arrow')]))
 
 
 def test_json_lines_records_without_text_are_named_or_skipped(tmp_path):

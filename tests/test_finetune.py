@@ -97,7 +97,7 @@ def test_files_task_errors_are_one_clear_line(tmp_path):
     tasks.file_examples(tasks.TASKS['files'], rows, 'nolabel.csv')
   with pytest.raises(UserError, match="file '/nowhere.csv' not found"):
     tasks.read_rows('/nowhere.csv')
-  with pytest.raises(UserError, match='is not .csv, .tsv, .jsonl or .parquet'):
+  with pytest.raises(UserError, match='is not .csv, .tsv, .jsonl, .parquet or .arrow'):
     tasks.read_rows(str(tmp_path / 'data.txt'))
   (tmp_path / 'noheader.csv').write_text('Bad day,neg\nGood day,pos\n')
   with pytest.raises(UserError, match=r"lacks column\(s\) text \(or text_a\), label \(has "
@@ -116,14 +116,19 @@ def test_files_task_errors_are_one_clear_line(tmp_path):
     tasks.get_task('nope')
 
 
-def test_hub_parquet_and_gzipped_json_lines_files_read_their_named_columns(tmp_path):
+def test_hub_parquet_arrow_and_gzipped_json_lines_files_read_their_named_columns(tmp_path):
   """The Hugging Face Hub's GLUE files (Parquet, int labels, columns like question/sentence)
-  read as the same examples as a CSV with our column names; a JSON Lines .gz too."""
-  import pyarrow  # pylint: disable=import-outside-toplevel
-  import pyarrow.parquet  # pylint: disable=import-outside-toplevel
+  read as the same examples as a CSV with our column names; Arrow and JSON Lines .gz too."""
+  # pylint: disable=import-outside-toplevel
+  import pyarrow
+  import pyarrow.ipc
+  import pyarrow.parquet
   hub = dict(question=['Who?', 'Where, then?', 'Why'], sentence=['Emma.', 'At "Bath".', 'No'],
              label=[1, 0, 1], idx=[0, 1, 2])
   pyarrow.parquet.write_table(pyarrow.table(hub), tmp_path / 'train.parquet')
+  with pyarrow.OSFile(str(tmp_path / 'train.arrow'), 'wb') as sink:  # Arrow's file format.
+    with pyarrow.ipc.new_file(sink, pyarrow.table(hub).schema) as writer:
+      writer.write_table(pyarrow.table(hub))
   with gzip.open(tmp_path / 'train.jsonl.gz', 'wt', encoding='utf-8') as f:
     for row in pyarrow.table(hub).to_pylist():
       f.write(json.dumps(row) + '\n')
@@ -138,7 +143,7 @@ def test_hub_parquet_and_gzipped_json_lines_files_read_their_named_columns(tmp_p
   config = ml_collections.ConfigDict(dict(text_columns='question, sentence', label_column='label'))
   columns = tasks.file_columns(config)
   assert columns == tasks.FileColumns(('question', 'sentence'), 'label')
-  for name in ('train.parquet', 'train.jsonl.gz'):
+  for name in ('train.parquet', 'train.jsonl.gz', 'train.arrow'):
     rows = tasks.read_rows(str(tmp_path / name))
     task = tasks.files_task(rows, path=name, columns=columns)
     assert task.label_names == want_task.label_names == ('0', '1')

@@ -1,4 +1,4 @@
-"""Fine-tuning on your own CSV/TSV, JSON Lines or Parquet; defaults to the bundled Austen set
+"""Fine-tuning on your own CSV/TSV, JSON Lines, Parquet or Arrow; defaults to the bundled Austen set
 (which novel a sentence is from, data/austen_novels).
 
 Columns: text (or text_a/text_b) and label, or the ones --config.text_columns and

@@ -39,10 +39,10 @@ def main(argv):
 
 
 def _define_flags():
-  flags.DEFINE_string('input', None, 'Glob of UTF-8 training text, JSON Lines or Parquet files '
-                      '(comma-separated globs allowed).')
-  flags.DEFINE_string('text_key', 'text', "JSON Lines and Parquet files: the field holding each "
-                      "record's text.")
+  flags.DEFINE_string('input', None, 'Glob of UTF-8 training text, JSON Lines, Parquet or Arrow '
+                      'files (comma-separated globs allowed).')
+  flags.DEFINE_string('text_key', 'text', 'JSON Lines, Parquet and Arrow files: the field holding '
+                      "each record's text.")
   flags.DEFINE_bool('skip_bad_lines', False, 'Skip (and count in the log) lines that are not '
                     'UTF-8 text (JSON Lines: not objects, or without text) instead of failing.')
   flags.DEFINE_integer('vocab_size', 8000, 'Vocabulary size, including the 5 special tokens.')

@@ -2,16 +2,18 @@
 
 Plain text is the format of the official ELECTRA/BERT release: one sentence or paragraph per
 line. Records come as JSON Lines (`.jsonl`, `.ndjson`, `.json`: C4, the Pile, `datasets`'
-`to_json`), each line an object, or Parquet (`.parquet`: the Hugging Face Hub's datasets); a
-record's `text_key` field holds one document, split into lines on newlines (as a TFDS record
+`to_json`), each line an object, Parquet (`.parquet`: the Hugging Face Hub's datasets) or
+Arrow (`.arrow`: `datasets`' save_to_disk and cache); a record's `text_key` field holds one
+document, split into lines on newlines (as a TFDS record
 is). Files are streamed (a corpus never has to fit in memory); `.gz` text and JSON Lines are
 read transparently. Bad files fail with the file name and byte offset, line or row instead of a
 stack trace deep inside a decoder.
 """
 import contextlib
+import dataclasses
 import gzip
 import json
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from absl import logging
 
@@ -129,12 +131,61 @@ def text_lines(text: str) -> list[str]:
   return [line for line in (raw.strip() for raw in text.splitlines()) if line]
 
 
-PARQUET_SUFFIX = '.parquet'
+# Columnar files: Parquet (the Hugging Face Hub's datasets) and Arrow IPC (`datasets`'
+# save_to_disk and its cache, `data-00000-of-00001.arrow`).
+COLUMNAR_SUFFIXES = ('.parquet', '.arrow')
+
+
+def is_columnar(path: str) -> bool:
+  return path.lower().endswith(COLUMNAR_SUFFIXES)
 
 
 def is_record_file(path: str) -> bool:
-  """A file of records (JSON Lines or Parquet), each one document, not of plain text."""
-  return is_json_lines(path) or is_parquet(path)
+  """A file of records (JSON Lines, Parquet, Arrow), each one document, not of plain text."""
+  return is_json_lines(path) or is_columnar(path)
+
+
+@dataclasses.dataclass
+class ColumnarFile:
+  """An open Parquet or Arrow file: its schema, and its rows in record batches."""
+  schema: object                      # pyarrow.Schema
+  batches: Callable[..., Iterator]    # batches(columns=None) -> pyarrow.RecordBatch, ...
+
+  def rows(self) -> list[dict]:
+    return [row for batch in self.batches() for row in batch.to_pylist()]
+
+
+def _columnar_file(path: str, file) -> ColumnarFile:
+  # pylint: disable=import-outside-toplevel
+  import pyarrow
+  import pyarrow.ipc
+  import pyarrow.parquet
+  if path.lower().endswith('.parquet'):
+    table = pyarrow.parquet.ParquetFile(file)
+    return ColumnarFile(table.schema_arrow, lambda columns=None: table.iter_batches(
+        batch_size=1024, columns=columns))
+  try:
+    stream = pyarrow.ipc.open_stream(file)  # What `datasets` writes.
+    return ColumnarFile(stream.schema, lambda columns=None: iter(stream))
+  except pyarrow.ArrowInvalid:
+    file.seek(0)
+    ipc = pyarrow.ipc.open_file(file)
+    return ColumnarFile(ipc.schema, lambda columns=None: (
+        ipc.get_batch(i) for i in range(ipc.num_record_batches)))
+
+
+@contextlib.contextmanager
+def open_columnar(path: str):
+  """A ColumnarFile of a Parquet or Arrow IPC (stream or file) file, local or remote (Parquet
+  read by ranges); a file that cannot be read, there or later, is a UserError."""
+  import pyarrow  # pylint: disable=import-outside-toplevel  # tensorflow-datasets needs it.
+  with paths.open_binary(path) as file:
+    try:
+      yield _columnar_file(path, file)
+    except (pyarrow.ArrowException, OSError) as e:
+      kind = 'Parquet' if path.lower().endswith('.parquet') else 'Arrow'
+      raise UserError(f"'{path}' is not a readable {kind} file ({e}); fix the glob or the "
+                      'file') from None
 
 
 def _json_lines_texts(path: str, text_key: str, skip_bad_lines: bool, flags: str):
@@ -142,53 +193,34 @@ def _json_lines_texts(path: str, text_key: str, skip_bad_lines: bool, flags: str
     yield f'line {number}', record.get(text_key), text_key in record, sorted(record)
 
 
-def is_parquet(path: str) -> bool:
-  return path.lower().endswith(PARQUET_SUFFIX)
-
-
-@contextlib.contextmanager
-def open_parquet(path: str):
-  """A pyarrow ParquetFile of `path` (local or remote, read by ranges), or a UserError."""
-  # pylint: disable=import-outside-toplevel
-  import pyarrow  # From tensorflow-datasets' dependencies.
-  import pyarrow.parquet
-  with paths.open_binary(path) as file:
-    try:
-      table = pyarrow.parquet.ParquetFile(file)
-    except (pyarrow.ArrowException, OSError) as e:
-      raise UserError(f"'{path}' is not a Parquet file ({e}); fix the glob or the file") from None
-    yield table
-
-
-def _parquet_texts(path: str, text_key: str, flags: str):
-  """The `text_key` column of a Parquet file (the Hugging Face Hub's format), streamed a batch
-  of rows at a time."""
+def _columnar_texts(path: str, text_key: str, flags: str):
+  """The `text_key` column of a Parquet or Arrow file, streamed a batch of rows at a time."""
   import pyarrow  # pylint: disable=import-outside-toplevel
-  with open_parquet(path) as table:
-    schema = table.schema_arrow
-    if text_key not in schema.names:
-      raise UserError(f"'{path}' has no column {text_key!r} (its columns: "
-                      f"{', '.join(schema.names)}); set {flags}text_key to the column "
-                      'holding the text')
-    kind = schema.field(text_key).type
+  with open_columnar(path) as table:
+    names = table.schema.names
+    if text_key not in names:
+      raise UserError(f"'{path}' has no column {text_key!r} (its columns: {', '.join(names)}); "
+                      f'set {flags}text_key to the column holding the text')
+    kind = table.schema.field(text_key).type
     is_string_view = getattr(pyarrow.types, 'is_string_view', lambda _: False)  # pyarrow >= 16.
     if not any(is_text(kind) for is_text in (pyarrow.types.is_string,
                                              pyarrow.types.is_large_string, is_string_view)):
       raise UserError(f"'{path}' column {text_key!r} holds {kind}, not text; set "
-                      f"{flags}text_key to the column holding the text")
+                      f'{flags}text_key to the column holding the text')
     row = 0
-    for batch in table.iter_batches(batch_size=1024, columns=[text_key]):
-      for text in batch.column(0).to_pylist():
+    for batch in table.batches(columns=[text_key]):
+      for text in batch.column(text_key).to_pylist():
         row += 1
-        yield f'row {row}', text, True, schema.names
+        yield f'row {row}', text, True, names
 
 
 def _record_documents(path: str, text_key: str, skip_bad_lines: bool, flags: str):
-  """The documents of a JSON Lines or Parquet file: each record's text, split into lines."""
+  """The documents of a JSON Lines, Parquet or Arrow file: each record's text, split into
+  lines."""
   if is_json_lines(path):
     records = _json_lines_texts(path, text_key, skip_bad_lines, flags)
   else:
-    records = _parquet_texts(path, text_key, flags)
+    records = _columnar_texts(path, text_key, flags)
   found, skipped = False, 0
   for where, text, has_key, keys in records:
     if not isinstance(text, str):
@@ -214,7 +246,8 @@ def _record_documents(path: str, text_key: str, skip_bad_lines: bool, flags: str
 def read_documents(files: Iterable[str], skip_bad_lines: bool = False, text_key: str = 'text',
                    flags: str = CONFIG_FLAGS) -> Iterator[list[str]]:
   """Each document as its non-empty stripped lines: in text files, blank lines and file ends
-  end documents; in JSON Lines and Parquet files, each record's `text_key` field is one."""
+  end documents; in JSON Lines, Parquet and Arrow files, each record's `text_key` field is
+  one."""
   for path in files:
     if is_record_file(path):
       yield from _record_documents(path, text_key, skip_bad_lines, flags)
@@ -234,7 +267,7 @@ def read_documents(files: Iterable[str], skip_bad_lines: bool = False, text_key:
 def vocabulary_lines(files: Iterable[str], skip_bad_lines: bool = False, text_key: str = 'text',
                      flags: str = CONFIG_FLAGS) -> Iterator[str]:
   """The lines a vocabulary trains on: a text file's as written (newline dropped), a record's
-  text (JSON Lines, Parquet) split on newlines."""
+  text (JSON Lines, Parquet, Arrow) split on newlines."""
   for path in files:
     if is_record_file(path):
       for doc in _record_documents(path, text_key, skip_bad_lines, flags):

@@ -69,8 +69,8 @@ def split_parts(run: saved_run_lib.FinetunedRun, split: str, max_examples: int =
 
 
 def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0) -> Part:
-  """A CSV/TSV/JSON Lines/Parquet file (label column optional), or for SQuAD a SQuAD-format JSON
-  file."""
+  """A CSV/TSV/JSON Lines/Parquet/Arrow file (label column optional), or for SQuAD a
+  SQuAD-format JSON file."""
   name = os.path.splitext(paths.name(path))[0]
   if run.task.kind == tasks_lib.TAGGING:
     sentences = tasks_lib.read_tagged_file(path, run.config.tag_encoding, need_label=False)

@@ -2,9 +2,9 @@
 
 GLUE and SQuAD come from TFDS (`tfds.data_source`, random access without TensorFlow; the
 dataset is downloaded and prepared as ArrayRecord on first use unless `tfds_download=false`);
-`files` reads a user's CSV/TSV/JSON Lines/Parquet, `tagging` a user's CoNLL-format files. Every loader
-returns plain Python examples: classification/regression: {'text_a', 'text_b' (or None),
-'label', 'index'}; span (SQuAD): {'id', 'question', 'context', 'answers': [(text, start_char)],
+`files` reads a user's CSV/TSV/JSON Lines/Parquet/Arrow, `tagging` a user's CoNLL-format files.
+Every loader returns plain Python examples: classification/regression: {'text_a', 'text_b' (or
+None), 'label', 'index'}; span (SQuAD): {'id', 'question', 'context', 'answers': [(text, start_char)],
 'is_impossible'}; tagging: {'words', 'label' (one tag id per word), 'index'}. A label is None
 where the data has none (GLUE's test splits, a file to predict without a label column).
 """
@@ -261,7 +261,7 @@ def squad_file_examples(path: str) -> tuple[list[dict], bool]:
 
 _DELIMITED = {'.csv': ',', '.tsv': '\t'}
 _FLOAT_LITERAL = re.compile(r'^[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+)$')
-FILE_FORMATS = 'CSV/TSV (a header row), JSON Lines or Parquet'
+FILE_FORMATS = 'CSV/TSV (a header row), JSON Lines, Parquet or Arrow'
 
 
 def _cell(value) -> str:
@@ -270,22 +270,22 @@ def _cell(value) -> str:
 
 
 def read_rows(path: str) -> list[dict]:
-  """Rows of a CSV/TSV (header row required), JSON Lines (.gz too) or Parquet file (the
-  Hugging Face Hub's datasets) as dicts of strings."""
+  """Rows of a CSV/TSV (header row required), JSON Lines (.gz too), Parquet or Arrow file (the
+  Hugging Face Hub's datasets, `datasets`' save_to_disk) as dicts of strings."""
   resolved = paths.resolve(path)
   if not paths.is_file(resolved):
     raise UserError(f"file '{path}' not found; pass an existing {FILE_FORMATS} file")
   if sources.is_json_lines(resolved):
     records = [row for _, row in sources.read_json_records(resolved, flags=None)]
-  elif sources.is_parquet(resolved):
-    with sources.open_parquet(resolved) as table:
-      records = table.read().to_pylist()
+  elif sources.is_columnar(resolved):
+    with sources.open_columnar(resolved) as table:
+      records = table.rows()
   else:
     delimiter = next((d for ext, d in _DELIMITED.items() if resolved.lower().endswith(ext)),
                      None)
     if delimiter is None:
-      raise UserError(f"file '{path}' is not .csv, .tsv, .jsonl or .parquet; rename it or "
-                      'convert it')
+      raise UserError(f"file '{path}' is not .csv, .tsv, .jsonl, .parquet or .arrow; rename it "
+                      'or convert it')
     with io.TextIOWrapper(paths.open_binary(resolved), encoding='utf-8', newline='') as f:
       return list(csv.DictReader(f, delimiter=delimiter, quoting=csv.QUOTE_MINIMAL
                                  if delimiter == ',' else csv.QUOTE_NONE))
