@@ -155,6 +155,15 @@ def test_hub_parquet_arrow_and_gzipped_json_lines_files_read_their_named_columns
       dict(text_a='x', text_b=None, label=1, index=0)
   assert tasks.file_examples(want_task, [dict(sentence='z')], 'f', need_label=False,
                              columns=one) == [dict(text_a='z', text_b=None, label=None, index=0)]
+  # A `datasets` ClassLabel column (its names in the schema's metadata) reads as the names; -1
+  # (no label, the Hub's test splits) stays a value.
+  features = dict(question=dict(dtype='string', _type='Value'),
+                  label=dict(names=['entailment', 'not_entailment'], _type='ClassLabel'))
+  table = pyarrow.table(dict(question=['a', 'b', 'c'], label=[1, 0, -1]))
+  pyarrow.parquet.write_table(table.replace_schema_metadata(
+      {b'huggingface': json.dumps(dict(info=dict(features=features)))}), tmp_path / 'nli.parquet')
+  assert [r['label'] for r in tasks.read_rows(str(tmp_path / 'nli.parquet'))] == [
+      'not_entailment', 'entailment', '-1']
   with pytest.raises(UserError, match=r"lacks column\(s\) sentence2, gold \(has \['idx', "):
     tasks.files_task(tasks.read_rows(str(tmp_path / 'train.parquet')),
                      columns=tasks.FileColumns(('question', 'sentence2'), 'gold'))

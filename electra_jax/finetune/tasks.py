@@ -279,7 +279,7 @@ def read_rows(path: str) -> list[dict]:
     records = [row for _, row in sources.read_json_records(resolved, flags=None)]
   elif sources.is_columnar(resolved):
     with sources.open_columnar(resolved) as table:
-      records = table.rows()
+      records = _with_class_names(table.rows(), table.schema)
   else:
     delimiter = next((d for ext, d in _DELIMITED.items() if resolved.lower().endswith(ext)),
                      None)
@@ -290,6 +290,25 @@ def read_rows(path: str) -> list[dict]:
       return list(csv.DictReader(f, delimiter=delimiter, quoting=csv.QUOTE_MINIMAL
                                  if delimiter == ',' else csv.QUOTE_NONE))
   return [{k: _cell(v) for k, v in record.items()} for record in records]
+
+
+def _with_class_names(records: list[dict], schema) -> list[dict]:
+  """Class ids of the columns a `datasets` file declares ClassLabel (its schema's 'huggingface'
+  metadata: the Hub's GLUE label is 0/1 of ['negative', 'positive']) as their names; others,
+  such as -1 (no label), as they are."""
+  try:
+    features = json.loads((schema.metadata or {})[b'huggingface'])['info']['features']
+  except (KeyError, TypeError, ValueError):
+    return records
+  names = {column: feature['names'] for column, feature in features.items()
+           if isinstance(feature, dict) and feature.get('_type') == 'ClassLabel'
+           and isinstance(feature.get('names'), list)}
+  for record in records:
+    for column, labels in names.items():
+      value = record.get(column)
+      if isinstance(value, int) and 0 <= value < len(labels):
+        record[column] = labels[value]
+  return records
 
 
 @dataclasses.dataclass(frozen=True)
