@@ -77,8 +77,9 @@ def get_config():
   # cased vocabulary. init_from a transformers directory takes it from its tokenizer config.
   c.do_lower_case = True
   # Glob (comma-separated globs allowed) of UTF-8 training text: one sentence or paragraph per
-  # line, documents separated by blank lines; or record files, JSON Lines (.jsonl/.ndjson/.json,
-  # .gz too), Parquet (.parquet) or Arrow (.arrow), one document per record in its text_key field.
+  # line, documents separated by blank lines (.gz or .zst too); or record files, JSON Lines
+  # (.jsonl/.ndjson/.json, .gz or .zst too), Parquet (.parquet) or Arrow (.arrow), one document
+  # per record in its text_key field.
   c.train_files = 'data/demo_corpus/train/*.txt'
   # TFDS text dataset to pretrain on instead of train_files (eval still reads eval_files), e.g.
   # 'wikipedia/20230601.en', prepared as ArrayRecord (`tfds build NAME --file_format=array_record`);

@@ -149,6 +149,26 @@ def test_gz_files_are_read_transparently(tmp_path):
   assert list(sources.read_documents([str(tmp_path / 'a.txt.gz')])) == [['x1', 'x2'], ['y1']]
 
 
+def test_zstandard_files_are_read_transparently_and_a_corrupt_one_is_named(tmp_path):
+  """.zst as the Pile and SlimPajama ship it: several concatenated frames."""
+  import pyarrow  # pylint: disable=import-outside-toplevel
+  with open(tmp_path / 'a.jsonl.zst', 'wb') as f:
+    for text in ('x1\nx2', 'y1'):
+      sink = pyarrow.BufferOutputStream()
+      with pyarrow.CompressedOutputStream(sink, 'zstd') as frame:
+        frame.write(json.dumps(dict(text=text)).encode() + b'\n')
+      f.write(sink.getvalue().to_pybytes())
+  sink = pyarrow.BufferOutputStream()
+  with pyarrow.CompressedOutputStream(sink, 'zstd') as frame:
+    frame.write(b'z1\n\nz2\n')
+  (tmp_path / 'b.txt.zst').write_bytes(sink.getvalue().to_pybytes())
+  files = sources.list_files(str(tmp_path / '*.zst'))
+  assert list(sources.read_documents(files)) == [['x1', 'x2'], ['y1'], ['z1'], ['z2']]
+  (tmp_path / 'c.txt.zst').write_bytes(sink.getvalue().to_pybytes()[:-6])
+  with pytest.raises(UserError, match=r"cannot read '.*c.txt.zst': .*runcated"):
+    list(sources.read_documents([str(tmp_path / 'c.txt.zst')]))
+
+
 def test_empty_file_error_names_the_file(tmp_path):
   (tmp_path / 'empty.txt').write_text('\n \n')
   with pytest.raises(UserError, match='empty.txt.* is empty'):

@@ -5,13 +5,14 @@ line. Records come as JSON Lines (`.jsonl`, `.ndjson`, `.json`: C4, the Pile, `d
 `to_json`), each line an object, Parquet (`.parquet`: the Hugging Face Hub's datasets) or
 Arrow (`.arrow`: `datasets`' save_to_disk and cache); a record's `text_key` field holds one
 document, split into lines on newlines (as a TFDS record
-is). Files are streamed (a corpus never has to fit in memory); `.gz` text and JSON Lines are
-read transparently. Bad files fail with the file name and byte offset, line or row instead of a
+is). Files are streamed (a corpus never has to fit in memory); text and JSON Lines compressed
+with gzip (`.gz`) or Zstandard (`.zst`) are read transparently. Bad files fail with the file name and byte offset, line or row instead of a
 stack trace deep inside a decoder.
 """
 import contextlib
 import dataclasses
 import gzip
+import io
 import json
 from typing import Callable, Iterable, Iterator
 
@@ -33,11 +34,26 @@ def list_files(pattern: str) -> list[str]:
   return sorted(set(files))
 
 
+COMPRESSED_SUFFIXES = ('.gz', '.zst')
+
+
+def _uncompressed_name(path: str) -> str:
+  lower = path.lower()
+  return next((lower.removesuffix(s) for s in COMPRESSED_SUFFIXES if lower.endswith(s)), lower)
+
+
 @contextlib.contextmanager
 def _open_binary(path: str):
+  """The decompressed bytes of `path`: gzip (.gz) or Zstandard (.zst: the Pile, SlimPajama;
+  through pyarrow's codec, concatenated frames too)."""
   with paths.open_binary(path) as file:
-    if path.endswith('.gz'):
+    if path.lower().endswith('.gz'):
       with gzip.open(file, 'rb') as unzipped:
+        yield unzipped
+    elif path.lower().endswith('.zst'):
+      import pyarrow  # pylint: disable=import-outside-toplevel  # tensorflow-datasets needs it.
+      stream = pyarrow.CompressedInputStream(pyarrow.PythonFile(file, mode='r'), 'zstd')
+      with io.BufferedReader(stream) as unzipped:  # A corrupt stream raises OSError.
         yield unzipped
     else:
       yield file
@@ -97,8 +113,8 @@ JSON_LINES_SUFFIXES = ('.jsonl', '.ndjson', '.json')
 
 
 def is_json_lines(path: str) -> bool:
-  """Named like a JSON Lines file (`.gz` too): one JSON object per line."""
-  return path.lower().removesuffix('.gz').endswith(JSON_LINES_SUFFIXES)
+  """Named like a JSON Lines file (`.gz`, `.zst` too): one JSON object per line."""
+  return _uncompressed_name(path).endswith(JSON_LINES_SUFFIXES)
 
 
 def read_json_records(path: str, skip_bad_lines: bool = False,
