@@ -4,10 +4,10 @@ Plain text is the format of the official ELECTRA/BERT release: one sentence or p
 line. Records come as JSON Lines (`.jsonl`, `.ndjson`, `.json`: C4, the Pile, `datasets`'
 `to_json`), each line an object, Parquet (`.parquet`: the Hugging Face Hub's datasets) or
 Arrow (`.arrow`: `datasets`' save_to_disk and cache); a record's `text_key` field holds one
-document, split into lines on newlines (as a TFDS record
-is). Files are streamed (a corpus never has to fit in memory); text and JSON Lines compressed
-with gzip (`.gz`) or Zstandard (`.zst`) are read transparently. Bad files fail with the file name and byte offset, line or row instead of a
-stack trace deep inside a decoder.
+document, split into lines on newlines (as a TFDS record is). Files are streamed (a corpus
+never has to fit in memory); text and JSON Lines compressed with gzip (`.gz`) or Zstandard
+(`.zst`) are read transparently. Bad files fail with the file name and byte offset, line or
+row instead of a stack trace deep inside a decoder.
 """
 import contextlib
 import dataclasses
