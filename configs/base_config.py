@@ -95,7 +95,8 @@ def get_config():
   # Directory written by `python -m electra_jax.data.prepare` (tokenized, packed ArrayRecord
   # shards); when set, training reads it instead of train_files / tfds_name ('' = off).
   c.train_data_dir = ''
-  # Skip (and count in the log) lines of train/eval files that are not UTF-8, instead of failing.
+  # Skip (and count in the log) lines of train/eval files that are not UTF-8 (JSON Lines: not
+  # objects; record files: records without text under text_key), instead of failing.
   c.skip_bad_lines = False
   # Worker processes reading training batches (0 = a thread in the training process).
   c.num_data_workers = 0

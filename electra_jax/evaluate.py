@@ -69,7 +69,8 @@ def _define_flags():
   config_flags.DEFINE_config_file('config', None, 'Experiment config file (configs/*.py); '
                                   "default: the workdir's saved config.json.", lock_config=True)
   flags.DEFINE_string('workdir', None, 'Training workdir holding checkpoints/.')
-  flags.DEFINE_string('eval_files', None, 'Glob of held-out text (default: config.eval_files).')
+  flags.DEFINE_string('eval_files', None, 'Glob of held-out text or record files, read as '
+                      'training reads its corpus (default: config.eval_files).')
   flags.DEFINE_integer('num_batches', 0, 'Evaluate at most this many batches (0: all).')
   flags.DEFINE_integer('step', None, 'Checkpoint step to restore (default: the latest).')
   cpu_devices.define_flag()

@@ -281,6 +281,53 @@ def test_columnar_text_column_problems_are_named_or_skipped(tmp_path):
   (tmp_path / 'not.arrow').write_text('text\n')
   with pytest.raises(UserError, match=r"not.arrow' is not a readable Arrow file \("):
     list(sources.read_documents([str(tmp_path / 'not.arrow')]))
+  pyarrow.parquet.write_table(pyarrow.table({'text': pyarrow.array([], pyarrow.string())}),
+                              tmp_path / 'empty.parquet')
+  with pytest.raises(UserError, match=r"empty.parquet' is empty; remove it or fix the glob"):
+    list(sources.read_documents([str(tmp_path / 'empty.parquet')]))
+
+
+@pytest.mark.parametrize('name', ['many.parquet', 'many.arrow'])
+def test_columnar_files_stream_every_row_in_order_across_batches_and_row_groups(tmp_path, name):
+  """2,500 rows: three of the reader's 1,024-row batches, 834 row groups of 3 (Parquet), 834
+  record batches (Arrow); a dictionary-encoded text column (a pandas category) reads too."""
+  docs = [[f'r{i}'] for i in range(2500)]
+  write_records(tmp_path / name, docs)
+  assert list(sources.read_documents([str(tmp_path / name)])) == docs
+  import pyarrow  # pylint: disable=import-outside-toplevel
+  import pyarrow.parquet  # pylint: disable=import-outside-toplevel
+  table = pyarrow.table({'text': pyarrow.array(['a', 'b', 'a']).dictionary_encode()})
+  pyarrow.parquet.write_table(table, tmp_path / 'category.parquet')
+  assert list(sources.read_documents([str(tmp_path / 'category.parquet')])) == [['a'], ['b'],
+                                                                                 ['a']]
+
+
+def test_record_text_splits_on_newlines_only_as_text_files_do(tmp_path):
+  text = 'form\x0cfeed\u2028kept\r\nnext'
+  (tmp_path / 'a.txt').write_text(text, encoding='utf-8', newline='')
+  write_records(tmp_path / 'a.jsonl', [[text]])
+  assert list(sources.read_documents([str(tmp_path / 'a.txt')])) == \
+      list(sources.read_documents([str(tmp_path / 'a.jsonl')])) == [['form\x0cfeed\u2028kept',
+                                                                     'next']]
+
+
+def test_a_corrupt_gzip_file_is_named_not_a_traceback(tmp_path):
+  with gzip.open(tmp_path / 'a.jsonl.gz', 'wb') as f:
+    f.write(b'{"text": "x"}\n' * 1000)
+  data = bytearray((tmp_path / 'a.jsonl.gz').read_bytes())
+  data[30:40] = b'\xff' * 10
+  (tmp_path / 'a.jsonl.gz').write_bytes(bytes(data))
+  with pytest.raises(UserError, match=r"cannot read '.*a.jsonl.gz': "):
+    list(sources.read_documents([str(tmp_path / 'a.jsonl.gz')]))
+
+
+def test_a_vocabulary_whose_lines_fail_to_read_reports_the_reading_error(tmp_path):
+  def lines():
+    yield 'some text'
+    raise UserError("cannot read 'gs://b/c.txt': the bucket went away")
+  with pytest.raises(UserError) as e:
+    tok.train_sentencepiece(lines(), 100, str(tmp_path / 'spm'))
+  assert str(e.value) == "cannot read 'gs://b/c.txt': the bucket went away"
 
 
 def test_json_lines_records_without_text_are_named_or_skipped(tmp_path):

@@ -97,12 +97,14 @@ def test_files_task_errors_are_one_clear_line(tmp_path):
     tasks.file_examples(tasks.TASKS['files'], rows, 'nolabel.csv')
   with pytest.raises(UserError, match="file '/nowhere.csv' not found"):
     tasks.read_rows('/nowhere.csv')
-  with pytest.raises(UserError, match='is not .csv, .tsv, .jsonl, .parquet or .arrow'):
+  with pytest.raises(UserError, match=r'is not .csv, .tsv, JSON Lines \(.jsonl, .ndjson, .json; '
+                                      r'.gz, .zst\), .parquet or .arrow'):
     tasks.read_rows(str(tmp_path / 'data.txt'))
   (tmp_path / 'noheader.csv').write_text('Bad day,neg\nGood day,pos\n')
   with pytest.raises(UserError, match=r"lacks column\(s\) text \(or text_a\), label \(has "
                                       r"\['Bad day', 'neg'\]\); .*\(CSV/TSV: in a header row\), "
-                                      r'or name yours with --config.text_columns'):
+                                      r'or name yours when fine-tuning: --config.text_columns, '
+                                      r'--config.label_column$'):
     tasks.files_task(tasks.read_rows(str(tmp_path / 'noheader.csv')))
   # JSON Lines as pretraining corpora are read, without their config key in the message.
   (tmp_path / 'list.jsonl').write_text('{"text": "a", "label": 1}\n["b", 2]\n')
@@ -162,11 +164,48 @@ def test_hub_parquet_arrow_and_gzipped_json_lines_files_read_their_named_columns
   table = pyarrow.table(dict(question=['a', 'b', 'c'], label=[1, 0, -1]))
   pyarrow.parquet.write_table(table.replace_schema_metadata(
       {b'huggingface': json.dumps(dict(info=dict(features=features)))}), tmp_path / 'nli.parquet')
-  assert [r['label'] for r in tasks.read_rows(str(tmp_path / 'nli.parquet'))] == [
-      'not_entailment', 'entailment', '-1']
+  nli = tasks.read_rows(str(tmp_path / 'nli.parquet'))
+  assert [r['label'] for r in nli] == ['not_entailment', 'entailment', None]
+  nli_task = tasks.named_files_task(('entailment', 'not_entailment'))
+  one = tasks.FileColumns(('question',))
+  with pytest.raises(UserError, match="nli.parquet' example 3 has no label value; give every "):
+    tasks.files_task(nli, path='nli.parquet', columns=one)
+  # A test split (every label -1) predicts unlabelled.
+  test_split = [dict(r, label=None) for r in nli]
+  assert [e['label'] for e in tasks.file_examples(nli_task, test_split, 'test.parquet',
+                                                  need_label=False, columns=one)] == [None] * 3
   with pytest.raises(UserError, match=r"lacks column\(s\) sentence2, gold \(has \['idx', "):
     tasks.files_task(tasks.read_rows(str(tmp_path / 'train.parquet')),
                      columns=tasks.FileColumns(('question', 'sentence2'), 'gold'))
+
+
+def test_file_rows_with_missing_values_or_fields_are_named_and_other_columns_ignored(tmp_path):
+  """Nulls stay missing (not the word 'null'); JSON Lines records need not repeat every field;
+  columns the task does not read may hold anything (dates, bytes)."""
+  import datetime  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  import pyarrow
+  import pyarrow.parquet
+  table = pyarrow.table(dict(text=['a', 'b'], label=['x', 'y'],
+                             day=[datetime.date(2026, 11, 28)] * 2, raw=[b'\x00', b'\x01']))
+  pyarrow.parquet.write_table(table, tmp_path / 'dated.parquet')
+  rows = tasks.read_rows(str(tmp_path / 'dated.parquet'))
+  assert rows[0] == dict(text='a', label='x', day='"2026-11-28"', raw=rows[0]['raw'])
+  assert tasks.files_task(rows).label_names == ('x', 'y')
+  (tmp_path / 'gaps.jsonl').write_text('{"text_a": "q1", "label": "x"}\n'
+                                       '{"text_a": "q2", "text_b": "s2", "label": "y"}\n'
+                                       '{"text_a": null, "label": "x"}\n'
+                                       '{"text_a": "q4"}\n')
+  rows = tasks.read_rows(str(tmp_path / 'gaps.jsonl'))
+  task = tasks.files_task(rows[:2])
+  assert [e['text_b'] for e in tasks.file_examples(task, rows[:2], 'gaps.jsonl')] == [None, 's2']
+  with pytest.raises(UserError, match=r"gaps.jsonl' example 3 has no text_a value"):
+    tasks.file_examples(task, rows[:3], 'gaps.jsonl')
+  with pytest.raises(UserError, match=r"gaps.jsonl' example 4 has no label value; give every"):
+    tasks.files_task(rows, path='gaps.jsonl')
+  (tmp_path / 'empty.jsonl').write_text('\n')
+  with pytest.raises(UserError, match=r"empty.jsonl' is empty$"):
+    tasks.read_rows(str(tmp_path / 'empty.jsonl'))
 
 
 def test_pairs_are_packed_and_truncated_longest_first(any_tokenizer):
@@ -711,9 +750,11 @@ def test_paper_defaults_fill_by_model_size_and_task():
   base = settings.resolve(ft_config(learning_rate=2e-5, num_epochs=None),
                           tasks.get_task('sst2'), 768)
   assert (base.learning_rate, base.layerwise_lr_decay, base.num_epochs) == (2e-5, 0.8, 3)
-  with pytest.raises(UserError, match=r"config.text_columns='a,b,c' must name one or two "):
-    settings.resolve(ft_config(text_columns='a,b,c'), tasks.get_task('files'), 256)
-  with pytest.raises(UserError, match=r"text_columns='text,label' .* not the label column "):
+  for bad in ('a,b,c', 'a, a'):
+    with pytest.raises(UserError, match=f"config.text_columns='{bad}' must name one column, or "
+                                        'two different ones'):
+      settings.resolve(ft_config(text_columns=bad), tasks.get_task('files'), 256)
+  with pytest.raises(UserError, match=r"text_columns='text,label' names the label column 'label'"):
     settings.resolve(ft_config(text_columns='text,label'), tasks.get_task('files'), 256)
   with pytest.raises(UserError, match=r'config.layerwise_lr_decay=1.5 must be in \(0, 1\]'):
     settings.resolve(ft_config(layerwise_lr_decay=1.5), tasks.get_task('sst2'), 256)

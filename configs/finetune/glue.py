@@ -22,7 +22,7 @@ def get_config():
   c.tfds_data_dir = placeholder(str)
   # Let TFDS download and prepare (as ArrayRecord) a GLUE/SQuAD dataset that is not there yet.
   c.tfds_download = True
-  # task=files: training CSV/TSV with a header row, JSON Lines (.gz too), Parquet (the Hugging
+  # task=files: training CSV/TSV with a header row, JSON Lines (.gz, .zst too), Parquet (the Hugging
   # Face Hub's datasets) or Arrow (datasets' save_to_disk), with columns text or text_a/text_b,
   # and label (or as named below);
   # task=tagging: a CoNLL-format file (a word and its tag per line, sentences blank-separated).

@@ -44,7 +44,8 @@ def _define_flags():
   flags.DEFINE_string('text_key', 'text', 'JSON Lines, Parquet and Arrow files: the field holding '
                       "each record's text.")
   flags.DEFINE_bool('skip_bad_lines', False, 'Skip (and count in the log) lines that are not '
-                    'UTF-8 text (JSON Lines: not objects, or without text) instead of failing.')
+                    'UTF-8 text (JSON Lines: not objects; record files: records without text) '
+                    'instead of failing.')
   flags.DEFINE_integer('vocab_size', 8000, 'Vocabulary size, including the 5 special tokens.')
   flags.DEFINE_string('output', None, 'Output prefix: writes PREFIX.model and PREFIX.vocab.')
   flags.DEFINE_enum('model_type', 'unigram', ['unigram', 'bpe'], 'Sentencepiece model type.')

@@ -14,7 +14,8 @@ import dataclasses
 import gzip
 import io
 import json
-from typing import Callable, Iterable, Iterator
+import zlib
+from typing import Callable, Collection, Iterable, Iterator, NamedTuple
 
 from absl import logging
 
@@ -100,13 +101,13 @@ def read_lines(path: str, skip_bad_lines: bool = False,
           line = line.removeprefix('\ufeff')  # A byte-order mark is not text.
         has_text = has_text or bool(line.strip())
         yield line
-  except (OSError, EOFError) as e:  # Unreadable, or a corrupt/truncated .gz.
+  except (OSError, EOFError, zlib.error) as e:  # Unreadable, or a corrupt/truncated .gz/.zst.
     raise UserError(f"cannot read '{path}': {e}") from None
   if skipped:
     logging.warning('skipped %d line(s) of %s that are not UTF-8 text (skip_bad_lines)', skipped,
                     path)
   if not has_text:
-    raise UserError(f"'{path}' is empty; remove it or fix the glob")
+    raise UserError(f"'{path}' is empty" + ('; remove it or fix the glob' if flags else ''))
 
 
 JSON_LINES_SUFFIXES = ('.jsonl', '.ndjson', '.json')
@@ -143,8 +144,9 @@ def read_json_records(path: str, skip_bad_lines: bool = False,
 
 
 def text_lines(text: str) -> list[str]:
-  """A document's text as its non-empty stripped lines (a record of JSON Lines or TFDS)."""
-  return [line for line in (raw.strip() for raw in text.splitlines()) if line]
+  """A record's text (JSON Lines, Parquet, Arrow, TFDS) as its non-empty stripped lines, split on
+  newlines only, as a text file's lines are."""
+  return [line for line in (raw.strip() for raw in text.split('\n')) if line]
 
 
 # Columnar files: Parquet (the Hugging Face Hub's datasets) and Arrow IPC (`datasets`'
@@ -163,7 +165,8 @@ def is_record_file(path: str) -> bool:
 
 @dataclasses.dataclass
 class ColumnarFile:
-  """An open Parquet or Arrow file: its schema, and its rows in record batches."""
+  """An open Parquet or Arrow file: its schema, and its rows in record batches, read once
+  (`columns` picks what a Parquet file reads; an Arrow file's batches hold every column)."""
   schema: object                      # pyarrow.Schema
   batches: Callable[..., Iterator]    # batches(columns=None) -> pyarrow.RecordBatch, ...
 
@@ -177,8 +180,8 @@ def _columnar_file(path: str, file) -> ColumnarFile:
   import pyarrow.ipc
   import pyarrow.parquet
   if path.lower().endswith('.parquet'):
-    table = pyarrow.parquet.ParquetFile(file)
-    return ColumnarFile(table.schema_arrow, lambda columns=None: table.iter_batches(
+    parquet = pyarrow.parquet.ParquetFile(file)
+    return ColumnarFile(parquet.schema_arrow, lambda columns=None: parquet.iter_batches(
         batch_size=1024, columns=columns))
   try:
     stream = pyarrow.ipc.open_stream(file)  # What `datasets` writes.
@@ -200,34 +203,48 @@ def open_columnar(path: str):
       yield _columnar_file(path, file)
     except (pyarrow.ArrowException, OSError) as e:
       kind = 'Parquet' if path.lower().endswith('.parquet') else 'Arrow'
-      raise UserError(f"'{path}' is not a readable {kind} file ({e}); fix the glob or the "
-                      'file') from None
+      raise UserError(f"'{path}' is not a readable {kind} file ({e}); replace or remove "
+                      'it') from None
+
+
+def is_text_type(kind) -> bool:
+  """An Arrow type whose values are str: string, large or view, dictionary-encoded too (a
+  pandas category column)."""
+  import pyarrow  # pylint: disable=import-outside-toplevel
+  if pyarrow.types.is_dictionary(kind):
+    kind = kind.value_type
+  is_string_view = getattr(pyarrow.types, 'is_string_view', lambda _: False)  # pyarrow >= 16.
+  return any(is_text(kind) for is_text in (pyarrow.types.is_string,
+                                           pyarrow.types.is_large_string, is_string_view))
+
+
+class _RecordText(NamedTuple):
+  where: str                  # 'line 3', 'row 17'
+  text: object                # str, or what the record holds instead (None, a number, ...)
+  keys: Collection[str]       # the record's fields, for the message when text_key is missing
 
 
 def _json_lines_texts(path: str, text_key: str, skip_bad_lines: bool, flags: str):
   for number, record in read_json_records(path, skip_bad_lines, flags):
-    yield f'line {number}', record.get(text_key), text_key in record, sorted(record)
+    yield _RecordText(f'line {number}', record.get(text_key), record.keys())
 
 
 def _columnar_texts(path: str, text_key: str, flags: str):
   """The `text_key` column of a Parquet or Arrow file, streamed a batch of rows at a time."""
-  import pyarrow  # pylint: disable=import-outside-toplevel
-  with open_columnar(path) as table:
-    names = table.schema.names
+  with open_columnar(path) as columnar:
+    names = columnar.schema.names
     if text_key not in names:
       raise UserError(f"'{path}' has no column {text_key!r} (its columns: {', '.join(names)}); "
                       f'set {flags}text_key to the column holding the text')
-    kind = table.schema.field(text_key).type
-    is_string_view = getattr(pyarrow.types, 'is_string_view', lambda _: False)  # pyarrow >= 16.
-    if not any(is_text(kind) for is_text in (pyarrow.types.is_string,
-                                             pyarrow.types.is_large_string, is_string_view)):
+    kind = columnar.schema.field(text_key).type
+    if not is_text_type(kind):
       raise UserError(f"'{path}' column {text_key!r} holds {kind}, not text; set "
                       f'{flags}text_key to the column holding the text')
     row = 0
-    for batch in table.batches(columns=[text_key]):
+    for batch in columnar.batches(columns=[text_key]):
       for text in batch.column(text_key).to_pylist():
         row += 1
-        yield f'row {row}', text, True, names
+        yield _RecordText(f'row {row}', text, names)
 
 
 def _record_documents(path: str, text_key: str, skip_bad_lines: bool, flags: str):
@@ -237,26 +254,30 @@ def _record_documents(path: str, text_key: str, skip_bad_lines: bool, flags: str
     records = _json_lines_texts(path, text_key, skip_bad_lines, flags)
   else:
     records = _columnar_texts(path, text_key, flags)
-  found, skipped = False, 0
-  for where, text, has_key, keys in records:
-    if not isinstance(text, str):
+  found, seen, skipped = False, False, 0
+  for record in records:
+    seen = True
+    if not isinstance(record.text, str):
       if skip_bad_lines:
         skipped += 1
         continue
-      what = (f'{text_key!r} = {json.dumps(text)[:40]}, not text' if has_key else
-              f"no key {text_key!r} (its keys: {', '.join(keys) or 'none'})")
-      raise UserError(f"'{path}' {where} has {what}; set {flags}text_key to the field "
+      what = (f'{text_key!r} = {json.dumps(record.text)[:40]}, not text'
+              if text_key in record.keys else
+              f"no key {text_key!r} (its keys: {', '.join(sorted(record.keys)) or 'none'})")
+      raise UserError(f"'{path}' {record.where} has {what}; set {flags}text_key to the field "
                       'holding the text' + _skip_hint(flags, 'records'))
     found = True
-    lines = text_lines(text)
+    lines = text_lines(record.text)
     if lines:
       yield lines
   if skipped:
     logging.warning('skipped %d record(s) of %s without text under %r (skip_bad_lines)',
                     skipped, path, text_key)
+  if not seen:
+    raise UserError(f"'{path}' is empty; remove it or fix the glob")
   if not found:
     raise UserError(f"'{path}' has no record with text under {text_key!r}; set "
-                    f"{flags}text_key to the field holding the text")
+                    f'{flags}text_key to the field holding the text')
 
 
 def read_documents(files: Iterable[str], skip_bad_lines: bool = False, text_key: str = 'text',

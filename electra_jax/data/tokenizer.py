@@ -38,6 +38,16 @@ def train_sentencepiece(lines: Iterable[str], vocab_size: int, output_prefix: st
                     f'{len(SPECIAL_TOKENS) + 100}')
   output_prefix = paths.absolute(output_prefix)
   paths.make_dirs(paths.parent(output_prefix))
+  failures = []  # What reading the lines raised: sentencepiece reports it as its own error.
+
+  def recorded(lines):
+    try:
+      yield from lines
+    except UserError as e:
+      failures.append(e)
+      raise
+
+  lines = recorded(lines)
   with tempfile.TemporaryDirectory(prefix='electra_vocab_') as tmp:
     local_prefix = os.path.join(tmp, 'spm')
     try:
@@ -52,6 +62,8 @@ def train_sentencepiece(lines: Iterable[str], vocab_size: int, output_prefix: st
           max_sentence_length=MAX_TRAINING_LINE_BYTES,
           num_threads=num_threads or os.cpu_count() or 1, minloglevel=2)
     except RuntimeError as e:
+      if failures:
+        raise failures[0] from None
       # Typically "Vocabulary size too high (N). Please set it to a value <= M."
       raise UserError(f'sentencepiece could not build a {vocab_size}-token vocabulary: '
                       f'{str(e).strip()}') from None

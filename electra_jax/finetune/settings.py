@@ -75,9 +75,12 @@ def validate(c):
   config_lib.check(c.label_type in ('auto', 'class', 'regression'),
                    f"config.label_type={c.label_type!r} must be 'auto', 'class' or 'regression'")
   columns = tasks_lib.file_columns(c)
-  config_lib.check(len(columns.text) <= 2 and columns.label not in columns.text,
-                   f'config.text_columns={c.text_columns!r} must name one or two columns (a '
-                   f'pair: first,second), not the label column {columns.label!r}')
+  config_lib.check(len(columns.text) <= 2 and len(set(columns.text)) == len(columns.text),
+                   f'config.text_columns={c.text_columns!r} must name one column, or two '
+                   'different ones for a pair (first,second)')
+  config_lib.check(columns.label not in columns.text,
+                   f'config.text_columns={c.text_columns!r} names the label column '
+                   f'{columns.label!r} (config.label_column); pick the text columns')
   config_lib.check(c.model_size in config_lib.MODEL_SIZES,
                    f'config.model_size={c.model_size!r} must be one of '
                    f'{sorted(config_lib.MODEL_SIZES)}')

@@ -4,9 +4,10 @@ GLUE and SQuAD come from TFDS (`tfds.data_source`, random access without TensorF
 dataset is downloaded and prepared as ArrayRecord on first use unless `tfds_download=false`);
 `files` reads a user's CSV/TSV/JSON Lines/Parquet/Arrow, `tagging` a user's CoNLL-format files.
 Every loader returns plain Python examples: classification/regression: {'text_a', 'text_b' (or
-None), 'label', 'index'}; span (SQuAD): {'id', 'question', 'context', 'answers': [(text, start_char)],
-'is_impossible'}; tagging: {'words', 'label' (one tag id per word), 'index'}. A label is None
-where the data has none (GLUE's test splits, a file to predict without a label column).
+None), 'label', 'index'}; span (SQuAD): {'id', 'question', 'context', 'answers':
+[(text, start_char)], 'is_impossible'}; tagging: {'words', 'label' (one tag id per word),
+'index'}. A label is None where the data has none (GLUE's test splits, a file to predict
+without label values).
 """
 import csv
 import dataclasses
@@ -264,28 +265,32 @@ _FLOAT_LITERAL = re.compile(r'^[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+)$')
 FILE_FORMATS = 'CSV/TSV (a header row), JSON Lines, Parquet or Arrow'
 
 
-def _cell(value) -> str:
-  """A value as the text a CSV cell would hold (numbers and null as JSON: 1, 0.5, null)."""
-  return value if isinstance(value, str) else json.dumps(value)
+def _cell(value) -> str | None:
+  """A value as the text a CSV cell would hold (numbers as JSON: 1, 0.5; dates and the like as
+  str); a missing one (null) stays None."""
+  if value is None or isinstance(value, str):
+    return value
+  return json.dumps(value, default=str)
 
 
 def read_rows(path: str) -> list[dict]:
-  """Rows of a CSV/TSV (header row required), JSON Lines (.gz too), Parquet or Arrow file (the
-  Hugging Face Hub's datasets, `datasets`' save_to_disk) as dicts of strings."""
+  """Rows of a CSV/TSV (header row required), JSON Lines (.gz, .zst too), Parquet or Arrow file
+  (the Hugging Face Hub's datasets, `datasets`' save_to_disk) as dicts of strings (None where a
+  value is missing)."""
   resolved = paths.resolve(path)
   if not paths.is_file(resolved):
     raise UserError(f"file '{path}' not found; pass an existing {FILE_FORMATS} file")
   if sources.is_json_lines(resolved):
     records = [row for _, row in sources.read_json_records(resolved, flags=None)]
   elif sources.is_columnar(resolved):
-    with sources.open_columnar(resolved) as table:
-      records = _with_class_names(table.rows(), table.schema)
+    with sources.open_columnar(resolved) as columnar:
+      records = _with_class_names(columnar.rows(), columnar.schema)
   else:
     delimiter = next((d for ext, d in _DELIMITED.items() if resolved.lower().endswith(ext)),
                      None)
     if delimiter is None:
-      raise UserError(f"file '{path}' is not .csv, .tsv, .jsonl, .parquet or .arrow; rename it "
-                      'or convert it')
+      raise UserError(f"file '{path}' is not .csv, .tsv, JSON Lines (.jsonl, .ndjson, .json; "
+                      '.gz, .zst), .parquet or .arrow; rename it or convert it')
     with io.TextIOWrapper(paths.open_binary(resolved), encoding='utf-8', newline='') as f:
       return list(csv.DictReader(f, delimiter=delimiter, quoting=csv.QUOTE_MINIMAL
                                  if delimiter == ',' else csv.QUOTE_NONE))
@@ -294,8 +299,8 @@ def read_rows(path: str) -> list[dict]:
 
 def _with_class_names(records: list[dict], schema) -> list[dict]:
   """Class ids of the columns a `datasets` file declares ClassLabel (its schema's 'huggingface'
-  metadata: the Hub's GLUE label is 0/1 of ['negative', 'positive']) as their names; others,
-  such as -1 (no label), as they are."""
+  metadata: the Hub's GLUE label is 0/1 of ['negative', 'positive']) as their names; -1 (the
+  Hub's test splits: no label) as None."""
   try:
     features = json.loads((schema.metadata or {})[b'huggingface'])['info']['features']
   except (KeyError, TypeError, ValueError):
@@ -306,8 +311,8 @@ def _with_class_names(records: list[dict], schema) -> list[dict]:
   for record in records:
     for column, labels in names.items():
       value = record.get(column)
-      if isinstance(value, int) and 0 <= value < len(labels):
-        record[column] = labels[value]
+      if isinstance(value, int):
+        record[column] = labels[value] if 0 <= value < len(labels) else None
   return records
 
 
@@ -326,7 +331,7 @@ def file_columns(c) -> FileColumns:
 
 def _columns(rows, path, need_label: bool = True,
              columns: FileColumns = FileColumns()) -> tuple[str, str | None]:
-  present = set(rows[0]) if rows else set()
+  present = set().union(*rows)  # JSON Lines records need not all hold every field.
   if columns.text:
     text_a, text_b = columns.text[0], (columns.text[1:] or [None])[0]
     missing = [name for name in columns.text if name not in present]
@@ -339,7 +344,7 @@ def _columns(rows, path, need_label: bool = True,
   if missing:
     raise UserError(f"file '{path}' lacks column(s) {', '.join(missing)} (has "
                     f'{sorted(present)}); name them text or text_a/text_b, and label (CSV/TSV: '
-                    'in a header row), or name yours with --config.text_columns and '
+                    'in a header row), or name yours when fine-tuning: --config.text_columns, '
                     '--config.label_column')
   return text_a, text_b
 
@@ -350,7 +355,10 @@ def files_task(train_rows: list[dict], label_type: str = 'auto',
   if not train_rows:
     raise UserError(f"file '{path}' has no examples")
   _columns(train_rows, path, columns=columns)
-  labels = [r[columns.label] for r in train_rows]
+  labels = [r.get(columns.label) for r in train_rows]
+  if None in labels:
+    raise UserError(f"file '{path}' example {labels.index(None) + 1} has no label value; give "
+                    'every training example one')
   if label_type == 'auto':
     floats = all(_is_float(x) for x in labels) and any(_FLOAT_LITERAL.match(x.strip())
                                                        for x in labels)
@@ -390,7 +398,8 @@ def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0
   if not rows:
     raise UserError(f"file '{path}' has no examples")
   text_a, text_b = _columns(rows, path, need_label, columns)
-  labelled = columns.label in rows[0]
+  # A file to predict may have a label column without values (the Hub's test splits: -1).
+  labelled = need_label or any(row.get(columns.label) is not None for row in rows)
   index = {name: i for i, name in enumerate(task.label_names)}
   examples = []
   for n, row in enumerate(rows[:_limit(max_examples, len(rows))], 1):
