@@ -124,7 +124,11 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     if note:
       say(f'note: {note}', flush=True)
 
+  packing_start = time.time()
   examples = pipeline.open_train_examples(c, exp.tokenizer)
+  note = pipeline.packing_note(examples, time.time() - packing_start)
+  if note:
+    say(f'note: {note}', flush=True)
   if c.eval_every_steps:
     sources.list_files(c.eval_files)  # A bad eval glob fails now, not after hours of training.
   abstract_state = exp.abstract_state()

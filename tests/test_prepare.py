@@ -66,6 +66,20 @@ def assert_batches_equal(want, got):
       np.testing.assert_array_equal(np.asarray(x[name]), np.asarray(y[name]))
 
 
+def test_slow_packing_at_start_up_earns_a_hint_to_prepare_and_prepared_shards_none(
+    corpus, prepared, tokenizer):
+  examples = pipeline.open_train_examples(config_for(corpus), tokenizer)
+  assert pipeline.packing_note(examples, pipeline.SLOW_PACKING_SECONDS - 1) is None
+  rows = len(examples)
+  assert examples.nbytes == 3 * 4 * rows * SEQ
+  assert pipeline.packing_note(examples, 75.4).startswith(
+      f'packing the corpus took 75 s ({rows:,} examples, 0.0 GiB held in memory), and every '
+      'start and resume pays it again; pack it once with `python -m electra_jax.data.prepare')
+  shards_config = config_for(corpus, train_data_dir=prepared[0])
+  assert pipeline.packing_note(pipeline.open_train_examples(shards_config, tokenizer),
+                               1000.0) is None
+
+
 def test_prepare_round_trip_writes_the_streamed_examples_in_order(corpus, prepared, tokenizer):
   out, summary = prepared
   streamed = pipeline.build_train_examples(config_for(corpus), tokenizer)

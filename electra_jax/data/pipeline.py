@@ -219,6 +219,25 @@ class InMemoryExamples:
     indices = np.asarray(indices)
     return {name: array[indices] for name, array in self._arrays.items()}
 
+  @property
+  def nbytes(self) -> int:
+    return sum(array.nbytes for array in self._arrays.values())
+
+
+# Packing the corpus at start-up for longer than this earns a hint to pack it once (prepare).
+SLOW_PACKING_SECONDS = 60.0
+
+
+def packing_note(examples, seconds: float) -> str | None:
+  """A hint when open_train_examples packed the corpus slowly: every start and resume pays it
+  again, where prepared shards open at once."""
+  if not isinstance(examples, InMemoryExamples) or seconds < SLOW_PACKING_SECONDS:
+    return None
+  return (f'packing the corpus took {seconds:.0f} s ({len(examples):,} examples, '
+          f'{examples.nbytes / 2**30:.1f} GiB held in memory), and every start and resume pays '
+          'it again; pack it once with `python -m electra_jax.data.prepare --config=FILE '
+          '--output=DIR` and train with --config.train_data_dir=DIR')
+
 
 class PreparedExampleBatches:
   """Examples from prepare's ArrayRecord shards: `gather(indices)` -> features."""
