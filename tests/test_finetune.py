@@ -179,6 +179,41 @@ def test_hub_parquet_arrow_and_gzipped_json_lines_files_read_their_named_columns
                      columns=tasks.FileColumns(('question', 'sentence2'), 'gold'))
 
 
+def test_a_glue_task_reads_its_own_files_by_its_column_names(tmp_path, tokenizer):
+  """GLUE without TFDS: the Hub's MRPC Parquet (ClassLabel names, sentence1/sentence2, idx) and
+  a TSV of GLUE's class ids read into MRPC's classes and metrics; double_unordered doubles the
+  pairs as it does TFDS's; a train file without an eval file is named."""
+  # pylint: disable=import-outside-toplevel
+  import pyarrow
+  import pyarrow.parquet
+  features = dict(sentence1=dict(dtype='string', _type='Value'),
+                  sentence2=dict(dtype='string', _type='Value'),
+                  label=dict(names=['not_equivalent', 'equivalent'], _type='ClassLabel'),
+                  idx=dict(dtype='int32', _type='Value'))
+  table = pyarrow.table(dict(sentence1=['Emma walked.', 'Anne sang.'],
+                             sentence2=['Emma went on foot.', 'Anne was silent.'],
+                             label=[1, 0], idx=[0, 1]))
+  pyarrow.parquet.write_table(table.replace_schema_metadata(
+      {b'huggingface': json.dumps(dict(info=dict(features=features)))}),
+      tmp_path / 'train.parquet')
+  (tmp_path / 'dev.tsv').write_text('sentence1\tsentence2\tlabel\nA cat.\tA dog.\t0\n')
+  mrpc = tasks.get_task('mrpc')
+  config = ft_config(task='mrpc', train_file=str(tmp_path / 'train.parquet'),
+                     eval_file=str(tmp_path / 'dev.tsv'), double_unordered=True)
+  data = loop.load_data(config, mrpc, tokenizer)
+  assert data.task == mrpc and data.task.metric_names == ('accuracy', 'f1')
+  assert data.train['label'].tolist() == [1, 0, 1, 0]  # Both orders of each pair.
+  (evals,) = data.evals
+  assert evals.examples == [dict(text_a='A cat.', text_b='A dog.', label=0, index=0)]
+  swapped = loop.encode(config, mrpc, tokenizer, [
+      dict(text_a='Emma went on foot.', text_b='Emma walked.', label=1, index=0)])
+  np.testing.assert_array_equal(data.train['input_ids'][2], swapped['input_ids'][0])
+  with pytest.raises(UserError, match=r"config.task=mrpc needs --config.eval_file=PATH \(.*with "
+                                      r"the task's columns \(sentence1, sentence2\) and label\)"):
+    loop.load_data(ft_config(task='mrpc', train_file=str(tmp_path / 'train.parquet')), mrpc,
+                   tokenizer)
+
+
 def test_file_rows_with_missing_values_or_fields_are_named_and_other_columns_ignored(tmp_path):
   """Nulls stay missing (not the word 'null'); JSON Lines records need not repeat every field;
   columns the task does not read may hold anything (dates, bytes)."""

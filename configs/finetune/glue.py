@@ -22,17 +22,20 @@ def get_config():
   c.tfds_data_dir = placeholder(str)
   # Let TFDS download and prepare (as ArrayRecord) a GLUE/SQuAD dataset that is not there yet.
   c.tfds_download = True
-  # task=files: training CSV/TSV with a header row, JSON Lines (.gz, .zst too), Parquet (the Hugging
-  # Face Hub's datasets) or Arrow (datasets' save_to_disk), with columns text or text_a/text_b,
-  # and label (or as named below);
+  # task=files: training CSV/TSV with a header row, JSON Lines (.gz, .zst too), Parquet (the
+  # Hugging Face Hub's datasets) or Arrow (datasets' save_to_disk), with columns text or
+  # text_a/text_b, and label (or as named below); a GLUE task: its own copy read instead of TFDS
+  # (the Hub's files, GLUE's TSVs), its columns found by their GLUE names;
   # task=tagging: a CoNLL-format file (a word and its tag per line, sentences blank-separated).
   c.train_file = placeholder(str)
-  # task=files / tagging: evaluation file in the same format.
+  # task=files / tagging / a GLUE task with train_file: evaluation file in the same format.
   c.eval_file = placeholder(str)
-  # task=files: the column of the text, or two comma-separated for pairs (e.g. 'sentence' or
-  # 'question,sentence' for the Hub's GLUE files); '' = text, or text_a and text_b.
+  # Files of classification/regression tasks: the column of the text, or two comma-separated for
+  # pairs (e.g. 'review' or 'question,answer'); '' = a GLUE task's own names (sentence1,
+  # sentence2, ...) where the file has them, else text, or text_a and text_b.
   c.text_columns = ''
-  # task=files: the column of the label (its values become the classes, or floats: regression).
+  # Files of classification/regression tasks: the column of the label (task=files: its values
+  # become the classes, or floats: regression).
   c.label_column = 'label'
   # task=files: 'auto' (float labels such as 0.5 -> regression, else classes), 'class' or
   # 'regression'.

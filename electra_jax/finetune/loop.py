@@ -63,12 +63,21 @@ _FILE_FORMATS = {'files': f'{tasks_lib.FILE_FORMATS} with columns text or text_a
                             'sentences'}
 
 
+def reads_files(c, task) -> bool:
+  """The task reads config.train_file / eval_file: files and tagging always, a GLUE task when
+  given them (its TFDS dataset otherwise)."""
+  return task.name in _FILE_FORMATS or (
+      task.kind in (tasks_lib.CLASSIFICATION, tasks_lib.REGRESSION)
+      and bool(c.train_file or c.eval_file))
+
+
 def load_data(c, task, tokenizer) -> Data:
   """Reads and encodes the train split and every eval split of the task."""
-  for key in ('train_file', 'eval_file') if task.name in _FILE_FORMATS else ():
+  for key in ('train_file', 'eval_file') if reads_files(c, task) else ():
     if not c[key]:
-      raise UserError(f'config.task={task.name} needs --config.{key}=PATH '
-                      f'({_FILE_FORMATS[task.name]})')
+      formats = _FILE_FORMATS.get(task.name, f'{tasks_lib.FILE_FORMATS} with the task\'s '
+                                  f"columns ({', '.join(task.text_keys)}) and label")
+      raise UserError(f'config.task={task.name} needs --config.{key}=PATH ({formats})')
   if task.name == 'tagging':
     train_sentences = tasks_lib.read_tagged_file(c.train_file, c.tag_encoding)
     task = tasks_lib.tagging_task(train_sentences, c.train_file)
@@ -76,11 +85,12 @@ def load_data(c, task, tokenizer) -> Data:
     evals = [('', tasks_lib.tagging_examples(
         task, tasks_lib.read_tagged_file(c.eval_file, c.tag_encoding), c.eval_file,
         c.max_eval_examples))]
-  elif task.name == 'files':
+  elif reads_files(c, task):  # Your files, or a GLUE task's own copies (GLUE's, the Hub's).
     train_rows = tasks_lib.read_rows(c.train_file)
     eval_rows = tasks_lib.read_rows(c.eval_file)
-    columns = tasks_lib.file_columns(c)
-    task = tasks_lib.files_task(train_rows, c.label_type, c.train_file, columns)
+    columns = tasks_lib.file_columns(c, task)
+    if task.name == 'files':
+      task = tasks_lib.files_task(train_rows, c.label_type, c.train_file, columns)
     train = tasks_lib.file_examples(task, train_rows, c.train_file, c.max_train_examples,
                                     columns=columns)
     evals = [('', tasks_lib.file_examples(task, eval_rows, c.eval_file, c.max_eval_examples,
@@ -96,10 +106,10 @@ def load_data(c, task, tokenizer) -> Data:
     else:
       read = lambda src, n: tasks_lib.glue_examples(task, src, n)
     train = read(source(task.train_split), c.max_train_examples)
-    if c.double_unordered and task.unordered_pair:
-      train += [dict(e, text_a=e['text_b'], text_b=e['text_a']) for e in train]
     evals = [(prefix, read(source(split), c.max_eval_examples))
              for split, prefix in task.eval_splits]
+  if c.double_unordered and task.unordered_pair:
+    train += [dict(e, text_a=e['text_b'], text_b=e['text_a']) for e in train]
   if not train:
     raise UserError(f'task {task.name}: the training split has no examples')
   return Data(task=task, train=encode(c, task, tokenizer, train),

@@ -81,7 +81,7 @@ def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0)
     return Part(name, _limit(examples, max_examples), labelled)
   rows = tasks_lib.read_rows(path)
   examples = tasks_lib.file_examples(run.task, rows, path, max_examples, need_label=False,
-                                     columns=tasks_lib.file_columns(run.config))
+                                     columns=tasks_lib.file_columns(run.config, run.task))
   return Part(name, examples, examples[0]['label'] is not None)
 
 

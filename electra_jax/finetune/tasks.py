@@ -318,15 +318,19 @@ def _with_class_names(records: list[dict], schema) -> list[dict]:
 
 @dataclasses.dataclass(frozen=True)
 class FileColumns:
-  """Which columns of a task=files file hold the text(s) and the label."""
-  text: tuple = ()        # One or two names; () = text, or text_a (and text_b).
+  """Which columns of a classification file hold the text(s) and the label."""
+  text: tuple = ()        # One or two names; () = the task's, else text, or text_a (and text_b).
   label: str = 'label'
+  task_text: tuple = ()   # A GLUE task's own (GLUE's and the Hub's): sentence1, sentence2, ...
 
 
-def file_columns(c) -> FileColumns:
-  """The columns a fine-tuning config names (config.text_columns, config.label_column)."""
+def file_columns(c, task: Task | None = None) -> FileColumns:
+  """The columns a fine-tuning config names (config.text_columns, config.label_column), and a
+  GLUE task's own column names to try first when it names none."""
   names = tuple(n.strip() for n in (c.get('text_columns') or '').split(',') if n.strip())
-  return FileColumns(names, c.get('label_column') or 'label')
+  task_text = (task.text_keys if task is not None and task.kind in (CLASSIFICATION, REGRESSION)
+               else ())
+  return FileColumns(names, c.get('label_column') or 'label', tuple(task_text))
 
 
 def _columns(rows, path, need_label: bool = True,
@@ -335,10 +339,14 @@ def _columns(rows, path, need_label: bool = True,
   if columns.text:
     text_a, text_b = columns.text[0], (columns.text[1:] or [None])[0]
     missing = [name for name in columns.text if name not in present]
+  elif columns.task_text and set(columns.task_text) <= present:
+    text_a, text_b = columns.task_text[0], (columns.task_text[1:] or [None])[0]
+    missing = []
   else:
     text_a = 'text' if 'text' in present else 'text_a' if 'text_a' in present else None
     text_b = 'text_b' if 'text_b' in present else None
-    missing = [] if text_a else ['text (or text_a)']
+    own = f" (or the task's {', '.join(columns.task_text)})" if columns.task_text else ''
+    missing = [] if text_a else [f'text (or text_a){own}']
   if need_label and columns.label not in present:
     missing.append(columns.label)
   if missing:
