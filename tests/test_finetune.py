@@ -977,6 +977,22 @@ def test_squad_files_give_the_official_scripts_inputs(tokenizer, tmp_path):
   (tmp_path / 'bad.json').write_text('{"version": 1}')
   with pytest.raises(UserError, match="file '.*bad.json' is not SQuAD-format JSON"):
     tasks.squad_file_examples(str(tmp_path / 'bad.json'))
+  # The official files train and evaluate SQuAD without TFDS; an eval file without answers is
+  # refused, as is a train file without an eval file.
+  squad_v2 = tasks.get_task('squad_v2')
+  offline = lambda **files: ft_config(task='squad_v2', max_seq_length=32, doc_stride=8,
+                                      max_query_length=8, **files)
+  data = loop.load_data(offline(train_file=str(tmp_path / 'dev.json'),
+                                eval_file=str(tmp_path / 'dev.json')), squad_v2, tokenizer)
+  assert data.task == squad_v2 and [e['id'] for e in data.evals[0].examples] == ['a', 'b']
+  np.testing.assert_array_equal(data.evals[0].features['input_ids'],
+                                features.encode_squad(tokenizer, examples, 32, 8, 8)['input_ids'])
+  with pytest.raises(UserError, match=r"config.eval_file '.*test.json' has questions without "):
+    loop.load_data(offline(train_file=str(tmp_path / 'dev.json'),
+                           eval_file=str(tmp_path / 'test.json')), squad_v2, tokenizer)
+  with pytest.raises(UserError, match=r'config.task=squad_v2 needs --config.eval_file=PATH '
+                                      r'\(SQuAD-format JSON'):
+    loop.load_data(offline(train_file=str(tmp_path / 'dev.json')), squad_v2, tokenizer)
   c = ft_config(task='squad_v2', max_seq_length=32, doc_stride=8, max_query_length=8)
   feats = features.encode_squad(tokenizer, examples, 32, 8, 8)
   n = len(feats['example_index'])

@@ -25,10 +25,12 @@ def get_config():
   # task=files: training CSV/TSV with a header row, JSON Lines (.gz, .zst too), Parquet (the
   # Hugging Face Hub's datasets) or Arrow (datasets' save_to_disk), with columns text or
   # text_a/text_b, and label (or as named below); a GLUE task: its own copy read instead of TFDS
-  # (the Hub's files, GLUE's TSVs), its columns found by their GLUE names;
+  # (the Hub's files, GLUE's TSVs), its columns found by their GLUE names; SQuAD: the official
+  # JSON files (train-v2.0.json, dev-v2.0.json) instead of TFDS;
   # task=tagging: a CoNLL-format file (a word and its tag per line, sentences blank-separated).
   c.train_file = placeholder(str)
-  # task=files / tagging / a GLUE task with train_file: evaluation file in the same format.
+  # task=files / tagging / a GLUE or SQuAD task with train_file: evaluation file in the same
+  # format.
   c.eval_file = placeholder(str)
   # Files of classification/regression tasks: the column of the text, or two comma-separated for
   # pairs (e.g. 'review' or 'question,answer'); '' = a GLUE task's own names (sentence1,

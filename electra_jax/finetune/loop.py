@@ -64,20 +64,28 @@ _FILE_FORMATS = {'files': f'{tasks_lib.FILE_FORMATS} with columns text or text_a
 
 
 def reads_files(c, task) -> bool:
-  """The task reads config.train_file / eval_file: files and tagging always, a GLUE task when
-  given them (its TFDS dataset otherwise)."""
+  """The task reads config.train_file / eval_file: files and tagging always, a GLUE or SQuAD
+  task when given them (its TFDS dataset otherwise)."""
   return task.name in _FILE_FORMATS or (
-      task.kind in (tasks_lib.CLASSIFICATION, tasks_lib.REGRESSION)
+      task.kind in (tasks_lib.CLASSIFICATION, tasks_lib.REGRESSION, tasks_lib.SPAN)
       and bool(c.train_file or c.eval_file))
+
+
+def _file_formats(task) -> str:
+  if task.name in _FILE_FORMATS:
+    return _FILE_FORMATS[task.name]
+  if task.kind == tasks_lib.SPAN:
+    return 'SQuAD-format JSON, as the official train-v2.0.json and dev-v2.0.json'
+  return (f"{tasks_lib.FILE_FORMATS} with the task's columns ({', '.join(task.text_keys)}) and "
+          'label')
 
 
 def load_data(c, task, tokenizer) -> Data:
   """Reads and encodes the train split and every eval split of the task."""
   for key in ('train_file', 'eval_file') if reads_files(c, task) else ():
     if not c[key]:
-      formats = _FILE_FORMATS.get(task.name, f'{tasks_lib.FILE_FORMATS} with the task\'s '
-                                  f"columns ({', '.join(task.text_keys)}) and label")
-      raise UserError(f'config.task={task.name} needs --config.{key}=PATH ({formats})')
+      raise UserError(f'config.task={task.name} needs --config.{key}=PATH '
+                      f'({_file_formats(task)})')
   if task.name == 'tagging':
     train_sentences = tasks_lib.read_tagged_file(c.train_file, c.tag_encoding)
     task = tasks_lib.tagging_task(train_sentences, c.train_file)
@@ -85,6 +93,13 @@ def load_data(c, task, tokenizer) -> Data:
     evals = [('', tasks_lib.tagging_examples(
         task, tasks_lib.read_tagged_file(c.eval_file, c.tag_encoding), c.eval_file,
         c.max_eval_examples))]
+  elif reads_files(c, task) and task.kind == tasks_lib.SPAN:  # The official JSON files.
+    train = tasks_lib.squad_file_examples(c.train_file)[0][:c.max_train_examples or None]
+    examples, labelled = tasks_lib.squad_file_examples(c.eval_file)
+    if not labelled:
+      raise UserError(f"config.eval_file '{c.eval_file}' has questions without answers (or "
+                      'is_impossible); evaluation needs them all answered')
+    evals = [('', examples[:c.max_eval_examples or None])]
   elif reads_files(c, task):  # Your files, or a GLUE task's own copies (GLUE's, the Hub's).
     train_rows = tasks_lib.read_rows(c.train_file)
     eval_rows = tasks_lib.read_rows(c.eval_file)
