@@ -62,6 +62,45 @@ def test_conll_files_read_as_sentences_of_words_and_tag_ids(tmp_path):
     tasks.tagging_task(tasks.read_conll(str(tmp_path / 'one.txt')))
 
 
+def test_hub_style_tagged_records_read_as_the_same_conll_file(tmp_path):
+  """The Hub's conll2003 as Parquet (tokens, ner_tags as ids of a ClassLabel list in the
+  schema's metadata), and JSON Lines with tag names, read as the equivalent CoNLL file; a file
+  to predict needs only its words."""
+  # pylint: disable=import-outside-toplevel
+  import pyarrow
+  import pyarrow.parquet
+  (tmp_path / 'train.txt').write_text(CONLL)
+  want = tasks.read_tagged_file(str(tmp_path / 'train.txt'), 'file')
+  names = ['O', 'B-PER', 'I-PER']
+  features = dict(tokens=dict(feature=dict(dtype='string', _type='Value'), _type='List'),
+                  ner_tags=dict(feature=dict(names=names, _type='ClassLabel'), _type='List'),
+                  id=dict(dtype='string', _type='Value'))
+  table = pyarrow.table(dict(tokens=[w for w, _ in want], id=['0', '1'],
+                             ner_tags=[[names.index(t) for t in tags] for _, tags in want]))
+  pyarrow.parquet.write_table(table.replace_schema_metadata(
+      {b'huggingface': json.dumps(dict(info=dict(features=features)))}),
+      tmp_path / 'train.parquet')
+  ner = tasks.FileColumns(label='ner_tags')
+  assert tasks.read_tagged_file(str(tmp_path / 'train.parquet'), 'file', columns=ner) == want
+  assert tasks.read_tagged_file(str(tmp_path / 'train.parquet'), 'bioes', columns=ner) == \
+      tasks.read_tagged_file(str(tmp_path / 'train.txt'), 'bioes')
+  with open(tmp_path / 'train.jsonl', 'w', encoding='utf-8') as f:
+    for words, tags in want:
+      f.write(json.dumps(dict(words=words, tags=tags)) + '\n')
+  named = tasks.FileColumns(('words',), 'tags')
+  assert tasks.read_tagged_file(str(tmp_path / 'train.jsonl'), 'file', columns=named) == want
+  assert tasks.read_tagged_file(str(tmp_path / 'train.jsonl'), 'file', need_label=False,
+                                columns=tasks.FileColumns(('words',))) == [
+                                    (words, None) for words, _ in want]
+  with pytest.raises(UserError, match=r"train.parquet' lacks column\(s\) label \(has \['id', "
+                                      r"'ner_tags', 'tokens'\]\); name the words and tags "):
+    tasks.read_tagged_file(str(tmp_path / 'train.parquet'), 'file')
+  pyarrow.parquet.write_table(table, tmp_path / 'ids.parquet')  # No names in its metadata.
+  with pytest.raises(UserError, match=r"ids.parquet' record 1: 'ner_tags' is not a list of one "
+                                      r"tag name per word \(ids need the file's ClassLabel"):
+    tasks.read_tagged_file(str(tmp_path / 'ids.parquet'), 'file', columns=ner)
+
+
 def test_bioes_encoding_keeps_the_chunks_as_the_official_tagging_code_trains_them(tmp_path):
   assert tasks.to_bioes(['B-PER', 'I-PER', 'O', 'B-LOC', 'I-PER', 'I-PER', 'I-PER']) == [
       'B-PER', 'E-PER', 'O', 'S-LOC', 'B-PER', 'I-PER', 'E-PER']

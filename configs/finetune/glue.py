@@ -27,17 +27,20 @@ def get_config():
   # text_a/text_b, and label (or as named below); a GLUE task: its own copy read instead of TFDS
   # (the Hub's files, GLUE's TSVs), its columns found by their GLUE names; SQuAD: the official
   # JSON files (train-v2.0.json, dev-v2.0.json) instead of TFDS;
-  # task=tagging: a CoNLL-format file (a word and its tag per line, sentences blank-separated).
+  # task=tagging: a CoNLL-format file (a word and its tag per line, sentences blank-separated),
+  # or JSON Lines/Parquet/Arrow records of a words list (tokens) and a tags list (label_column).
   c.train_file = placeholder(str)
   # task=files / tagging / a GLUE or SQuAD task with train_file: evaluation file in the same
   # format.
   c.eval_file = placeholder(str)
   # Files of classification/regression tasks: the column of the text, or two comma-separated for
   # pairs (e.g. 'review' or 'question,answer'); '' = a GLUE task's own names (sentence1,
-  # sentence2, ...) where the file has them, else text, or text_a and text_b.
+  # sentence2, ...) where the file has them, else text, or text_a and text_b. Tagging records:
+  # the words column ('' = tokens).
   c.text_columns = ''
   # Files of classification/regression tasks: the column of the label (task=files: its values
-  # become the classes, or floats: regression).
+  # become the classes, or floats: regression). Tagging records: the tags column (e.g.
+  # ner_tags).
   c.label_column = 'label'
   # task=files: 'auto' (float labels such as 0.5 -> regression, else classes), 'class' or
   # 'regression'.

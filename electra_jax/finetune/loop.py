@@ -87,12 +87,13 @@ def load_data(c, task, tokenizer) -> Data:
       raise UserError(f'config.task={task.name} needs --config.{key}=PATH '
                       f'({_file_formats(task)})')
   if task.name == 'tagging':
-    train_sentences = tasks_lib.read_tagged_file(c.train_file, c.tag_encoding)
+    columns = tasks_lib.file_columns(c)
+    train_sentences = tasks_lib.read_tagged_file(c.train_file, c.tag_encoding, columns=columns)
     task = tasks_lib.tagging_task(train_sentences, c.train_file)
     train = tasks_lib.tagging_examples(task, train_sentences, c.train_file, c.max_train_examples)
     evals = [('', tasks_lib.tagging_examples(
-        task, tasks_lib.read_tagged_file(c.eval_file, c.tag_encoding), c.eval_file,
-        c.max_eval_examples))]
+        task, tasks_lib.read_tagged_file(c.eval_file, c.tag_encoding, columns=columns),
+        c.eval_file, c.max_eval_examples))]
   elif reads_files(c, task) and task.kind == tasks_lib.SPAN:  # The official JSON files.
     train = tasks_lib.squad_file_examples(c.train_file)[0][:c.max_train_examples or None]
     examples, labelled = tasks_lib.squad_file_examples(c.eval_file)

@@ -73,7 +73,8 @@ def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0)
   SQuAD-format JSON file."""
   name = os.path.splitext(paths.name(path))[0]
   if run.task.kind == tasks_lib.TAGGING:
-    sentences = tasks_lib.read_tagged_file(path, run.config.tag_encoding, need_label=False)
+    sentences = tasks_lib.read_tagged_file(path, run.config.tag_encoding, need_label=False,
+                                           columns=tasks_lib.file_columns(run.config))
     examples = tasks_lib.tagging_examples(run.task, sentences, path, max_examples)
     return Part(name, examples, examples[0]['label'] is not None)
   if run.task.kind == tasks_lib.SPAN:

@@ -280,12 +280,8 @@ def read_rows(path: str) -> list[dict]:
   resolved = paths.resolve(path)
   if not paths.is_file(resolved):
     raise UserError(f"file '{path}' not found; pass an existing {FILE_FORMATS} file")
-  if sources.is_json_lines(resolved):
-    records = [row for _, row in sources.read_json_records(resolved, flags=None)]
-  elif sources.is_columnar(resolved):
-    with sources.open_columnar(resolved) as columnar:
-      records = _with_class_names(columnar.rows(), columnar.schema)
-  else:
+  records = _records(resolved)
+  if records is None:
     delimiter = next((d for ext, d in _DELIMITED.items() if resolved.lower().endswith(ext)),
                      None)
     if delimiter is None:
@@ -297,22 +293,47 @@ def read_rows(path: str) -> list[dict]:
   return [{k: _cell(v) for k, v in record.items()} for record in records]
 
 
+def _records(resolved: str) -> list[dict] | None:
+  """A JSON Lines, Parquet or Arrow file's records as they are (ClassLabel ids as names); None
+  for any other file."""
+  if sources.is_json_lines(resolved):
+    return [row for _, row in sources.read_json_records(resolved, flags=None)]
+  if sources.is_columnar(resolved):
+    with sources.open_columnar(resolved) as columnar:
+      return _with_class_names(columnar.rows(), columnar.schema)
+  return None
+
+
+def _class_label_names(feature) -> list | None:
+  if isinstance(feature, dict) and feature.get('_type') == 'ClassLabel':
+    return feature['names'] if isinstance(feature.get('names'), list) else None
+  return None
+
+
 def _with_class_names(records: list[dict], schema) -> list[dict]:
   """Class ids of the columns a `datasets` file declares ClassLabel (its schema's 'huggingface'
-  metadata: the Hub's GLUE label is 0/1 of ['negative', 'positive']) as their names; -1 (the
-  Hub's test splits: no label) as None."""
+  metadata: the Hub's GLUE label is 0/1 of ['negative', 'positive']), or a list of ClassLabel
+  (conll2003's ner_tags), as their names; -1 (the Hub's test splits: no label) as None."""
   try:
     features = json.loads((schema.metadata or {})[b'huggingface'])['info']['features']
   except (KeyError, TypeError, ValueError):
     return records
-  names = {column: feature['names'] for column, feature in features.items()
-           if isinstance(feature, dict) and feature.get('_type') == 'ClassLabel'
-           and isinstance(feature.get('names'), list)}
+  names, listed = {}, {}
+  for column, feature in features.items():
+    if _class_label_names(feature):
+      names[column] = _class_label_names(feature)
+    elif (isinstance(feature, dict) and feature.get('_type') in ('List', 'Sequence')
+          and _class_label_names(feature.get('feature'))):
+      listed[column] = _class_label_names(feature['feature'])
+  name = lambda value, labels: (labels[value] if isinstance(value, int) and 0 <= value < len(labels)
+                                else None if isinstance(value, int) else value)
   for record in records:
     for column, labels in names.items():
-      value = record.get(column)
-      if isinstance(value, int):
-        record[column] = labels[value] if 0 <= value < len(labels) else None
+      if column in record:
+        record[column] = name(record[column], labels)
+    for column, labels in listed.items():
+      if isinstance(record.get(column), list):
+        record[column] = [name(value, labels) for value in record[column]]
   return records
 
 
@@ -521,9 +542,45 @@ def encode_tags(sentences: list, encoding: str, where: str) -> list:
   return [(words, None if tags is None else to_bioes(tags)) for words, tags in sentences]
 
 
-def read_tagged_file(path: str, encoding: str, need_label: bool = True) -> list:
-  """A CoNLL-format file's sentences with their tags in `encoding` (read_conll, encode_tags)."""
-  return encode_tags(read_conll(path, need_label), encoding, f"file '{path}'")
+def read_tagged_records(path: str, records: list[dict], columns: FileColumns,
+                        need_label: bool = True) -> list[tuple[list[str], list[str] | None]]:
+  """Sentences of a JSON Lines, Parquet or Arrow file, a record each: its words (column
+  text_columns, default tokens, as the Hub's and TFDS's conll2003) and tags (label_column, e.g.
+  ner_tags: names, or ids of a `datasets` ClassLabel list). Returns [(words, tags or None)]."""
+  present = set().union(*records)
+  words_column = columns.text[0] if columns.text else 'tokens'
+  missing = [name for name, needed in ((words_column, True), (columns.label, need_label))
+             if needed and name not in present]
+  if missing:
+    raise UserError(f"file '{path}' lacks column(s) {', '.join(missing)} (has {sorted(present)}); "
+                    'name the words and tags columns when fine-tuning: --config.text_columns, '
+                    '--config.label_column (e.g. tokens, ner_tags)')
+  tagged = columns.label in present
+  sentences = []
+  for n, record in enumerate(records, 1):
+    words, tags = record.get(words_column), record.get(columns.label) if tagged else None
+    if not (isinstance(words, list) and all(isinstance(w, str) for w in words)):
+      raise UserError(f"file '{path}' record {n}: {words_column!r} is not a list of words")
+    if tagged and not (isinstance(tags, list) and len(tags) == len(words)
+                       and all(isinstance(t, str) for t in tags)):
+      raise UserError(f"file '{path}' record {n}: {columns.label!r} is not a list of one tag name "
+                      'per word (ids need the file\'s ClassLabel names)')
+    if words:
+      sentences.append((words, tags))
+  if not sentences:
+    raise UserError(f"file '{path}' holds no sentences")
+  return sentences
+
+
+def read_tagged_file(path: str, encoding: str, need_label: bool = True,
+                     columns: FileColumns = FileColumns()) -> list:
+  """A CoNLL-format file's sentences (read_conll), or a JSON Lines, Parquet or Arrow file's
+  (read_tagged_records), with their tags in `encoding` (encode_tags)."""
+  resolved = paths.resolve(path)
+  records = _records(resolved) if paths.is_file(resolved) else None
+  sentences = (read_conll(path, need_label) if records is None else
+               read_tagged_records(path, records, columns, need_label))
+  return encode_tags(sentences, encoding, f"file '{path}'")
 
 
 def encoded_task(task: Task, encoding: str) -> Task:
