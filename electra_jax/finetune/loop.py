@@ -82,7 +82,8 @@ def _file_formats(task) -> str:
 
 def load_data(c, task, tokenizer) -> Data:
   """Reads and encodes the train split and every eval split of the task."""
-  for key in ('train_file', 'eval_file') if reads_files(c, task) else ():
+  from_files = reads_files(c, task)
+  for key in ('train_file', 'eval_file') if from_files else ():
     if not c[key]:
       raise UserError(f'config.task={task.name} needs --config.{key}=PATH '
                       f'({_file_formats(task)})')
@@ -94,14 +95,14 @@ def load_data(c, task, tokenizer) -> Data:
     evals = [('', tasks_lib.tagging_examples(
         task, tasks_lib.read_tagged_file(c.eval_file, c.tag_encoding, columns=columns),
         c.eval_file, c.max_eval_examples))]
-  elif reads_files(c, task) and task.kind == tasks_lib.SPAN:  # The official JSON files.
+  elif from_files and task.kind == tasks_lib.SPAN:  # The official JSON files.
     train = tasks_lib.squad_file_examples(c.train_file)[0][:c.max_train_examples or None]
     examples, labelled = tasks_lib.squad_file_examples(c.eval_file)
     if not labelled:
       raise UserError(f"config.eval_file '{c.eval_file}' has questions without answers (or "
                       'is_impossible); evaluation needs them all answered')
     evals = [('', examples[:c.max_eval_examples or None])]
-  elif reads_files(c, task):  # Your files, or a GLUE task's own copies (GLUE's, the Hub's).
+  elif from_files:  # Your files, or a GLUE task's own copies (GLUE's, the Hub's).
     train_rows = tasks_lib.read_rows(c.train_file)
     eval_rows = tasks_lib.read_rows(c.eval_file)
     columns = tasks_lib.file_columns(c, task)

@@ -322,11 +322,15 @@ def _with_class_names(records: list[dict], schema) -> list[dict]:
   for column, feature in features.items():
     if _class_label_names(feature):
       names[column] = _class_label_names(feature)
-    elif (isinstance(feature, dict) and feature.get('_type') in ('List', 'Sequence')
-          and _class_label_names(feature.get('feature'))):
-      listed[column] = _class_label_names(feature['feature'])
-  name = lambda value, labels: (labels[value] if isinstance(value, int) and 0 <= value < len(labels)
-                                else None if isinstance(value, int) else value)
+    elif isinstance(feature, dict) and feature.get('_type') in ('List', 'Sequence'):
+      if _class_label_names(feature.get('feature')):
+        listed[column] = _class_label_names(feature['feature'])
+
+  def name(value, labels):
+    if not isinstance(value, int):
+      return value
+    return labels[value] if 0 <= value < len(labels) else None
+
   for record in records:
     for column, labels in names.items():
       if column in record:
@@ -357,12 +361,10 @@ def file_columns(c, task: Task | None = None) -> FileColumns:
 def _columns(rows, path, need_label: bool = True,
              columns: FileColumns = FileColumns()) -> tuple[str, str | None]:
   present = set().union(*rows)  # JSON Lines records need not all hold every field.
-  if columns.text:
-    text_a, text_b = columns.text[0], (columns.text[1:] or [None])[0]
-    missing = [name for name in columns.text if name not in present]
-  elif columns.task_text and set(columns.task_text) <= present:
-    text_a, text_b = columns.task_text[0], (columns.task_text[1:] or [None])[0]
-    missing = []
+  named = columns.text or (columns.task_text if set(columns.task_text) <= present else ())
+  if named:
+    text_a, text_b = named[0], (named[1:] or [None])[0]
+    missing = [name for name in named if name not in present]
   else:
     text_a = 'text' if 'text' in present else 'text_a' if 'text_a' in present else None
     text_b = 'text_b' if 'text_b' in present else None
