@@ -1,6 +1,6 @@
 """Orbax checkpoints of the train state plus the loop's position, async and atomic: the one
 place that knows checkpoint steps (train, evaluate, export, fine-tuning, init_from and the
-experiments all come here for the latest step, a step's parameters or the best N).
+experiments all come here for the latest step, a step's parameters).
 
 Layout: WORKDIR/checkpoints/<step>/{state,loop} (`loop`: JSON with the data position and the
 unlogged metric window; older checkpoints also hold `data`, a per-process grain state no longer
@@ -92,21 +92,17 @@ def has_steps(workdir: str) -> bool:
 class Checkpointer:
   """Thin wrapper over ocp.CheckpointManager naming what we save and restore.
 
-  keep: the newest `keep` steps are kept, or with `best_metric` the `keep` steps whose saved
-  metrics[best_metric] is highest (fine-tuning's best epoch).
+  keep: the newest `keep` steps are kept (None: every step, until delete()).
   """
 
-  def __init__(self, directory: str, keep: int = 3, async_save: bool = True,
-               read_only: bool = False, best_metric: str | None = None):
+  def __init__(self, directory: str, keep: int | None = 3, async_save: bool = True,
+               read_only: bool = False):
     self.directory = paths.absolute(directory)
     if not read_only:
       for tmp in self._half_written():
         _warn(f'ignoring half-written checkpoint {tmp} (a save was interrupted); Orbax '
               'removes it')
-    if best_metric is None:
-      policy = ocp.checkpoint_managers.LatestN(n=keep)
-    else:
-      policy = ocp.checkpoint_managers.BestN(get_metric_fn=lambda m: m[best_metric], n=keep)
+    policy = ocp.checkpoint_managers.LatestN(n=keep)
     handlers = {'state': ocp.StandardCheckpointHandler(), 'loop': ocp.JsonCheckpointHandler()}
     notices, absl_logger = _ReadOnlyNotices(), logging.getLogger('absl')
     absl_logger.addFilter(notices)
@@ -141,12 +137,13 @@ class Checkpointer:
   def all_steps(self):
     return list(self._manager.all_steps())
 
-  def save(self, step: int, state, force: bool = False, loop_state: dict | None = None,
-           metrics: dict | None = None) -> bool:
+  def delete(self, step: int):
+    self._manager.delete(step)
+
+  def save(self, step: int, state, force: bool = False, loop_state: dict | None = None) -> bool:
     """Starts an async save; UserError if the state is not finite or the write fails.
 
     loop_state: small JSON-able bookkeeping of the loop (data position, unlogged metric window).
-    metrics: what best_metric reads.
     """
     if not all_finite(state):
       raise UserError(f'the train state at step {step} contains NaN/inf; not saving it. The '
@@ -155,15 +152,15 @@ class Checkpointer:
     if loop_state is not None:
       items['loop'] = ocp.args.JsonSave(loop_state)
     try:
-      return self._manager.save(step, args=ocp.args.Composite(**items), metrics=metrics,
-                                force=force)
+      return self._manager.save(step, args=ocp.args.Composite(**items), force=force)
     except Exception as e:  # pylint: disable=broad-except
       raise self._save_error(e) from e
 
   def _save_error(self, error: Exception) -> UserError:
     # An async save fails at the next save() or close(): name the newest complete step.
     try:
-      good = self._manager.all_steps(read=True)
+      self._manager.reload()  # What the storage holds now, not the manager's memory.
+      good = self._manager.all_steps()
     except Exception:  # pylint: disable=broad-except  # The storage itself is failing.
       good = []
     kept = (f'the newest complete checkpoint, step {max(good)}, is intact' if good

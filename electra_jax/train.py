@@ -7,7 +7,6 @@ Re-running the same command on the same workdir resumes from the latest checkpoi
 WORKDIR/{config.json, metrics.jsonl, eval_metrics.jsonl, checkpoints/, tensorboard/}; the
 last stdout line is a JSON summary of the run.
 """
-import signal
 import sys
 import time
 
@@ -36,6 +35,7 @@ from electra_jax import parallel
 from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import saved_config
 from electra_jax import step_trace
+from electra_jax import stop_request
 from electra_jax import tpu_plan
 from electra_jax import train_state as ts
 from electra_jax.data import pipeline
@@ -43,24 +43,6 @@ from electra_jax.data import prefetch
 from electra_jax.data import sources
 
 FLAGS = flags.FLAGS
-
-
-class _StopRequest:
-  """Set by SIGTERM/SIGINT: finish the current step, save, exit cleanly."""
-
-  def __init__(self):
-    self.signal = None
-
-  def __call__(self, signum, frame):
-    del frame
-    self.signal = signum
-
-  def install(self):
-    # With several processes, SIGTERM belongs to JAX's preemption service, which tells every
-    # host to stop at the same step (ckpt.reached_preemption); a handler here would replace it.
-    if jax.process_count() == 1:
-      for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, self)
 
 
 def _loop_state(window, data_position: int) -> dict:
@@ -180,8 +162,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   eval_step = ts.jit_eval_step(ts.make_eval_step(exp.objective), mesh, params_sharding)
   writer = metric_writer.MetricWriter(workdir, enabled=is_chief, resume_step=latest or 0)
   too_many_nonfinite = nonfinite.ConsecutiveLimit(c.max_consecutive_nonfinite)
-  stop = _StopRequest()
-  stop.install()
+  stop = stop_request.StopRequest().install()
 
   first_step = step
   note = trace.plan(first_step, c.num_train_steps, is_chief,

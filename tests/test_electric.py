@@ -12,7 +12,6 @@ from electra_jax import config as config_lib
 from electra_jax import export
 from electra_jax import flops
 from electra_jax import masking
-from electra_jax import model as model_lib
 from electra_jax.errors import UserError
 from electra_jax.objectives import sampling
 from tests.conftest import tiny_config

@@ -617,8 +617,9 @@ def test_load_pretrained_keeps_embeddings_and_discriminator_encoder(pretrain_wor
     np.testing.assert_array_equal(value, expected)
   # random_init: the same shape and vocabulary, no pretrained weights.
   c = ft_config(init_checkpoint=workdir, random_init=True)
-  params, random_config, tok, _ = loop._model_and_tokenizer(c)  # pylint: disable=protected-access
-  assert params is None and random_config.hidden_size == 32 and tok.vocab_size == 8000
+  _, random_config, tok = loop._network(c)  # pylint: disable=protected-access
+  assert loop._pretrained_params(c, None) is None  # pylint: disable=protected-access
+  assert random_config.hidden_size == 32 and tok.vocab_size == 8000
   assert random_config.dropout_rate == c.dropout_rate
 
 
@@ -804,7 +805,7 @@ def test_paper_defaults_fill_by_model_size_and_task():
 
 def test_without_checkpoint_or_random_init_the_error_says_what_to_set():
   with pytest.raises(UserError, match='set --config.init_checkpoint=WORKDIR'):
-    loop._model_and_tokenizer(ft_config())  # pylint: disable=protected-access
+    loop._network(ft_config())  # pylint: disable=protected-access
 
 
 # --- Predictions of a fine-tuned run -------------------------------------------------------------

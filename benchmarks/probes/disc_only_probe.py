@@ -8,10 +8,9 @@ initialised positions), init=F (scale every initial kernel/embedding by F), step
 Run from the repository root:
     python benchmarks/probes/disc_only_probe.py steps=200 max_seq_length=64 learning_rate=2e-3
 """
-import sys, time, json
+import sys, time
 sys.path.insert(0, '.')
 import numpy as np, jax, jax.numpy as jnp, optax
-from absl import flags
 from configs import demo
 from electra_jax import config as config_lib, model as model_lib, optim
 from electra_jax.data import tokenizer as tok_lib, pipeline

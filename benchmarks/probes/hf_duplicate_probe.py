@@ -6,7 +6,7 @@ transformers). Run from the repository root:
     python benchmarks/probes/hf_duplicate_probe.py [lr=1e-3] [eps=1e-6] [steps=200]
 """
 import sys; sys.path.insert(0, '.')
-import numpy as np, torch, time
+import numpy as np, torch
 from transformers import ElectraConfig, ElectraForPreTraining
 from scipy.stats import rankdata
 from configs import demo

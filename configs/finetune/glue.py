@@ -144,6 +144,9 @@ def get_config():
   c.seed = 0
   # Keep each seed's best epoch (by the task's main metric) as an Orbax checkpoint.
   c.save_best_checkpoint = True
+  # Also save the unfinished seed's train state every this many steps (0: only at each epoch's
+  # end and on SIGTERM / Ctrl-C); the same command resumes a killed run from the newest save.
+  c.save_checkpoints_steps = 0
   # Show a tqdm progress bar on stderr.
   c.progress_bar = True
   # Compute dtype: 'float32' or 'bfloat16'.

@@ -196,7 +196,8 @@ def pretrain(plan, user_overrides: list[str], output: str, workdir: str, counter
 def finetune(plan, step: int, task_args: list[str], num_seeds: int, output: str,
              counter: dict, cache_dir: str) -> dict:
   """Fine-tunes the budget point `step` of `plan` with num_seeds seeds; returns finetune's
-  results.json. A finished run is read back; an unfinished one is discarded and redone.
+  results.json. A finished run is read back; an unfinished one resumes (finetune's own
+  resume: its finished seeds kept, the rest from their last save).
   task_args: compare.finetune_args's flags, --config=FILE first."""
   point_dir = paths.join(output, 'points', plan.name, str(step))
   workdir = paths.join(output, 'finetune', plan.name, str(step))
@@ -206,10 +207,8 @@ def finetune(plan, step: int, task_args: list[str], num_seeds: int, output: str,
     _say(f'{label}: already done, skipped')
     counter['finetune_skipped'] += 1
     return read_json(results_path)
-  if paths.exists(workdir):
-    _say(f'{label}: discarding the unfinished run in {workdir}')
-    paths.remove_tree(workdir)
-  _say(f'{label}: {num_seeds} seed(s) -> {workdir}')
+  resuming = 'resuming ' if paths.exists(workdir) else ''
+  _say(f'{label}: {resuming}{num_seeds} seed(s) -> {workdir}')
   counter['finetune_run'] += 1
   config_file, *task_overrides = task_args  # --config=FILE comes before any --config.KEY.
   run_command('electra_jax.finetune',

@@ -7,6 +7,7 @@ regression) or your own CoNLL-format tagging files.
 Runs num_seeds runs (seeds seed..seed+n-1), evaluates after every epoch, keeps each run's best
 epoch as an Orbax checkpoint and reports the median over runs. Writes FT_DIR/{config.json,
 results.json, seed_<k>/metrics.jsonl, seed_<k>/best/}; the last stdout line is a JSON summary.
+Re-running the same command on an unfinished FT_DIR resumes it (SIGTERM / Ctrl-C save and exit 0).
 """
 from absl import flags
 from ml_collections import config_flags
@@ -30,8 +31,9 @@ def main(argv):
 def _define_flags():
   config_flags.DEFINE_config_file('config', None, 'Fine-tuning config (configs/finetune/*.py); '
                                   'override any key with --config.KEY=VALUE.', lock_config=True)
-  flags.DEFINE_string('workdir', None, 'New directory for results, per-seed metrics and the best '
-                      'checkpoints.')
+  flags.DEFINE_string('workdir', None, 'Directory for results, per-seed metrics and the best '
+                      'checkpoints: a new one, or an unfinished run of the same config to '
+                      'resume.')
   cpu_devices.define_flag()
 
 

@@ -1,7 +1,9 @@
 """The fine-tuning driver: data -> one run per seed (train, evaluate every epoch, keep the best
-epoch's params) -> median over seeds. Writes FT_DIR/{config.json, network/, results.json,
-seed_<k>/metrics.jsonl, seed_<k>/best/<step>/}."""
+epoch's params) -> median over seeds. Writes FT_DIR/{config.json, network/, init.json,
+results.json, seed_<k>/metrics.jsonl, seed_<k>/best/<step>/, seed_<k>/run.json}; a killed run
+resumes from seed_<k>/resume/ (progress.py)."""
 import dataclasses
+import itertools
 import sys
 import time
 
@@ -12,18 +14,19 @@ import tqdm
 
 from electra_jax import atomic
 from electra_jax import checkpoint
-from electra_jax import cli
 from electra_jax import experiment as experiment_lib
 from electra_jax import optim
 from electra_jax import parallel
 from electra_jax import paths
 from electra_jax import saved_config
+from electra_jax import stop_request
 from electra_jax import train_state as ts
 from electra_jax.errors import UserError
 from electra_jax.finetune import features as features_lib
 from electra_jax.finetune import heads
 from electra_jax.finetune import metrics as metrics_lib
 from electra_jax.finetune import pretrained
+from electra_jax.finetune import progress
 from electra_jax.finetune import saved_run
 from electra_jax.finetune import settings
 from electra_jax.finetune import spans
@@ -284,120 +287,196 @@ def make_trainer(c, task, model, model_config, sample_params, num_steps: int, me
                  ts.jit_eval_step(steps.make_predict(model, task, c), mesh), init_state)
 
 
+def _abstract(tree):
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                      tree)
+
+
+def _best_record(history: list, main_key: str):
+  """The first epoch with the highest main metric (later ties do not replace it)."""
+  best = None
+  for record in history:
+    if best is None or record[main_key] > best[main_key]:
+      best = record
+  return best
+
+
 def run_seed(c, data: Data, trainer: Trainer, pretrained_params, seed: int, mesh,
-             seed_dir: str, bar) -> dict:
-  """Trains one run for c.num_epochs, evaluating after each; returns its history and best."""
+             seed_dir: str, bar, stop) -> dict | None:
+  """Trains one run for c.num_epochs, evaluating after each, from its resume state if it has
+  one; returns its history and best, or None if `stop` asked it to stop (its state saved)."""
   task = data.task
+  main_key = f'eval_{task.main_metric}'
   params = init_params(trainer.model, data.train, jax.random.key(seed), pretrained_params)
   state = trainer.init_state(jax.device_put(params, parallel.replicated(mesh)))
   train_step, predict_step, schedule = trainer.train_step, trainer.predict_step, trainer.schedule
   base_rng = jax.random.fold_in(jax.random.key(seed), 1)
+  per_epoch = steps_per_epoch(data.train, c.train_batch_size)
 
+  # The resume state is the commit point: saves after it (a best epoch, metrics rows) that it
+  # does not reach are dropped and made again, identically.
+  resume_ckpt = checkpoint.Checkpointer(paths.join(seed_dir, progress.RESUME), keep=1,
+                                        async_save=False)
+  position, committed = progress.Position(), resume_ckpt.latest_step()
+  if committed is not None:
+    state, loop_state = resume_ckpt.restore(committed, _abstract(state), with_loop=True)
+    position = progress.Position.from_json(loop_state)
+    bar.write(f'seed {seed}: resuming at epoch {position.epoch}, step {committed}',
+              file=sys.stdout)
+  history = position.history
+  best = _best_record(history, main_key)
   best_ckpt = None
   if c.save_best_checkpoint:
-    best_ckpt = checkpoint.Checkpointer(paths.join(seed_dir, 'best'), keep=1, async_save=False,
-                                        best_metric=task.main_metric)
-  history, best = [], None
-  metrics_path = paths.join(seed_dir, 'metrics.jsonl')
-  for epoch in range(1, c.num_epochs + 1):
-    loss_sum, count = 0.0, 0
-    for batch in train_batches(data.train, c.train_batch_size, seed, epoch):
+    # Every step is kept until a newer best is committed: a kill never leaves none.
+    best_ckpt = checkpoint.Checkpointer(paths.join(seed_dir, 'best'), keep=None,
+                                        async_save=False)
+    for step in best_ckpt.all_steps():
+      if best is None or step != best['step']:
+        best_ckpt.delete(step)
+  progress.write_metrics(seed_dir, history)
+  bar.update((position.epoch - 1) * per_epoch + position.batches_done)
+
+  def save_position(step: int):
+    resume_ckpt.save(step, state, force=True, loop_state=position.to_json())
+
+  for epoch in range(position.epoch, c.num_epochs + 1):
+    batches = train_batches(data.train, c.train_batch_size, seed, epoch)
+    for batch in itertools.islice(batches, position.batches_done, None):
       state, sums = train_step(state, parallel.global_batch(batch, mesh), base_rng)
       sums = jax.device_get(sums)
-      loss_sum += float(sums['loss_sum'])
-      count += float(sums['num_examples'])
+      position.loss_sum += float(sums['loss_sum'])
+      position.count += float(sums['num_examples'])
+      position.batches_done += 1
+      step = (epoch - 1) * per_epoch + position.batches_done
       bar.update(1)
-      bar.set_postfix(seed=seed, epoch=epoch, loss=f'{loss_sum / max(count, 1):.4f}',
-                      refresh=False)
-    step = int(jax.device_get(state.step))
-    record = dict(seed=seed, epoch=epoch, step=step, train_loss=loss_sum / max(count, 1),
+      bar.set_postfix(seed=seed, epoch=epoch,
+                      loss=f'{position.loss_sum / max(position.count, 1):.4f}', refresh=False)
+      if position.batches_done == per_epoch:
+        break  # The epoch's end saves.
+      if stop.signal is not None or (c.save_checkpoints_steps
+                                     and step % c.save_checkpoints_steps == 0):
+        save_position(step)
+      if stop.signal is not None:
+        resume_ckpt.close()
+        return None
+    step = epoch * per_epoch
+    record = dict(seed=seed, epoch=epoch, step=step,
+                  train_loss=position.loss_sum / max(position.count, 1),
                   learning_rate=float(schedule(step - 1)))
     for eval_set in data.evals:
       outputs = predict_all(predict_step, state.params, eval_set.features, c.eval_batch_size,
                             mesh)
       record.update({f'eval_{k}': v for k, v in score(task, c, eval_set, outputs).items()})
     history.append(record)
-    if jax.process_index() == 0:  # Rewritten whole: object stores cannot append.
-      atomic.write_text(metrics_path, ''.join(cli.json_line(r) + '\n' for r in history))
-    main = record[f'eval_{task.main_metric}']
+    main = record[main_key]
     bar.write(f'seed {seed} epoch {epoch}/{c.num_epochs} | train loss {record["train_loss"]:.4f}'
               f' | eval loss {record["eval_loss"]:.4f} | {task.main_metric} {main:.4f}',
               file=sys.stdout)
-    if best is None or main > best[f'eval_{task.main_metric}']:
+    previous_best = best
+    if best is None or main > best[main_key]:
       best = record
       if best_ckpt is not None:
-        best_ckpt.save(step, state.params, force=True, metrics={task.main_metric: main})
+        best_ckpt.save(step, state.params, force=True)
+    position = progress.Position(epoch=epoch + 1, history=history)
+    if epoch < c.num_epochs:  # The last epoch commits with the seed's run.json instead.
+      save_position(step)
+    progress.write_metrics(seed_dir, history)
+    if best_ckpt is not None and best is not previous_best and previous_best is not None:
+      best_ckpt.delete(previous_best['step'])
+    if stop.signal is not None and epoch < c.num_epochs:
+      resume_ckpt.close()
+      return None
+  resume_ckpt.close()
   if best_ckpt is not None:
     best_ckpt.close()
-  return dict(seed=seed, best=best, final=history[-1], history=history,
-              checkpoint=best_ckpt.step_path(best['step']) if best_ckpt else None)
+  run = dict(seed=seed, best=best, final=history[-1], history=history,
+             checkpoint=best_ckpt.step_path(best['step']) if best_ckpt else None)
+  progress.finish_seed(seed_dir, run)
+  return run
 
 
 # --- All seeds ----------------------------------------------------------------------------------
 
-def _prepare_output(workdir: str) -> str:
-  workdir = experiment_lib.prepare_workdir(workdir)
-  if any(n == 'results.json' or n.startswith('seed_') for n in paths.listdir(workdir)):
-    raise UserError(f"--workdir '{workdir}' already holds fine-tuning results; pass a new "
-                    '--workdir (results are never overwritten)')
-  return workdir
-
-
-def _model_and_tokenizer(c):
-  """(pretrained params or None, ModelConfig, tokenizer, network config)."""
+def _network(c):
+  """(the network's pretraining-form config, its ModelConfig with c's dropout and dtype, its
+  tokenizer)."""
   source, tokenizer = pretrained.network_config(c)
-  params = None
-  if c.init_checkpoint and not c.random_init:  # random_init: same architecture, random weights.
-    params, _ = pretrained.load_pretrained(c.init_checkpoint)
-  return params, pretrained.fine_tuned_config(source, c), tokenizer, source
+  return source, pretrained.fine_tuned_config(source, c), tokenizer
+
+
+def _pretrained_params(c, step: int | None):
+  """The encoder to start from (step: the pretraining checkpoint's), None for random weights
+  (random_init: the same architecture)."""
+  if c.init_checkpoint and not c.random_init:
+    return pretrained.load_pretrained(c.init_checkpoint, step)[0]
+  return None
 
 
 def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Runs config.num_seeds fine-tuning runs; returns the summary (also in results.json)."""
+  """Runs config.num_seeds fine-tuning runs, or resumes them in `workdir`; returns the summary
+  (also in results.json), or status 'interrupted' if SIGTERM / Ctrl-C stopped it."""
   start_time = time.time()
   task = tasks_lib.get_task(config.task)
-  params, model_config, tokenizer, source = _model_and_tokenizer(config)
+  source, model_config, tokenizer = _network(config)
   c = settings.resolve(config, task, model_config.hidden_size)
+  workdir, resuming = progress.open_workdir(workdir, c)
+  init_step = progress.init_step(workdir, c, resuming)
+  params = _pretrained_params(c, init_step)
   mesh = parallel.make_mesh()
   parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size')
   parallel.check_batch_divides(c.eval_batch_size, mesh, 'eval_batch_size')
   data = load_data(c, task, tokenizer)
   task = data.task
-  workdir = _prepare_output(workdir)
-  is_chief = jax.process_index() == 0
-  say = print if is_chief else (lambda *a, **k: None)
-  if is_chief:
+  workdir = experiment_lib.prepare_workdir(workdir)
+  if not resuming:
     saved_config.write(workdir, c)
     saved_run.write_network(workdir, source)
+    progress.write_init(workdir, c, init_step)
   model = make_model(task, model_config, c.classifier_pooling, c.head_init, c.span_head)
-  origin = 'random init' if params is None else f'init from {c.init_checkpoint}'
+  origin = ('random init' if params is None else f'init from {c.init_checkpoint}'
+            + (f' (step {init_step})' if init_step is not None else ''))
   eval_rows = ', '.join(f'{_num_rows(e.features)} eval rows'
                         + (f' ({e.prefix.strip("_")})' if e.prefix else '') for e in data.evals)
-  say(f'Writing to {workdir} | task {task.name} ({task.kind}) | {origin} | '
-      f'{_num_rows(data.train)} train rows, {eval_rows} | {c.num_seeds} seed(s) x '
-      f'{c.num_epochs} epoch(s), lr {c.learning_rate:g}, layer decay '
-      f'{c.layerwise_lr_decay:g}', flush=True)
-  total = c.num_seeds * c.num_epochs * steps_per_epoch(data.train, c.train_batch_size)
-  bar = tqdm.tqdm(total=total, unit='step', file=sys.stderr, dynamic_ncols=True,
-                  disable=not (is_chief and c.progress_bar),
+  print(f'{"Resuming in" if resuming else "Writing to"} {workdir} | task {task.name} '
+        f'({task.kind}) | {origin} | {_num_rows(data.train)} train rows, {eval_rows} | '
+        f'{c.num_seeds} seed(s) x {c.num_epochs} epoch(s), lr {c.learning_rate:g}, layer decay '
+        f'{c.layerwise_lr_decay:g}', flush=True)
+  per_epoch = steps_per_epoch(data.train, c.train_batch_size)
+  bar = tqdm.tqdm(total=c.num_seeds * c.num_epochs * per_epoch, unit='step', file=sys.stderr,
+                  dynamic_ncols=True, disable=not c.progress_bar,
                   mininterval=1.0 if sys.stderr.isatty() else 30.0)
   sample_params = jax.eval_shape(lambda: init_params(model, data.train, jax.random.key(0)))
   trainer = make_trainer(c, task, model, model_config, sample_params,
-                         c.num_epochs * steps_per_epoch(data.train, c.train_batch_size), mesh)
+                         c.num_epochs * per_epoch, mesh)
   runs = []
-  for seed in range(c.seed, c.seed + c.num_seeds):
-    seed_dir = paths.join(workdir, f'seed_{seed}')
-    paths.make_dirs(seed_dir)
-    runs.append(run_seed(c, data, trainer, params, seed, mesh, seed_dir, bar))
+  stop = stop_request.StopRequest().install()
+  try:
+    for seed in range(c.seed, c.seed + c.num_seeds):
+      seed_dir = paths.join(workdir, f'seed_{seed}')
+      run = progress.read_run(seed_dir)
+      if run is not None:
+        bar.update(c.num_epochs * per_epoch)
+      else:
+        paths.make_dirs(seed_dir)
+        run = run_seed(c, data, trainer, params, seed, mesh, seed_dir, bar, stop)
+      if run is None:
+        bar.close()
+        print(f'Stopped in seed {seed} (signal {stop.signal}); its state is saved in '
+              f'{paths.join(seed_dir, progress.RESUME)}. Re-run the same command to resume.',
+              flush=True)
+        return dict(status='interrupted', workdir=workdir, seed=seed,
+                    seeds_done=[r['seed'] for r in runs])
+      runs.append(run)
+  finally:
+    stop.restore()
   bar.close()
   summary = summarize(task, runs)
   summary.update(task=task.name, label_names=list(task.label_names), workdir=workdir,
-                 init_checkpoint=c.init_checkpoint,
+                 init_checkpoint=c.init_checkpoint, init_step=init_step,
                  random_init=bool(c.random_init or not c.init_checkpoint),
                  wall_time_sec=round(time.time() - start_time, 2))
-  if is_chief:
-    results = dict(summary, runs=runs, config=c.to_dict())
-    atomic.write_json(paths.join(workdir, 'results.json'), results)
+  results = dict(summary, runs=runs, config=c.to_dict())
+  atomic.write_json(paths.join(workdir, progress.RESULTS), results)
   return summary
 
 

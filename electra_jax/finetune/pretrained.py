@@ -58,16 +58,18 @@ def _keep_discriminator(params) -> dict:
           'discriminator': {'encoder': params['discriminator']['encoder']}}
 
 
-def load_pretrained(init_checkpoint: str) -> tuple[dict, model_lib.ModelConfig]:
+def load_pretrained(init_checkpoint: str,
+                    step: int | None = None) -> tuple[dict, model_lib.ModelConfig]:
   """(params {'embeddings', 'discriminator': {'encoder'}} as numpy, ModelConfig) from a
-  pretraining workdir (latest checkpoint) or a transformers ELECTRA directory."""
+  pretraining workdir (its checkpoint `step`, None: the latest) or a transformers ELECTRA
+  directory."""
   path = _directory(init_checkpoint)
   c = pretraining_config(path)
   if hf_files.is_hf_dir(path):
     _, state = hf_files.read_dir(path)
     params = hf_weights.hf_to_params(state, c, 'discriminator', with_head=False)
   else:
-    params, _ = checkpoint.read_params(path)
+    params, _ = checkpoint.read_params(path, step)
   return _keep_discriminator(params), model_lib.ModelConfig.from_config(c)
 
 

@@ -105,7 +105,7 @@ def load(workdir: str) -> FinetunedRun:
   results_path = paths.join(workdir, RESULTS)
   if not paths.exists(results_path):
     raise UserError(f"'{results_path}' not found: the fine-tuning run in '{workdir}' has not "
-                    'finished; let it finish (or fine-tune again)')
+                    'finished; re-run its finetune command to resume it')
   results = json.loads(paths.read_text(results_path))
   task = tasks_lib.get_task(c.task)
   if task.name == 'files':

@@ -42,7 +42,7 @@ def validate(c):
               'max_query_length', 'max_answer_length', 'beam_size', 'num_epochs'):
     config_lib.check(c[key] is not None and c[key] > 0,
                      f'config.{key}={c[key]} must be a positive integer')
-  for key in ('max_train_examples', 'max_eval_examples', 'seed'):
+  for key in ('max_train_examples', 'max_eval_examples', 'seed', 'save_checkpoints_steps'):
     config_lib.check(c[key] >= 0, f'config.{key}={c[key]} must be >= 0')
   config_lib.check(c.classifier_pooling in heads.POOLINGS,
                    f'config.classifier_pooling={c.classifier_pooling!r} is not one of '

@@ -1,0 +1,129 @@
+"""What a fine-tuning workdir keeps so that the same command resumes a killed run and ends with
+the results of a run never interrupted: each finished seed's record (seed_<k>/run.json), the
+unfinished seed's train state and loop position (seed_<k>/resume/<step>/: saved at every epoch
+end, every save_checkpoints_steps and on SIGTERM; removed once the seed is done) and the
+pretraining checkpoint step every seed starts from (init.json: a pretraining workdir's newest
+step may move on while the runs are under way)."""
+import dataclasses
+import json
+
+from electra_jax import atomic
+from electra_jax import checkpoint
+from electra_jax import cli
+from electra_jax import paths
+from electra_jax import saved_config
+from electra_jax.errors import UserError
+
+RESULTS = 'results.json'
+RUN = 'run.json'
+RESUME = 'resume'
+INIT = 'init.json'
+METRICS = 'metrics.jsonl'
+# Keys a resumed run may change: they touch neither the numbers nor the files' meaning.
+CHANGEABLE_KEYS = ('progress_bar', 'save_checkpoints_steps')
+
+
+def open_workdir(workdir: str, c) -> tuple[str, bool]:
+  """(the workdir's absolute path, True if it holds an unfinished run of config `c` to resume).
+
+  Refuses finished results, a pretraining workdir and, once a seed has saved, another config.
+  Creates nothing (a run that fails to read its data leaves no workdir behind).
+  """
+  workdir = paths.absolute(workdir)
+  names = paths.listdir(workdir)
+  if RESULTS in names:
+    raise UserError(f"--workdir '{workdir}' already holds fine-tuning results; pass a new "
+                    '--workdir (results are never overwritten)')
+  if not saved_config.exists(workdir):
+    if any(n.startswith('seed_') for n in names):
+      raise UserError(f"--workdir '{workdir}' holds seed_* directories but no config.json; "
+                      'pass a new --workdir')
+    return workdir, False
+  if checkpoint.has_steps(workdir) or not saved_config.is_finetuning(workdir):
+    raise UserError(f"--workdir '{workdir}' holds a pretraining run; fine-tune into a new "
+                    f'--workdir (--config.init_checkpoint={workdir} starts from it)')
+  saved = saved_config.load_finetuning(workdir).to_dict()
+  current = c.to_dict()
+  changed = sorted(k for k in current
+                   if saved.get(k) != current[k] and k not in CHANGEABLE_KEYS)
+  if changed and not _has_progress(workdir, names):
+    return workdir, False  # Stopped before its first save: nothing to keep.
+  if changed:
+    diffs = ', '.join(f'{k}: {saved.get(k)!r} -> {current[k]!r}' for k in changed)
+    raise UserError(f"--workdir '{workdir}' holds an unfinished fine-tuning run with another "
+                    f'config ({diffs}); re-run with its values ({saved_config.path(workdir)}) '
+                    'to resume it, or pass a new --workdir')
+  return workdir, True
+
+
+def _has_progress(workdir: str, names: list[str]) -> bool:
+  """A seed has finished or saved a checkpoint (a best epoch or a resume state)."""
+  for name in names:
+    if name.startswith('seed_'):
+      inside = paths.listdir(paths.join(workdir, name))
+      if RUN in inside or any(paths.listdir(paths.join(workdir, name, d))
+                              for d in (RESUME, 'best') if d in inside):
+        return True
+  return False
+
+
+def init_step(workdir: str, c, resuming: bool) -> int | None:
+  """The pretraining checkpoint step the runs start from: the one recorded when resuming, else
+  the init_checkpoint workdir's newest (None: a transformers directory or random weights)."""
+  record = paths.join(workdir, INIT)
+  if resuming and paths.exists(record):
+    step = json.loads(paths.read_text(record))['step']
+    if step is not None and step not in checkpoint.steps(c.init_checkpoint):
+      raise UserError(f'the runs in {workdir} started from step {step} of '
+                      f"config.init_checkpoint='{c.init_checkpoint}', which no longer holds it "
+                      f'(steps: {checkpoint.steps(c.init_checkpoint)}); fine-tune again in a '
+                      'new --workdir')
+    return step
+  if not c.init_checkpoint or c.random_init or not checkpoint.has_steps(c.init_checkpoint):
+    return None
+  return checkpoint.latest_step(c.init_checkpoint)
+
+
+def write_init(workdir: str, c, step: int | None):
+  atomic.write_json(paths.join(workdir, INIT),
+                    dict(init_checkpoint=None if c.random_init else c.init_checkpoint,
+                         step=step))
+
+
+@dataclasses.dataclass
+class Position:
+  """Where a seed's run stands: `batches_done` batches of `epoch` trained, their loss sums,
+  and the records of the epochs before."""
+  epoch: int = 1
+  batches_done: int = 0
+  loss_sum: float = 0.0
+  count: float = 0.0
+  history: list = dataclasses.field(default_factory=list)
+
+  def to_json(self) -> dict:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_json(cls, record: dict) -> 'Position':
+    return cls(**record)
+
+
+def read_run(seed_dir: str) -> dict | None:
+  """A finished seed's record (fine-tuning's run_seed result), None if the seed is not done."""
+  path = paths.join(seed_dir, RUN)
+  return json.loads(paths.read_text(path)) if paths.exists(path) else None
+
+
+def finish_seed(seed_dir: str, run: dict):
+  """Records the seed as done (the commit point), then drops its resume state."""
+  atomic.write_json(paths.join(seed_dir, RUN), run)
+  resume_dir = paths.join(seed_dir, RESUME)
+  if paths.exists(resume_dir):
+    paths.remove_tree(resume_dir)
+
+
+def write_metrics(seed_dir: str, history: list):
+  """seed_<k>/metrics.jsonl, one row per epoch (rewritten whole: object stores cannot append,
+  and a resumed run drops rows its checkpoint does not reach)."""
+  atomic.write_text(paths.join(seed_dir, METRICS),
+                    ''.join(cli.json_line(r) + '\n' for r in history))

@@ -1,0 +1,35 @@
+"""SIGTERM / Ctrl-C as a request to stop: the loop finishes its current step, saves and exits 0
+(a spot VM's notice, a scheduler's preemption), so the same command resumes where it stopped."""
+import signal
+import threading
+
+import jax
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopRequest:
+  """`signal` is None until SIGTERM or SIGINT arrives, then its number."""
+
+  def __init__(self):
+    self.signal = None
+    self._previous = {}
+
+  def __call__(self, signum, frame):
+    del frame
+    self.signal = signum
+
+  def install(self) -> 'StopRequest':
+    # With several processes, SIGTERM belongs to JAX's preemption service, which tells every
+    # host to stop at the same step (ckpt.reached_preemption); a handler here would replace it.
+    # Handlers can only be set from the main thread (a library caller may not be on it).
+    if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
+      for sig in SIGNALS:
+        self._previous[sig] = signal.signal(sig, self)
+    return self
+
+  def restore(self):
+    """Puts back the handlers install() replaced (an in-process caller keeps its own)."""
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+    self._previous = {}
