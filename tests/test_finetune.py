@@ -744,7 +744,7 @@ def test_finetuning_lowers_eval_loss_and_the_best_checkpoint_reproduces_its_scor
   task = tasks.files_task(tasks.read_rows(c.train_file))
   data = loop.load_data(c, tasks.TASKS['files'], tokenizer)
   enc, model_config = pretrained.load_pretrained(pretrain_workdir[0])
-  model = loop.make_model(task, pretrained.with_dropout(model_config, c))
+  model = loop.make_model(task, pretrained.with_run_settings(model_config, c))
   mesh = parallel.make_mesh()
   predict = ts.jit_eval_step(loop.steps.make_predict(model, task, c), mesh)
   run = results['runs'][0]

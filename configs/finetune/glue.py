@@ -86,6 +86,13 @@ def get_config():
   c.num_epochs = placeholder(int)
   # Global training batch size in examples.
   c.train_batch_size = 32
+  # Run each batch as this many micro-batches whose gradients add up to the batch's (rows i,
+  # i+k, ...; each row's dropout as in the whole batch): the same training in less memory.
+  c.grad_accum_steps = 1
+  # Rematerialisation of each encoder layer in the backward pass ('none', 'save_dots', 'full':
+  # less activation memory for more compute, e.g. Large on SQuAD's 512-token windows); '' = the
+  # pretraining config's ('none' for a transformers directory).
+  c.remat = ''
   # Global evaluation batch size.
   c.eval_batch_size = 128
   # Fraction of the training steps spent in linear warmup; then linear decay to 0.

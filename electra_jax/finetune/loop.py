@@ -283,7 +283,8 @@ def make_trainer(c, task, model, model_config, sample_params, num_steps: int, me
                        out_shardings=rep)
   objective = steps.TaskObjective(model, task, c.answerable_weight, c.loss_reduction,
                                   c.span_head)
-  return Trainer(model, tx, schedule, ts.jit_train_step(ts.make_train_step(objective, tx), mesh),
+  train_step = ts.make_train_step(objective, tx, c.grad_accum_steps)
+  return Trainer(model, tx, schedule, ts.jit_train_step(train_step, mesh),
                  ts.jit_eval_step(steps.make_predict(model, task, c), mesh), init_state)
 
 
@@ -423,7 +424,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   init_step = progress.init_step(workdir, c, resuming)
   params = _pretrained_params(c, init_step)
   mesh = parallel.make_mesh()
-  parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size')
+  parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size', c.grad_accum_steps)
   parallel.check_batch_divides(c.eval_batch_size, mesh, 'eval_batch_size')
   data = load_data(c, task, tokenizer)
   task = data.task

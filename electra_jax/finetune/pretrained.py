@@ -73,11 +73,13 @@ def load_pretrained(init_checkpoint: str,
   return _keep_discriminator(params), model_lib.ModelConfig.from_config(c)
 
 
-def with_dropout(model_config: model_lib.ModelConfig, c) -> model_lib.ModelConfig:
-  """The pretrained shape with the fine-tuning run's dropout and dtype."""
+def with_run_settings(model_config: model_lib.ModelConfig, c) -> model_lib.ModelConfig:
+  """The pretrained shape with the fine-tuning run's dropout, dtype and remat ('' keeps the
+  network's)."""
   return dataclasses.replace(model_config, dropout_rate=c.dropout_rate,
                              attention_dropout_rate=c.attention_dropout_rate,
-                             dtype=jax.numpy.dtype(c.dtype))
+                             dtype=jax.numpy.dtype(c.dtype),
+                             remat=c.remat or model_config.remat)
 
 
 def network_config(c) -> tuple[ml_collections.ConfigDict, object]:
@@ -106,7 +108,7 @@ def network_config(c) -> tuple[ml_collections.ConfigDict, object]:
 def fine_tuned_config(source, c) -> model_lib.ModelConfig:
   """The network's shape with the fine-tuning run's dropout and dtype, checked against
   max_seq_length."""
-  model_config = with_dropout(model_lib.ModelConfig.from_config(source), c)
+  model_config = with_run_settings(model_lib.ModelConfig.from_config(source), c)
   if c.max_seq_length > model_config.max_position_embeddings:
     raise UserError(f'config.max_seq_length={c.max_seq_length} exceeds the model\'s '
                     f'{model_config.max_position_embeddings} positions; lower it')

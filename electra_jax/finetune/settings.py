@@ -39,7 +39,8 @@ def resolve(config, task, hidden_size: int) -> ml_collections.ConfigDict:
 
 def validate(c):
   for key in ('max_seq_length', 'train_batch_size', 'eval_batch_size', 'num_seeds', 'doc_stride',
-              'max_query_length', 'max_answer_length', 'beam_size', 'num_epochs'):
+              'max_query_length', 'max_answer_length', 'beam_size', 'num_epochs',
+              'grad_accum_steps'):
     config_lib.check(c[key] is not None and c[key] > 0,
                      f'config.{key}={c[key]} must be a positive integer')
   for key in ('max_train_examples', 'max_eval_examples', 'seed', 'save_checkpoints_steps'):
@@ -70,6 +71,9 @@ def validate(c):
                    f'config.weight_decay_rate={c.weight_decay_rate} must be >= 0')
   config_lib.check(c.answerable_weight >= 0,
                    f'config.answerable_weight={c.answerable_weight} must be >= 0')
+  config_lib.check(c.remat in ('',) + config_lib.REMAT,
+                   f"config.remat={c.remat!r} must be '' (the pretraining config's) or one of "
+                   f'{", ".join(config_lib.REMAT)}')
   config_lib.check(c.dtype in config_lib.DTYPES, f'config.dtype={c.dtype!r} must be one of '
                    f'{config_lib.DTYPES}')
   config_lib.check(c.label_type in ('auto', 'class', 'regression'),

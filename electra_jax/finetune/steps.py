@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from electra_jax import masking
+from electra_jax import row_keys
 from electra_jax.finetune import tasks as tasks_lib
 
 
@@ -41,22 +43,36 @@ def per_example_loss(task, outputs, batch, answerable_weight: float, span_head: 
 
 @dataclasses.dataclass(frozen=True)
 class TaskObjective:
-  """(params, batch, rng) -> (loss, sums); the dropout rng is the step's rng. The loss is the
-  batch's mean per-example loss, or its sum (`reduction`, config.loss_reduction). The same at
-  every step (train_state's `at_step` / `prepare_params` leave it and the params as they are)."""
+  """(params, batch, rng) -> (loss, sums). The loss is the batch's mean per-example loss, or its
+  sum (`reduction`, config.loss_reduction). The same at every step (train_state's `at_step` /
+  `prepare_params` leave it and the params as they are).
+
+  Row b's dropout is drawn from fold_in(rng, example_ids[b]) (default: the row index), so the
+  micro-batches of grad_accum_steps, given their rows' global ids, drop what the whole batch
+  would; `denominators` (loss_denominators of the whole batch) make each micro-batch's mean
+  its share of the whole batch's."""
   model: Any
   task: Any
   answerable_weight: float
   reduction: str = 'mean'
   span_head: str = 'xlnet'
 
-  def __call__(self, params, batch, rng, deterministic=False):
-    outputs = self.model.apply({'params': params}, batch, deterministic=deterministic,
-                               rngs={'dropout': rng})
+  def loss_denominators(self, batch) -> dict:
+    return {'examples': jnp.float32(batch['input_ids'].shape[0])}
+
+  def __call__(self, params, batch, rng, deterministic=False, example_ids=None,
+               denominators=None):
+    cfg = self.model.cfg
+    rngs = {}
+    if not deterministic and (cfg.dropout_rate or cfg.attention_dropout_rate):
+      keys = masking.example_keys(rng, batch['input_ids'].shape[0], example_ids)
+      rngs = {'dropout': row_keys.row_keyed(keys)}
+    outputs = self.model.apply({'params': params}, batch, deterministic=deterministic, rngs=rngs)
     losses = per_example_loss(self.task, outputs, batch, self.answerable_weight, self.span_head)
-    n = jnp.float32(losses.shape[0])
-    loss = jnp.sum(losses) if self.reduction == 'sum' else jnp.mean(losses)
-    return loss, dict(loss_sum=jnp.sum(losses), num_examples=n)
+    denominators = denominators or self.loss_denominators(batch)
+    loss_sum = jnp.sum(losses)
+    loss = loss_sum if self.reduction == 'sum' else loss_sum / denominators['examples']
+    return loss, dict(loss_sum=loss_sum, num_examples=jnp.float32(losses.shape[0]))
 
   def at_step(self, step) -> 'TaskObjective':
     del step
