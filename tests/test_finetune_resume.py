@@ -101,9 +101,17 @@ def _kill_before_the_seed_is_recorded(monkeypatch):
   monkeypatch.setattr(progress, 'finish_seed', finish)
 
 
+def _kill_after_the_seed_is_recorded(monkeypatch):
+  """Seed 0's run.json written, its resume state not yet removed."""
+  def drop(seed_dir):
+    raise Killed
+  monkeypatch.setattr(progress, '_drop_resume_state', drop)
+
+
 @pytest.mark.parametrize('kill', [_kill_in_train_batches, _kill_before_the_epoch_commits,
                                   _kill_after_the_epoch_commits,
-                                  _kill_before_the_seed_is_recorded])
+                                  _kill_before_the_seed_is_recorded,
+                                  _kill_after_the_seed_is_recorded])
 def test_a_killed_run_resumed_ends_as_the_uninterrupted_run(kill, uninterrupted, tmp_path,
                                                              monkeypatch):
   workdir = str(tmp_path / 'killed')

@@ -399,8 +399,8 @@ def run_seed(c, data: Data, trainer: Trainer, pretrained_params, seed: int, mesh
 # --- All seeds ----------------------------------------------------------------------------------
 
 def _network(c):
-  """(the network's pretraining-form config, its ModelConfig with c's dropout and dtype, its
-  tokenizer)."""
+  """(the network's pretraining-form config, its ModelConfig with c's dropout, dtype and remat,
+  its tokenizer)."""
   source, tokenizer = pretrained.network_config(c)
   return source, pretrained.fine_tuned_config(source, c), tokenizer
 
@@ -457,14 +457,16 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
       run = progress.read_run(seed_dir)
       if run is not None:
         bar.update(c.num_epochs * per_epoch)
-      else:
+      elif stop.signal is None:
         paths.make_dirs(seed_dir)
         run = run_seed(c, data, trainer, params, seed, mesh, seed_dir, bar, stop)
       if run is None:
         bar.close()
-        print(f'Stopped in seed {seed} (signal {stop.signal}); its state is saved in '
-              f'{paths.join(seed_dir, progress.RESUME)}. Re-run the same command to resume.',
-              flush=True)
+        saved = paths.join(seed_dir, progress.RESUME)
+        where = (f'its state is saved in {saved}' if paths.exists(saved)
+                 else 'before it started')
+        print(f'Stopped in seed {seed} (signal {stop.signal}); {where}. Re-run the same '
+              'command to resume.', flush=True)
         return dict(status='interrupted', workdir=workdir, seed=seed,
                     seeds_done=[r['seed'] for r in runs])
       runs.append(run)

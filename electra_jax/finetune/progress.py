@@ -108,18 +108,26 @@ class Position:
     return cls(**record)
 
 
+def _drop_resume_state(seed_dir: str):
+  resume_dir = paths.join(seed_dir, RESUME)
+  if paths.exists(resume_dir):
+    paths.remove_tree(resume_dir)
+
+
 def read_run(seed_dir: str) -> dict | None:
-  """A finished seed's record (fine-tuning's run_seed result), None if the seed is not done."""
+  """A finished seed's record (fine-tuning's run_seed result), None if the seed is not done.
+  A resume state a kill left behind it is removed."""
   path = paths.join(seed_dir, RUN)
-  return json.loads(paths.read_text(path)) if paths.exists(path) else None
+  if not paths.exists(path):
+    return None
+  _drop_resume_state(seed_dir)
+  return json.loads(paths.read_text(path))
 
 
 def finish_seed(seed_dir: str, run: dict):
   """Records the seed as done (the commit point), then drops its resume state."""
   atomic.write_json(paths.join(seed_dir, RUN), run)
-  resume_dir = paths.join(seed_dir, RESUME)
-  if paths.exists(resume_dir):
-    paths.remove_tree(resume_dir)
+  _drop_resume_state(seed_dir)
 
 
 def write_metrics(seed_dir: str, history: list):
