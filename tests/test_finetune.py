@@ -607,6 +607,9 @@ def pretrain_workdir(tmp_path_factory):
 def test_load_pretrained_keeps_embeddings_and_discriminator_encoder(pretrain_workdir):
   workdir, saved = pretrain_workdir
   params, model_config = pretrained.load_pretrained(workdir)
+  jax.tree.map(np.testing.assert_array_equal, pretrained.load_pretrained(workdir, 7)[0], params)
+  with pytest.raises(UserError, match=r'step 8 is not a checkpoint in .*; available: \[7\]'):
+    pretrained.load_pretrained(workdir, 8)
   assert set(params) == {'embeddings', 'discriminator'}
   assert set(params['discriminator']) == {'encoder'}  # generator and RTD head dropped
   assert model_config.hidden_size == 32 and model_config.num_layers == 2

@@ -176,6 +176,15 @@ def test_resumed_seeds_start_from_the_pretraining_step_the_first_ones_did(tmp_pa
   ckpt.save(9, {'w': np.ones(2, np.float32)}, force=True)  # pretraining went on meanwhile
   assert progress.init_step(workdir, c, resuming=True) == 7
   assert progress.init_step(workdir, c, resuming=False) == 9
+  # config.init_step picks an earlier one; a step that is not there lists those that are.
+  assert progress.init_step(workdir, config(random_init=False, init_checkpoint=str(pretraining),
+                                            init_step=7), resuming=False) == 7
+  with pytest.raises(UserError, match=r'config.init_step=8 is not a checkpoint of .*; its '
+                                      r'steps: \[7, 9\]'):
+    progress.init_step(workdir, config(random_init=False, init_checkpoint=str(pretraining),
+                                       init_step=8), resuming=False)
+  with pytest.raises(UserError, match='config.init_step=7 picks a checkpoint of a pretraining'):
+    progress.init_step(workdir, config(init_step=7), resuming=False)  # random weights
   ckpt.delete(7)
   ckpt.close()
   with pytest.raises(UserError, match=r'started from step 7 of .* which no longer holds it '

@@ -56,6 +56,9 @@ def get_config():
   # A pretraining workdir (its config.json and latest checkpoint) or a transformers ELECTRA
   # directory. The generator is dropped; embeddings + discriminator are fine-tuned.
   c.init_checkpoint = placeholder(str)
+  # The pretraining workdir's checkpoint step to start from (None: its latest), e.g. to fine-tune
+  # a run's earlier checkpoints.
+  c.init_step = placeholder(int)
   # Fine-tune the same architecture from random weights (the baseline pretraining must beat).
   c.random_init = False
   # Architecture when there is no init_checkpoint (random_init): 'demo', 'small', 'base', 'large'.

@@ -69,7 +69,8 @@ def _has_progress(workdir: str, names: list[str]) -> bool:
 
 def init_step(workdir: str, c, resuming: bool) -> int | None:
   """The pretraining checkpoint step the runs start from: the one recorded when resuming, else
-  the init_checkpoint workdir's newest (None: a transformers directory or random weights)."""
+  config.init_step or the init_checkpoint workdir's newest (None: a transformers directory or
+  random weights)."""
   record = paths.join(workdir, INIT)
   if resuming and paths.exists(record):
     step = json.loads(paths.read_text(record))['step']
@@ -80,8 +81,18 @@ def init_step(workdir: str, c, resuming: bool) -> int | None:
                       'new --workdir')
     return step
   if not c.init_checkpoint or c.random_init or not checkpoint.has_steps(c.init_checkpoint):
+    if c.init_step is not None:
+      raise UserError(f'config.init_step={c.init_step} picks a checkpoint of a pretraining '
+                      'workdir; config.init_checkpoint is none (or random_init is set): drop '
+                      'init_step')
     return None
-  return checkpoint.latest_step(c.init_checkpoint)
+  if c.init_step is None:
+    return checkpoint.latest_step(c.init_checkpoint)
+  steps = checkpoint.steps(c.init_checkpoint)
+  if c.init_step not in steps:
+    raise UserError(f'config.init_step={c.init_step} is not a checkpoint of '
+                    f"config.init_checkpoint='{c.init_checkpoint}'; its steps: {steps}")
+  return c.init_step
 
 
 def write_init(workdir: str, c, step: int | None):
