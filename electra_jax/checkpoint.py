@@ -83,6 +83,14 @@ def directory_of(workdir: str) -> str:
   return paths.join(paths.absolute(workdir), SUBDIR)
 
 
+def complete_steps(directory: str) -> list[int]:
+  """The steps a Checkpointer directory holds complete, read without opening a manager."""
+  names = [n for n in paths.listdir(directory) if n.isdigit()]
+  if paths.is_remote(directory):
+    names = [n for n in names if paths.exists(paths.join(directory, n, COMMIT_FILE))]
+  return sorted(int(n) for n in names)
+
+
 def has_steps(workdir: str) -> bool:
   """True if WORKDIR/checkpoints holds a step directory, complete or not (a run there resumes
   rather than starts)."""

@@ -49,6 +49,9 @@ def _read(workdir):
     ckpt = checkpoint.Checkpointer(os.path.join(seed_dir, 'best'), read_only=True)
     best[run['seed']] = jax.tree.map(np.asarray, ckpt.read_state(run['best']['step']))
     ckpt.close()
+  assert os.path.exists(os.path.join(workdir, 'network', 'config.json'))
+  with open(os.path.join(workdir, 'init.json'), encoding='utf-8') as f:
+    assert json.load(f) == {'init_checkpoint': None, 'step': None}  # random weights
   runs = json.loads(json.dumps(results['runs']).replace(workdir, 'WORKDIR'))
   return runs, rows, best
 
@@ -58,6 +61,13 @@ def uninterrupted(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp('ft') / 'uninterrupted')
   loop.finetune(config(), workdir)
   return _read(workdir)
+
+
+def _kill_before_the_config_is_written(monkeypatch):
+  """network/ and init.json written, config.json (what marks a started run) not."""
+  def write(workdir, c):
+    raise Killed
+  monkeypatch.setattr(loop.saved_config, 'write', write)
 
 
 def _kill_in_train_batches(monkeypatch):
@@ -108,7 +118,7 @@ def _kill_after_the_seed_is_recorded(monkeypatch):
   monkeypatch.setattr(progress, '_drop_resume_state', drop)
 
 
-@pytest.mark.parametrize('kill', [_kill_in_train_batches, _kill_before_the_epoch_commits,
+@pytest.mark.parametrize('kill', [_kill_before_the_config_is_written, _kill_in_train_batches, _kill_before_the_epoch_commits,
                                   _kill_after_the_epoch_commits,
                                   _kill_before_the_seed_is_recorded,
                                   _kill_after_the_seed_is_recorded])

@@ -328,13 +328,18 @@ def run_seed(c, data: Data, trainer: Trainer, pretrained_params, seed: int, mesh
   best = _best_record(history, main_key)
   best_ckpt = None
   if c.save_best_checkpoint:
-    # Every step is kept until a newer best is committed: a kill never leaves none.
-    best_ckpt = checkpoint.Checkpointer(paths.join(seed_dir, 'best'), keep=None,
+    # Uncommitted bests go; the committed one stays until a newer best is committed (a kill
+    # never leaves none).
+    progress.prune_best(seed_dir, best['step'] if best else None)
+    best_ckpt = checkpoint.Checkpointer(paths.join(seed_dir, progress.BEST), keep=None,
                                         async_save=False)
-    for step in best_ckpt.all_steps():
-      if best is None or step != best['step']:
-        best_ckpt.delete(step)
   progress.write_metrics(seed_dir, history)
+
+  def close():
+    resume_ckpt.close()
+    if best_ckpt is not None:
+      best_ckpt.close()
+
   bar.update((position.epoch - 1) * per_epoch + position.batches_done)
 
   def save_position(step: int):
@@ -358,7 +363,7 @@ def run_seed(c, data: Data, trainer: Trainer, pretrained_params, seed: int, mesh
                                      and step % c.save_checkpoints_steps == 0):
         save_position(step)
       if stop.signal is not None:
-        resume_ckpt.close()
+        close()
         return None
     step = epoch * per_epoch
     record = dict(seed=seed, epoch=epoch, step=step,
@@ -378,18 +383,18 @@ def run_seed(c, data: Data, trainer: Trainer, pretrained_params, seed: int, mesh
       best = record
       if best_ckpt is not None:
         best_ckpt.save(step, state.params, force=True)
+    if epoch == c.num_epochs:
+      break  # The last epoch commits with the seed's run.json (finish_seed prunes the bests).
     position = progress.Position(epoch=epoch + 1, history=history)
-    if epoch < c.num_epochs:  # The last epoch commits with the seed's run.json instead.
-      save_position(step)
+    save_position(step)
     progress.write_metrics(seed_dir, history)
     if best_ckpt is not None and best is not previous_best and previous_best is not None:
       best_ckpt.delete(previous_best['step'])
-    if stop.signal is not None and epoch < c.num_epochs:
-      resume_ckpt.close()
+    if stop.signal is not None:
+      close()
       return None
-  resume_ckpt.close()
-  if best_ckpt is not None:
-    best_ckpt.close()
+  close()
+  progress.write_metrics(seed_dir, history)
   run = dict(seed=seed, best=best, final=history[-1], history=history,
              checkpoint=best_ckpt.step_path(best['step']) if best_ckpt else None)
   progress.finish_seed(seed_dir, run)
@@ -430,9 +435,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   task = data.task
   workdir = experiment_lib.prepare_workdir(workdir)
   if not resuming:
-    saved_config.write(workdir, c)
+    progress.clear_unsaved(workdir)
     saved_run.write_network(workdir, source)
     progress.write_init(workdir, c, init_step)
+    saved_config.write(workdir, c)  # Last: a config.json means the rest is there.
   model = make_model(task, model_config, c.classifier_pooling, c.head_init, c.span_head)
   origin = ('random init' if params is None else f'init from {c.init_checkpoint}'
             + (f' (step {init_step})' if init_step is not None else ''))

@@ -17,6 +17,7 @@ from electra_jax.errors import UserError
 RESULTS = 'results.json'
 RUN = 'run.json'
 RESUME = 'resume'
+BEST = 'best'
 INIT = 'init.json'
 METRICS = 'metrics.jsonl'
 # Keys a resumed run may change: they touch neither the numbers nor the files' meaning.
@@ -42,12 +43,12 @@ def open_workdir(workdir: str, c) -> tuple[str, bool]:
   if checkpoint.has_steps(workdir) or not saved_config.is_finetuning(workdir):
     raise UserError(f"--workdir '{workdir}' holds a pretraining run; fine-tune into a new "
                     f'--workdir (--config.init_checkpoint={workdir} starts from it)')
+  if not _has_progress(workdir):
+    return workdir, False  # Stopped before its first save: nothing to keep, any config.
   saved = saved_config.load_finetuning(workdir).to_dict()
   current = c.to_dict()
   changed = sorted(k for k in current
                    if saved.get(k) != current[k] and k not in CHANGEABLE_KEYS)
-  if changed and not _has_progress(workdir, names):
-    return workdir, False  # Stopped before its first save: nothing to keep.
   if changed:
     diffs = ', '.join(f'{k}: {saved.get(k)!r} -> {current[k]!r}' for k in changed)
     raise UserError(f"--workdir '{workdir}' holds an unfinished fine-tuning run with another "
@@ -56,15 +57,22 @@ def open_workdir(workdir: str, c) -> tuple[str, bool]:
   return workdir, True
 
 
-def _has_progress(workdir: str, names: list[str]) -> bool:
-  """A seed has finished or saved a checkpoint (a best epoch or a resume state)."""
-  for name in names:
-    if name.startswith('seed_'):
-      inside = paths.listdir(paths.join(workdir, name))
-      if RUN in inside or any(paths.listdir(paths.join(workdir, name, d))
-                              for d in (RESUME, 'best') if d in inside):
-        return True
-  return False
+def _seed_dirs(workdir: str) -> list[str]:
+  return [paths.join(workdir, n) for n in paths.listdir(workdir) if n.startswith('seed_')]
+
+
+def _has_progress(workdir: str) -> bool:
+  """A seed has finished or completed a resume save (a best checkpoint alone is not committed
+  progress: a resumed run drops it)."""
+  return any(paths.exists(paths.join(d, RUN))
+             or checkpoint.complete_steps(paths.join(d, RESUME)) for d in _seed_dirs(workdir))
+
+
+def clear_unsaved(workdir: str):
+  """Removes the seed directories of a run that stopped before its first save (a fresh start
+  rewrites everything else)."""
+  for seed_dir in _seed_dirs(workdir):
+    paths.remove_tree(seed_dir)
 
 
 def init_step(workdir: str, c, resuming: bool) -> int | None:
@@ -125,20 +133,39 @@ def _drop_resume_state(seed_dir: str):
     paths.remove_tree(resume_dir)
 
 
+def prune_best(seed_dir: str, keep_step: int | None):
+  """Deletes the seed's best checkpoints other than `keep_step` (all of them if None)."""
+  ckpt = checkpoint.Checkpointer(paths.join(seed_dir, BEST), keep=None, async_save=False)
+  try:
+    for step in ckpt.all_steps():
+      if step != keep_step:
+        ckpt.delete(step)
+  finally:
+    ckpt.close()
+
+
+def _tidy_finished(seed_dir: str, run: dict):
+  _drop_resume_state(seed_dir)
+  if paths.exists(paths.join(seed_dir, BEST)):
+    prune_best(seed_dir, run['best']['step'])
+
+
 def read_run(seed_dir: str) -> dict | None:
   """A finished seed's record (fine-tuning's run_seed result), None if the seed is not done.
-  A resume state a kill left behind it is removed."""
+  What a kill left behind it (its resume state, a superseded best checkpoint) is removed."""
   path = paths.join(seed_dir, RUN)
   if not paths.exists(path):
     return None
-  _drop_resume_state(seed_dir)
-  return json.loads(paths.read_text(path))
+  run = json.loads(paths.read_text(path))
+  _tidy_finished(seed_dir, run)
+  return run
 
 
 def finish_seed(seed_dir: str, run: dict):
-  """Records the seed as done (the commit point), then drops its resume state."""
+  """Records the seed as done (the commit point of its last epoch), then drops its resume
+  state and any best checkpoint but the run's."""
   atomic.write_json(paths.join(seed_dir, RUN), run)
-  _drop_resume_state(seed_dir)
+  _tidy_finished(seed_dir, run)
 
 
 def write_metrics(seed_dir: str, history: list):

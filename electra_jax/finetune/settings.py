@@ -6,11 +6,14 @@ Learning rate and layer-wise decay follow the model size (ELECTRA.md: 3e-4 Small
 import ml_collections
 
 from electra_jax import config as config_lib
+from electra_jax import paths
 from electra_jax.finetune import heads
 from electra_jax.finetune import tasks as tasks_lib
 
 LEARNING_RATES = {'demo': 1e-3, 'small': 3e-4, 'base': 1e-4, 'large': 5e-5}
 LAYERWISE_DECAY = {'demo': 0.8, 'small': 0.8, 'base': 0.8, 'large': 0.9}
+# Keys naming files or directories: saved absolute, so the saved config names what was read.
+PATH_KEYS = ('train_file', 'eval_file', 'init_checkpoint', 'vocab_file', 'tfds_data_dir')
 
 
 def size_name(hidden_size: int) -> str:
@@ -32,6 +35,9 @@ def resolve(config, task, hidden_size: int) -> ml_collections.ConfigDict:
     c.num_epochs = task.num_epochs
   if c.doc_stride is None:
     c.doc_stride = (c.max_seq_length - 2) // 2 if task.kind == tasks_lib.TAGGING else 128
+  for key in PATH_KEYS:  # As found from here: a resumed run elsewhere must name the same.
+    if c[key]:
+      c[key] = paths.absolute(paths.resolve(c[key]))
   validate(c)
   c.lock()
   return c
