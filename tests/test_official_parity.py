@@ -2,6 +2,7 @@
 (google-research/electra): model/optimization.py's AdamWeightDecayOptimizer and schedule,
 pretrain/pretrain_helpers.py's masking with replacement, modeling's Glorot projections."""
 import re
+import types
 
 import jax
 import jax.numpy as jnp
@@ -242,6 +243,8 @@ def test_loss_reduction_sum_is_the_batch_size_times_the_mean():
     kind = 'regression'
 
   class Model:
+    cfg = types.SimpleNamespace(dropout_rate=0.0, attention_dropout_rate=0.0)  # no dropout
+
     def apply(self, variables, batch, deterministic, rngs):
       del deterministic, rngs
       return variables['params']['w'] * batch['x'][:, None]

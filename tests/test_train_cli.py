@@ -7,8 +7,10 @@ import gzip
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import warnings
 
 import jax
 import numpy as np
@@ -296,13 +298,27 @@ def test_calls_end_at_every_step_the_loop_acts_at_and_the_run_says_where_they_ar
 def in_calls(tmp_path_factory, trained):
   """trained's 8 steps again: 3 one per call, then resumed at 4 steps a call, which the loop's
   logs every 2 and saves every 3 cut to 4, 5-6, 7-8; tracing the call that runs step 7 (5-6
-  compiles)."""
+  compiles).
+
+  Twice in ~15 full-suite runs on the 2-core VM (sessions 22 and 30, never alone) the traced
+  command died of SIGSEGV inside jax.profiler.stop_trace; that, and only that, is retried once
+  from scratch (benchmarks/RESULTS.md)."""
   base = tmp_path_factory.mktemp('calls')
-  workdir, flags = str(base / 'run'), [*trained['flags'], f'--workdir={base / "run"}']
-  run_cli('electra_jax.train', *flags, '--stop_after_steps=3')
-  resumed = run_cli('electra_jax.train', *flags, '--config.steps_per_execution=4',
-                    f'--profile_dir={base / "profile"}', '--profile_steps=7:7')
-  return dict(workdir=workdir, resumed=resumed, profile=str(base / 'profile'))
+  for attempt in range(2):
+    workdir = str(base / f'run{attempt}')
+    flags = [*trained['flags'], f'--workdir={workdir}']
+    profile = str(base / f'profile{attempt}')
+    run_cli('electra_jax.train', *flags, '--stop_after_steps=3')
+    resumed = run_cli('electra_jax.train', *flags, '--config.steps_per_execution=4',
+                      f'--profile_dir={profile}', '--profile_steps=7:7', check=False)
+    crashed = (resumed.returncode == -signal.SIGSEGV
+               and 'in stop_trace' in resumed.stderr)
+    if not (crashed and attempt == 0):
+      break
+    warnings.warn('the traced train command died of SIGSEGV in jax.profiler.stop_trace; '
+                  'retrying once')
+  assert resumed.returncode == 0, f'{resumed.returncode}:\n{resumed.stdout}\n{resumed.stderr}'
+  return dict(workdir=workdir, resumed=resumed, profile=profile)
 
 
 def test_steps_run_in_calls_match_one_step_a_call_exactly(trained, in_calls):

@@ -69,10 +69,11 @@ class TaskObjective:
       rngs = {'dropout': row_keys.row_keyed(keys)}
     outputs = self.model.apply({'params': params}, batch, deterministic=deterministic, rngs=rngs)
     losses = per_example_loss(self.task, outputs, batch, self.answerable_weight, self.span_head)
-    denominators = denominators or self.loss_denominators(batch)
+    num_examples = jnp.float32(losses.shape[0])
     loss_sum = jnp.sum(losses)
-    loss = loss_sum if self.reduction == 'sum' else loss_sum / denominators['examples']
-    return loss, dict(loss_sum=loss_sum, num_examples=jnp.float32(losses.shape[0]))
+    whole_batch = denominators['examples'] if denominators else num_examples
+    loss = loss_sum if self.reduction == 'sum' else loss_sum / whole_batch
+    return loss, dict(loss_sum=loss_sum, num_examples=num_examples)
 
   def at_step(self, step) -> 'TaskObjective':
     del step
