@@ -212,11 +212,11 @@ def finetune(plan, step: int, task_args: list[str], num_seeds: int, output: str,
   counter['finetune_run'] += 1
   config_file, *task_overrides = task_args  # --config=FILE comes before any --config.KEY.
   result = run_command('electra_jax.finetune',
-              [config_file, NO_PROGRESS_BAR, *task_overrides,
-               f'--config.init_checkpoint={point_dir}',
-               f'--config.num_seeds={num_seeds}', f'--workdir={workdir}',
-               f'--compilation_cache_dir={cache_dir}'],
-              paths.join(output, 'logs', f'finetune_{plan.name}_{step}.log'), label)
+                       [config_file, NO_PROGRESS_BAR, *task_overrides,
+                        f'--config.init_checkpoint={point_dir}',
+                        f'--config.num_seeds={num_seeds}', f'--workdir={workdir}',
+                        f'--compilation_cache_dir={cache_dir}'],
+                       paths.join(output, 'logs', f'finetune_{plan.name}_{step}.log'), label)
   if result.get('status') == 'interrupted':  # It alone got SIGTERM: its state is saved.
     raise UserError(f'{label} was stopped; re-run the same command to resume the comparison')
   return read_json(results_path)

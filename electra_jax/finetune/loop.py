@@ -328,11 +328,8 @@ def run_seed(c, data: Data, trainer: Trainer, pretrained_params, seed: int, mesh
   best = _best_record(history, main_key)
   best_ckpt = None
   if c.save_best_checkpoint:
-    # Uncommitted bests go; the committed one stays until a newer best is committed (a kill
-    # never leaves none).
-    progress.prune_best(seed_dir, best['step'] if best else None)
-    best_ckpt = checkpoint.Checkpointer(paths.join(seed_dir, progress.BEST), keep=None,
-                                        async_save=False)
+    best_ckpt = progress.open_best(seed_dir)
+    progress.prune_best(best_ckpt, best['step'] if best else None)  # Uncommitted bests go.
   progress.write_metrics(seed_dir, history)
 
   def close():
@@ -374,22 +371,19 @@ def run_seed(c, data: Data, trainer: Trainer, pretrained_params, seed: int, mesh
                             mesh)
       record.update({f'eval_{k}': v for k, v in score(task, c, eval_set, outputs).items()})
     history.append(record)
-    main = record[main_key]
     bar.write(f'seed {seed} epoch {epoch}/{c.num_epochs} | train loss {record["train_loss"]:.4f}'
-              f' | eval loss {record["eval_loss"]:.4f} | {task.main_metric} {main:.4f}',
-              file=sys.stdout)
-    previous_best = best
-    if best is None or main > best[main_key]:
-      best = record
-      if best_ckpt is not None:
-        best_ckpt.save(step, state.params, force=True)
+              f' | eval loss {record["eval_loss"]:.4f} | {task.main_metric} '
+              f'{record[main_key]:.4f}', file=sys.stdout)
+    best = _best_record(history, main_key)
+    if best is record and best_ckpt is not None:
+      best_ckpt.save(step, state.params, force=True)
     if epoch == c.num_epochs:
       break  # The last epoch commits with the seed's run.json (finish_seed prunes the bests).
     position = progress.Position(epoch=epoch + 1, history=history)
     save_position(step)
     progress.write_metrics(seed_dir, history)
-    if best_ckpt is not None and best is not previous_best and previous_best is not None:
-      best_ckpt.delete(previous_best['step'])
+    if best_ckpt is not None:
+      progress.prune_best(best_ckpt, best['step'])  # Committed: the superseded best goes.
     if stop.signal is not None:
       close()
       return None

@@ -79,24 +79,23 @@ def init_step(workdir: str, c, resuming: bool) -> int | None:
   """The pretraining checkpoint step the runs start from: the one recorded when resuming, else
   config.init_step or the init_checkpoint workdir's newest (None: a transformers directory or
   random weights)."""
+  steps = [] if not c.init_checkpoint or c.random_init else checkpoint.steps(c.init_checkpoint)
   record = paths.join(workdir, INIT)
   if resuming and paths.exists(record):
     step = json.loads(paths.read_text(record))['step']
-    if step is not None and step not in checkpoint.steps(c.init_checkpoint):
+    if step is not None and step not in steps:
       raise UserError(f'the runs in {workdir} started from step {step} of '
                       f"config.init_checkpoint='{c.init_checkpoint}', which no longer holds it "
-                      f'(steps: {checkpoint.steps(c.init_checkpoint)}); fine-tune again in a '
-                      'new --workdir')
+                      f'(steps: {steps}); fine-tune again in a new --workdir')
     return step
-  if not c.init_checkpoint or c.random_init or not checkpoint.has_steps(c.init_checkpoint):
+  if not steps:  # A transformers directory, or random weights.
     if c.init_step is not None:
       raise UserError(f'config.init_step={c.init_step} picks a checkpoint of a pretraining '
                       'workdir; config.init_checkpoint is none (or random_init is set): drop '
                       'init_step')
     return None
   if c.init_step is None:
-    return checkpoint.latest_step(c.init_checkpoint)
-  steps = checkpoint.steps(c.init_checkpoint)
+    return steps[-1]
   if c.init_step not in steps:
     raise UserError(f'config.init_step={c.init_step} is not a checkpoint of '
                     f"config.init_checkpoint='{c.init_checkpoint}'; its steps: {steps}")
@@ -133,21 +132,27 @@ def _drop_resume_state(seed_dir: str):
     paths.remove_tree(resume_dir)
 
 
-def prune_best(seed_dir: str, keep_step: int | None):
-  """Deletes the seed's best checkpoints other than `keep_step` (all of them if None)."""
-  ckpt = checkpoint.Checkpointer(paths.join(seed_dir, BEST), keep=None, async_save=False)
-  try:
-    for step in ckpt.all_steps():
-      if step != keep_step:
-        ckpt.delete(step)
-  finally:
-    ckpt.close()
+def open_best(seed_dir: str) -> checkpoint.Checkpointer:
+  """The seed's best-epoch checkpoints: every step kept until prune_best (a kill between a
+  new best and its commit never leaves none)."""
+  return checkpoint.Checkpointer(paths.join(seed_dir, BEST), keep=None, async_save=False)
+
+
+def prune_best(best_ckpt: checkpoint.Checkpointer, keep_step: int | None):
+  """Deletes every best checkpoint but `keep_step`, the committed best (all of them if None)."""
+  for step in best_ckpt.all_steps():
+    if step != keep_step:
+      best_ckpt.delete(step)
 
 
 def _tidy_finished(seed_dir: str, run: dict):
   _drop_resume_state(seed_dir)
   if paths.exists(paths.join(seed_dir, BEST)):
-    prune_best(seed_dir, run['best']['step'])
+    best_ckpt = open_best(seed_dir)
+    try:
+      prune_best(best_ckpt, run['best']['step'])
+    finally:
+      best_ckpt.close()
 
 
 def read_run(seed_dir: str) -> dict | None:
