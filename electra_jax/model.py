@@ -62,6 +62,11 @@ class ModelConfig:
   layout: Layout = objectives.get('electra').layout
   tie: str = 'embeddings'
 
+  @property
+  def has_dropout(self) -> bool:
+    """Training draws dropout masks (so needs a dropout key) only then."""
+    return bool(self.dropout_rate or self.attention_dropout_rate)
+
   @classmethod
   def from_config(cls, c) -> 'ModelConfig':
     gen = config_lib.generator_sizes(c)

@@ -243,7 +243,7 @@ def test_loss_reduction_sum_is_the_batch_size_times_the_mean():
     kind = 'regression'
 
   class Model:
-    cfg = types.SimpleNamespace(dropout_rate=0.0, attention_dropout_rate=0.0)  # no dropout
+    cfg = types.SimpleNamespace(has_dropout=False)
 
     def apply(self, variables, batch, deterministic, rngs):
       del deterministic, rngs

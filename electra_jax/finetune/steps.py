@@ -62,9 +62,8 @@ class TaskObjective:
 
   def __call__(self, params, batch, rng, deterministic=False, example_ids=None,
                denominators=None):
-    cfg = self.model.cfg
     rngs = {}
-    if not deterministic and (cfg.dropout_rate or cfg.attention_dropout_rate):
+    if not deterministic and self.model.cfg.has_dropout:
       keys = masking.example_keys(rng, batch['input_ids'].shape[0], example_ids)
       rngs = {'dropout': row_keys.row_keyed(keys)}
     outputs = self.model.apply({'params': params}, batch, deterministic=deterministic, rngs=rngs)

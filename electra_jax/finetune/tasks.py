@@ -320,11 +320,11 @@ def _with_class_names(records: list[dict], schema) -> list[dict]:
     return records
   names, listed = {}, {}
   for column, feature in features.items():
-    if _class_label_names(feature):
-      names[column] = _class_label_names(feature)
+    if labels := _class_label_names(feature):
+      names[column] = labels
     elif isinstance(feature, dict) and feature.get('_type') in ('List', 'Sequence'):
-      if _class_label_names(feature.get('feature')):
-        listed[column] = _class_label_names(feature['feature'])
+      if labels := _class_label_names(feature.get('feature')):
+        listed[column] = labels
 
   def name(value, labels):
     if not isinstance(value, int):

@@ -172,7 +172,7 @@ class Objective:
     """model.apply(method) with each row's dropout drawn from its own key in `keys` [B]."""
     variables = {'params': params}
     cfg = self.model.cfg
-    if deterministic or (cfg.dropout_rate == 0 and cfg.attention_dropout_rate == 0):
+    if deterministic or not cfg.has_dropout:
       return self.model.apply(variables, *inputs, True, method=method)
     return self.model.apply(variables, *inputs, False, method=method,
                             rngs={'dropout': row_keys.row_keyed(keys)})
