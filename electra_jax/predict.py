@@ -1,9 +1,11 @@
 r"""Predictions of a fine-tuned model: GLUE leaderboard files, SQuAD answers, or labels for a file.
 
   python -m electra_jax.predict --workdir=FT_DIR --output=DIR --split=test
+  python -m electra_jax.predict --workdir=FT_DIR --output=DIR --glue_test=test.parquet
   python -m electra_jax.predict --workdir=FT_DIR --output=DIR --input=FILE [--seed=K]
 
---split=test of a GLUE run writes the leaderboard's files; --input labels any file.
+--split=test of a GLUE run writes the leaderboard's files from TFDS, --glue_test from GLUE's own
+test files (offline); --input labels any file.
 FT_DIR is a finished `python -m electra_jax.finetune` run; its best seed's best epoch predicts
 (--seed picks another). Where the data has labels the task's metrics are reported too. The last
 stdout line is a JSON summary. Output files: electra_jax/finetune/predictions.py.
@@ -29,6 +31,10 @@ def _define_flags():
                             "the run's text columns (text, or text_a and text_b, or its "
                             'text_columns) and optionally its label column; SQuAD tasks: '
                             'SQuAD-format JSON. Repeat for several.')
+  flags.DEFINE_multi_string('glue_test', [], "A GLUE task's test file (the Hub's Parquet, GLUE's "
+                            'TSV), written as the leaderboard\'s file (SST-2.tsv) keyed by the '
+                            "file's idx/index/id; MNLI names each: MNLI-m=FILE, MNLI-mm=FILE, "
+                            'AX=FILE. Repeatable.')
   flags.DEFINE_string('split', None, "A TFDS split of the task (validation, test, ...); 'test' "
                       'of a GLUE task writes its leaderboard files (MNLI: MNLI-m, MNLI-mm, AX).')
   flags.DEFINE_integer('seed', None, "The run whose best epoch predicts (default: the seed "
@@ -49,14 +55,16 @@ def main(argv):
   if FLAGS.workdir is None or FLAGS.output is None:
     raise UserError('pass --workdir=FT_DIR (a fine-tuning run) and --output=DIR (where the '
                     'predictions go)')
-  if not FLAGS.input and FLAGS.split is None:
-    raise UserError('pass --input=FILE (a file to predict) or --split=SPLIT (a TFDS split of '
-                    "the task; 'test' for GLUE's leaderboard files)")
+  if not FLAGS.input and not FLAGS.glue_test and FLAGS.split is None:
+    raise UserError('pass --input=FILE (a file to predict), --glue_test=FILE (a GLUE test file '
+                    "for the leaderboard) or --split=SPLIT (a TFDS split of the task; 'test' for "
+                    "GLUE's leaderboard files)")
   if FLAGS.max_examples < 0 or (FLAGS.batch_size is not None and FLAGS.batch_size <= 0):
     raise UserError(f'--max_examples={FLAGS.max_examples} must be >= 0 and --batch_size='
                     f'{FLAGS.batch_size} > 0')
   run = saved_run.load(FLAGS.workdir)
   parts = [predictions.file_part(run, path, FLAGS.max_examples) for path in FLAGS.input]
+  parts += [predictions.glue_test_part(run, spec, FLAGS.max_examples) for spec in FLAGS.glue_test]
   if FLAGS.split is not None:
     parts += predictions.split_parts(run, FLAGS.split, FLAGS.max_examples)
   result = predictions.predict(run, parts, FLAGS.output, FLAGS.seed, FLAGS.batch_size,

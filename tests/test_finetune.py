@@ -1,5 +1,6 @@
 """Fine-tuning: tasks and files, TFDS GLUE/SQuAD adapters, LLRD, SQuAD head and decoding,
 initialisation from a pretraining workdir, and the CLI end to end on a tiny model."""
+import dataclasses
 import csv
 import gzip
 import json
@@ -961,6 +962,120 @@ def test_glue_test_splits_become_leaderboard_files(tokenizer, tmp_path):
   predictions.write_part(str(tmp_path), tasks.TASKS['stsb'], stsb,
                          dict(prediction=np.array([0.5, 0.912345678])))
   assert _read_tsv(tmp_path / 'STS-B.tsv')[1] == [['7', '2.5'], ['3', '4.56173']]
+
+
+def test_glue_test_files_become_leaderboard_files_without_tfds(tokenizer, tmp_path):
+  """--glue_test=[NAME=]FILE: the Hub's test Parquet or GLUE's test TSV, keyed by the file's own
+  ids; MNLI's three files named; STS-B's -1.0 (no score) read as no label; each bad input one
+  line."""
+  # pylint: disable=import-outside-toplevel
+  import pyarrow
+  import pyarrow.parquet
+  from electra_jax.finetune import predictions, saved_run
+  run = lambda task: saved_run.FinetunedRun(workdir='', config=ft_config(task=task),
+                                            task=tasks.TASKS[task], model_config=None,
+                                            network=None, tokenizer=tokenizer, runs=[])
+  pyarrow.parquet.write_table(pyarrow.table(dict(premise=['a', 'b', 'c'], hypothesis=['d', 'e',
+                                                                                     'f'],
+                                                 label=[-1, -1, -1], idx=[2, 0, 1])),
+                              tmp_path / 'test_matched.parquet')
+  part = predictions.glue_test_part(run('mnli'), f'MNLI-mm={tmp_path}/test_matched.parquet')
+  assert (part.name, part.leaderboard, part.labelled) == ('MNLI-mm', True, False)
+  assert [(e['index'], e['text_a'], e['text_b']) for e in part.examples] == [
+      (2, 'a', 'd'), (0, 'b', 'e'), (1, 'c', 'f')]
+  assert len(predictions.glue_test_part(run('mnli'), f'AX={tmp_path}/test_matched.parquet',
+                                        max_examples=2).examples) == 2
+  with pytest.raises(UserError, match=r'task mnli has 3 leaderboard files; say which this is: '
+                                      r'--glue_test=MNLI-m=FILE \(glue/mnli test_matched\), '):
+    predictions.glue_test_part(run('mnli'), f'{tmp_path}/test_matched.parquet')
+  with pytest.raises(UserError, match=r"'MNLI' is not a leaderboard file of task mnli; its "
+                                      r'files: MNLI-m, MNLI-mm, AX \(--glue_test=NAME=FILE\)'):
+    predictions.glue_test_part(run('mnli'), f'MNLI={tmp_path}/test_matched.parquet')
+  with pytest.raises(UserError, match='task squad_v2 has no GLUE leaderboard file; pass --input'):
+    predictions.glue_test_part(run('squad_v2'), f'{tmp_path}/test_matched.parquet')
+  # Without TFDS's copy, --split=test names predict's ways, not fine-tuning's flags.
+  offline = dataclasses.replace(run('sst2'), config=ft_config(
+      task='sst2', tfds_data_dir=str(tmp_path / 'no_tfds'), tfds_download=False))
+  with pytest.raises(UserError, match=r"split 'test' is not available .*; prepare it with `tfds "
+                                      r"build glue/sst2 --file_format=array_record --data_dir=.*"
+                                      r"no_tfds`, or predict GLUE's test files: --glue_test=FILE"):
+    predictions.split_parts(offline, 'test')
+  # GLUE's own TSVs: ids in `index` (CoLA's: `id`), no label column (MNLI's and AX's pairs in
+  # sentence1/sentence2, not the Hub's premise/hypothesis); one file needs no name.
+  (tmp_path / 'diagnostic.tsv').write_text('index\tsentence1\tsentence2\n0\tp\th\n')
+  part = predictions.glue_test_part(run('mnli'), f'AX={tmp_path}/diagnostic.tsv')
+  assert part.examples == [dict(text_a='p', text_b='h', label=None, index=0)]
+  (tmp_path / 'other.tsv').write_text('index\tsentence\n0\tp\n')
+  with pytest.raises(UserError, match=r"lacks column\(s\) text \(or text_a\) \(or the task's "
+                                      r'premise, hypothesis or sentence1, sentence2\)'):
+    predictions.glue_test_part(run('mnli'), f'AX={tmp_path}/other.tsv')
+  (tmp_path / 'test.tsv').write_text('index\tsentence\n5\tfine\n9\t"dull\n')
+  part = predictions.glue_test_part(run('sst2'), str(tmp_path / 'test.tsv'))
+  assert part.name == 'SST-2' and [(e['index'], e['text_a']) for e in part.examples] == [
+      (5, 'fine'), (9, '"dull')]
+  (tmp_path / 'bad_id.tsv').write_text('id\tsentence\n5\tfine\nx7\tdull\n')
+  with pytest.raises(UserError, match=r"bad_id.tsv' example 2 has id 'x7', not an integer id"):
+    predictions.glue_test_part(run('cola'), str(tmp_path / 'bad_id.tsv'))
+  (tmp_path / 'twice.tsv').write_text('index\tsentence\n5\tfine\n5\tdull\n')
+  with pytest.raises(UserError, match=r"twice.tsv' repeats index 5; a GLUE test file names "):
+    predictions.glue_test_part(run('sst2'), str(tmp_path / 'twice.tsv'))
+  # The Hub's STS-B test split scores every pair -1.0: unlabelled, not a score of -5.
+  rows = [dict(sentence1='a', sentence2='b', label='-1.0', idx='0')]
+  columns = tasks.file_columns(ft_config(task='stsb'), tasks.TASKS['stsb'])
+  assert tasks.file_examples(tasks.TASKS['stsb'], rows, 'f', need_label=False,
+                             columns=columns)[0]['label'] is None
+  assert tasks.file_examples(tasks.TASKS['stsb'], [dict(rows[0], label='4.5')], 'f',
+                             columns=columns)[0]['label'] == 0.9
+
+
+def test_a_glue_run_from_hub_files_writes_its_leaderboard_file_offline(
+    finetuned, pretrain_workdir, tmp_path):
+  """SST-2 fine-tuned from the Hub's Parquet files (ClassLabel labels), then its test file (every
+  label -1, ids shuffled) predicted as SST-2.tsv: the file's ids, GLUE's class ids, the same
+  classes as the file predicted with --input."""
+  # pylint: disable=import-outside-toplevel
+  import pyarrow
+  import pyarrow.parquet
+  features = dict(sentence=dict(dtype='string', _type='Value'),
+                  label=dict(names=['negative', 'positive'], _type='ClassLabel'),
+                  idx=dict(dtype='int32', _type='Value'))
+
+  def write(name, sentences, labels, ids):
+    table = pyarrow.table(dict(sentence=sentences, label=labels, idx=ids))
+    pyarrow.parquet.write_table(table.replace_schema_metadata(
+        {b'huggingface': json.dumps(dict(info=dict(features=features)))}), tmp_path / name)
+
+  for split in ('train', 'eval'):
+    _, rows = _read_tsv(finetuned['root'] / f'{split}.tsv')
+    write(f'{split}.parquet', [r[0] for r in rows], [int(r[1] == 'good') for r in rows],
+          list(range(len(rows))))
+  test_ids = [1000 - 3 * i for i in range(len(rows))]
+  write('test.parquet', [r[0] for r in rows], [-1] * len(rows), test_ids)
+  flags = [f for f in finetuned['flags'] if not f.startswith((
+      '--config=', '--config.train_file', '--config.eval_file',
+      '--config.num_seeds', '--config.num_epochs'))]
+  proc = run_cli('--config=configs/finetune/glue.py', '--config.task=sst2', *flags,
+                 f'--config.train_file={tmp_path}/train.parquet', '--config.num_epochs=2',
+                 f'--config.eval_file={tmp_path}/eval.parquet', '--config.num_seeds=1',
+                 f'--config.init_checkpoint={pretrain_workdir[0]}', f'--workdir={tmp_path}/ft')
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert summary['task'] == 'sst2' and summary['median_best_accuracy'] > 0.8
+  predicted = subprocess.run(
+      [sys.executable, '-m', 'electra_jax.predict', f'--workdir={tmp_path}/ft',
+       f'--output={tmp_path}/out', f'--glue_test={tmp_path}/test.parquet',
+       f'--input={tmp_path}/test.parquet'], cwd=REPO_ROOT,
+      env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT), capture_output=True,
+      text=True, timeout=600, check=False)
+  assert predicted.returncode == 0, predicted.stderr
+  parts = json.loads(predicted.stdout.strip().splitlines()[-1])['parts']
+  assert [(p['name'], p['examples'], 'metrics' in p) for p in parts] == [
+      ('test', 64, False), ('SST-2', 64, False)]
+  header, leaderboard = _read_tsv(tmp_path / 'out' / 'SST-2.tsv')
+  _, named = _read_tsv(tmp_path / 'out' / 'test.tsv')
+  assert header == 'index\tprediction' and [r[0] for r in leaderboard] == list(map(str, test_ids))
+  assert [('negative', 'positive')[int(r[1])] for r in leaderboard] == [r[1] for r in named]
+  truth = ['positive' if r[1] == 'good' else 'negative' for r in rows]
+  assert np.mean([r[1] == y for r, y in zip(named, truth)]) > 0.8
 
 
 def test_squad_files_give_the_official_scripts_inputs(tokenizer, tmp_path):

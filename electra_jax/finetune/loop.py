@@ -79,8 +79,8 @@ def _file_formats(task) -> str:
     return _FILE_FORMATS[task.name]
   if task.kind == tasks_lib.SPAN:
     return 'SQuAD-format JSON, as the official train-v2.0.json and dev-v2.0.json'
-  return (f"{tasks_lib.FILE_FORMATS} with the task's columns ({', '.join(task.text_keys)}) and "
-          'label')
+  names = ' or '.join(', '.join(keys) for keys in (task.text_keys, task.glue_tsv_text_keys) if keys)
+  return f"{tasks_lib.FILE_FORMATS} with the task's columns ({names}) and label"
 
 
 def load_data(c, task, tokenizer) -> Data:

@@ -12,6 +12,7 @@ question's no-answer probability: the script's --na-prob-file) and OUT/<name>_be
 (each question's best span however unanswerable it looks: with the null odds, what the script's
 threshold search, best_f1, needs).
 """
+import collections
 import dataclasses
 import json
 import os
@@ -54,7 +55,13 @@ def split_parts(run: saved_run_lib.FinetunedRun, split: str, max_examples: int =
     specs, leaderboard = ((task.tfds_name, split, f'{task.name}_{split}'),), False
   parts = []
   for tfds_name, tfds_split, name in specs:
-    source = tasks_lib.tfds_source(tfds_name, tfds_split, c.tfds_data_dir, c.tfds_download)
+    into = f' --data_dir={c.tfds_data_dir}' if c.tfds_data_dir else ''
+    files = ("GLUE's test files: --glue_test=FILE (the Hub's Parquet, GLUE's TSVs)" if leaderboard
+             else 'the split as a file: --input=FILE')
+    remedy = (f'prepare it with `tfds build {tfds_name} --file_format=array_record{into}`, or '
+              f'predict {files}')
+    source = tasks_lib.tfds_source(tfds_name, tfds_split, c.tfds_data_dir, c.tfds_download,
+                                   remedy)
     if task.kind == tasks_lib.SPAN:
       examples = tasks_lib.squad_examples(source, max_examples)
       labelled = True
@@ -80,10 +87,57 @@ def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0)
   if run.task.kind == tasks_lib.SPAN:
     examples, labelled = tasks_lib.squad_file_examples(path)
     return Part(name, _limit(examples, max_examples), labelled)
-  rows = tasks_lib.read_rows(path)
-  examples = tasks_lib.file_examples(run.task, rows, path, max_examples, need_label=False,
-                                     columns=tasks_lib.file_columns(run.config, run.task))
+  examples = _file_examples(run, path, max_examples)[1]
   return Part(name, examples, examples[0]['label'] is not None)
+
+
+def _file_examples(run: saved_run_lib.FinetunedRun, path: str, max_examples: int):
+  """A classification or regression file's rows and examples (the run's columns)."""
+  rows = tasks_lib.read_rows(path)
+  return rows, tasks_lib.file_examples(run.task, rows, path, max_examples, need_label=False,
+                                       columns=tasks_lib.file_columns(run.config, run.task))
+
+
+# A GLUE test file's own example ids: the Hub's `idx`, GLUE's TSVs' `index` (CoLA's and QQP's:
+# `id`). The leaderboard matches predictions to examples by them.
+GLUE_ID_COLUMNS = ('idx', 'index', 'id')
+
+
+def glue_test_part(run: saved_run_lib.FinetunedRun, spec: str, max_examples: int = 0) -> Part:
+  """--glue_test=[NAME=]FILE: a GLUE test file (the Hub's Parquet, GLUE's TSV; read as --input
+  reads files) as the leaderboard's NAME.tsv, keyed by the file's own example ids (its row
+  numbers where it has none). NAME may be left out where the task has one leaderboard file."""
+  task = run.task
+  names = [name for _, _, name in task.glue_test_files]
+  if not names:
+    raise UserError(f'--glue_test={spec}: task {task.name} has no GLUE leaderboard file; pass '
+                    '--input=FILE')
+  name, named, path = spec.partition('=')
+  if not named or name not in names:
+    if named and not paths.exists(paths.resolve(spec)):
+      raise UserError(f'--glue_test={spec}: {name!r} is not a leaderboard file of task '
+                      f"{task.name}; its files: {', '.join(names)} (--glue_test=NAME=FILE)")
+    if len(names) > 1:
+      raise UserError(f'--glue_test={spec}: task {task.name} has {len(names)} leaderboard files; '
+                      'say which this is: ' + ', '.join(
+                          f'--glue_test={n}=FILE ({tfds_name} {split})'
+                          for tfds_name, split, n in task.glue_test_files))
+    name, path = names[0], spec
+  rows, examples = _file_examples(run, path, max_examples)
+  column = next((c for c in GLUE_ID_COLUMNS if c in rows[0]), None)
+  if column is not None:
+    for n, (example, row) in enumerate(zip(examples, rows), 1):
+      value = row.get(column)
+      if value is None or not value.strip().isdigit():
+        raise UserError(f"file '{path}' example {n} has {column} {value!r}, not an integer id; "
+                        "a GLUE test file's ids are integers (the leaderboard matches by them)")
+      example['index'] = int(value)
+  ids = [e['index'] for e in examples]
+  if len(set(ids)) < len(ids):
+    repeated = next(i for i, count in collections.Counter(ids).items() if count > 1)
+    raise UserError(f"file '{path}' repeats {column} {repeated}; a GLUE test file names each "
+                    'example once')
+  return Part(name, examples, examples[0]['label'] is not None, leaderboard=True)
 
 
 def file_names(task, part: Part) -> list[str]:

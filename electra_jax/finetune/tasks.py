@@ -44,6 +44,8 @@ class Task:
   glue_test_files: tuple = ()
   # The leaderboard's file holds class names (MNLI, QNLI, RTE, AX), else class ids.
   glue_text_labels: bool = False
+  # GLUE's own TSVs' names of text_keys where they differ (MNLI's and AX's: sentence1, sentence2).
+  glue_tsv_text_keys: tuple = ()
 
   @property
   def num_outputs(self) -> int:
@@ -103,7 +105,8 @@ TASKS = {t.name: t for t in [
           eval_splits=(('validation_matched', ''), ('validation_mismatched', 'mismatched_')),
           glue_test_files=(('glue/mnli', 'test_matched', 'MNLI-m'),
                            ('glue/mnli', 'test_mismatched', 'MNLI-mm'),
-                           ('glue/ax', 'test', 'AX')), glue_text_labels=True),
+                           ('glue/ax', 'test', 'AX')), glue_text_labels=True,
+          glue_tsv_text_keys=('sentence1', 'sentence2')),
     _glue('qnli', 'QNLI', ('question', 'sentence'), ('entailment', 'not_entailment'),
           glue_text_labels=True),
     _glue('rte', 'RTE', ('sentence1', 'sentence2'), ('entailment', 'not_entailment'), epochs=10,
@@ -144,8 +147,10 @@ def _import_builders():
   import tensorflow_datasets.text.glue  # noqa: F401
 
 
-def tfds_source(name: str, split: str, data_dir: str | None, download: bool):
-  """A random-access TFDS split (ArrayRecord), or a UserError saying how to get it."""
+def tfds_source(name: str, split: str, data_dir: str | None, download: bool,
+                remedy: str | None = None):
+  """A random-access TFDS split (ArrayRecord), or a UserError saying how to get it (`remedy`:
+  the caller's way, else fine-tuning's flags)."""
   try:
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
   except ImportError:
@@ -159,10 +164,10 @@ def tfds_source(name: str, split: str, data_dir: str | None, download: bool):
                             download=download and local_dir == (data_dir or None))
   except (AssertionError, FileNotFoundError, ValueError, NotImplementedError) as e:
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    remedy = remedy or (f'prepare it with `tfds build {name} --file_format=array_record` or '
+                        'set --config.tfds_download=true and --config.tfds_data_dir=DIR')
     raise UserError(f"TFDS dataset '{name}' split '{split}' is not available ({first[:200]}); "
-                    'prepare it with `tfds build '
-                    f"{name} --file_format=array_record` or set --config.tfds_download=true "
-                    'and --config.tfds_data_dir=DIR') from None
+                    f'{remedy}') from None
 
 
 def _text(value) -> str:
@@ -346,29 +351,33 @@ class FileColumns:
   """Which columns of a classification file hold the text(s) and the label."""
   text: tuple = ()        # One or two names; () = the task's, else text, or text_a (and text_b).
   label: str = 'label'
-  task_text: tuple = ()   # A GLUE task's own (GLUE's and the Hub's): sentence1, sentence2, ...
+  # A GLUE task's own names, each a choice: (('sentence1', 'sentence2'),); MNLI's: the Hub's
+  # and TFDS's (premise, hypothesis), then GLUE's TSVs' (sentence1, sentence2).
+  task_text: tuple = ()
 
 
 def file_columns(c, task: Task | None = None) -> FileColumns:
   """The columns a fine-tuning config names (config.text_columns, config.label_column), and a
   GLUE task's own column names to try first when it names none."""
   names = tuple(n.strip() for n in (c.get('text_columns') or '').split(',') if n.strip())
-  task_text = (task.text_keys if task is not None and task.kind in (CLASSIFICATION, REGRESSION)
-               else ())
-  return FileColumns(names, c.get('label_column') or 'label', tuple(task_text))
+  task_text = ()
+  if task is not None and task.kind in (CLASSIFICATION, REGRESSION) and task.text_keys:
+    task_text = tuple(t for t in (task.text_keys, task.glue_tsv_text_keys) if t)
+  return FileColumns(names, c.get('label_column') or 'label', task_text)
 
 
 def _columns(rows, path, need_label: bool = True,
              columns: FileColumns = FileColumns()) -> tuple[str, str | None]:
   present = set().union(*rows)  # JSON Lines records need not all hold every field.
-  named = columns.text or (columns.task_text if set(columns.task_text) <= present else ())
+  named = columns.text or next((t for t in columns.task_text if set(t) <= present), ())
   if named:
     text_a, text_b = named[0], (named[1:] or [None])[0]
     missing = [name for name in named if name not in present]
   else:
     text_a = 'text' if 'text' in present else 'text_a' if 'text_a' in present else None
     text_b = 'text_b' if 'text_b' in present else None
-    own = f" (or the task's {', '.join(columns.task_text)})" if columns.task_text else ''
+    own = (f" (or the task's {' or '.join(', '.join(t) for t in columns.task_text)})"
+           if columns.task_text else '')
     missing = [] if text_a else [f'text (or text_a){own}']
   if need_label and columns.label not in present:
     missing.append(columns.label)
@@ -414,11 +423,11 @@ def named_files_task(label_names: tuple) -> Task:
                              metric_names=metrics)
 
 
-def _is_float(x: str) -> bool:
+def _is_float(x: str | None) -> bool:
   try:
     float(x)
     return True
-  except ValueError:
+  except (TypeError, ValueError):
     return False
 
 
@@ -429,12 +438,19 @@ def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0
   if not rows:
     raise UserError(f"file '{path}' has no examples")
   text_a, text_b = _columns(rows, path, need_label, columns)
-  # A file to predict may have a label column without values (the Hub's test splits: -1).
-  labelled = need_label or any(row.get(columns.label) is not None for row in rows)
+
+  def raw_label(row):
+    # The Hub's GLUE test splits mark no label -1 (a ClassLabel's reads as None already; STS-B's
+    # scores, 0 to 5, are floats: -1.0).
+    raw = row.get(columns.label)
+    return None if task.glue_test_files and _is_float(raw) and float(raw) == -1 else raw
+
+  # A file to predict may have a label column without values.
+  labelled = need_label or any(raw_label(row) is not None for row in rows)
   index = {name: i for i, name in enumerate(task.label_names)}
   examples = []
   for n, row in enumerate(rows[:_limit(max_examples, len(rows))], 1):
-    raw = row.get(columns.label)
+    raw = raw_label(row)
     if labelled and raw is None:
       raise UserError(f"file '{path}' example {n} has no label value")
     if row.get(text_a) is None:
