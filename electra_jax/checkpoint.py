@@ -83,12 +83,22 @@ def directory_of(workdir: str) -> str:
   return paths.join(paths.absolute(workdir), SUBDIR)
 
 
+def _scan(directory: str) -> tuple[list[int], list[str]]:
+  """A Checkpointer directory's complete steps, and the paths of the saves that did not finish:
+  temporary directories, or on an object store step directories without their commit file."""
+  names = paths.listdir(directory)
+  steps = [n for n in names if n.isdigit()]
+  if paths.is_remote(directory):
+    complete = [n for n in steps if paths.exists(paths.join(directory, n, COMMIT_FILE))]
+    unfinished = [n for n in steps if n not in complete]
+  else:
+    complete, unfinished = steps, [n for n in names if TMP_MARKER in n]
+  return sorted(int(n) for n in complete), [paths.join(directory, n) for n in unfinished]
+
+
 def complete_steps(directory: str) -> list[int]:
   """The steps a Checkpointer directory holds complete, read without opening a manager."""
-  names = [n for n in paths.listdir(directory) if n.isdigit()]
-  if paths.is_remote(directory):
-    names = [n for n in names if paths.exists(paths.join(directory, n, COMMIT_FILE))]
-  return sorted(int(n) for n in names)
+  return _scan(directory)[0]
 
 
 def has_steps(workdir: str) -> bool:
@@ -107,7 +117,7 @@ class Checkpointer:
                read_only: bool = False):
     self.directory = paths.absolute(directory)
     if not read_only:
-      for tmp in self._half_written():
+      for tmp in _scan(self.directory)[1]:
         _warn(f'ignoring half-written checkpoint {tmp} (a save was interrupted); Orbax '
               'removes it')
     policy = ocp.checkpoint_managers.LatestN(n=keep)
@@ -124,17 +134,6 @@ class Checkpointer:
     finally:
       absl_logger.removeFilter(notices)
     self._closed = False
-
-  def _half_written(self) -> list[str]:
-    """Steps a save did not finish: temporary directories, or on an object store step
-    directories without their commit file."""
-    directory = paths.get(self.directory)
-    if not directory.is_dir():
-      return []
-    if paths.is_remote(self.directory):
-      return sorted(str(p) for p in directory.iterdir()
-                    if p.name.isdigit() and not (p / COMMIT_FILE).exists())
-    return sorted(str(p) for p in directory.glob(f'*{TMP_MARKER}*'))
 
   def step_path(self, step: int) -> str:
     return paths.join(self.directory, str(step))
