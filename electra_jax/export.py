@@ -7,7 +7,8 @@ Writes what `transformers.ElectraForPreTraining.from_pretrained(DIR)` (and
 `ElectraForMaskedLM` for the generator) loads: config.json, model.safetensors and tokenizer
 files that `AutoTokenizer.from_pretrained(DIR)` reads offline. A fine-tuning workdir's
 classifier (or regressor) becomes an `ElectraForSequenceClassification` directory, a tagger an
-`ElectraForTokenClassification` one. The way in, from transformers weights to a run, is
+`ElectraForTokenClassification` one, a SQuAD run with span_head='bert' an
+`ElectraForQuestionAnswering` one. The way in, from transformers weights to a run, is
 `train --config.init_from=HF_DIR` (init_from.py). The conversions live in electra_jax/hf/.
 """
 import os
@@ -131,10 +132,11 @@ def export_workdir(workdir: str, output: str, what: str = 'discriminator',
 def export_finetuned(workdir: str, output: str, seed: int | None = None,
                      overwrite: bool = False) -> dict:
   """Writes a fine-tuning run's best epoch (of its best seed, or `seed`) as an
-  ElectraForSequenceClassification (a tagger: ElectraForTokenClassification) directory with its
-  tokenizer; returns a summary."""
+  ElectraForSequenceClassification (a tagger: ElectraForTokenClassification; SQuAD:
+  ElectraForQuestionAnswering) directory with its tokenizer; returns a summary."""
   run = saved_run.load(workdir)
-  hf_classifier.check_exportable(run.task, run.model_config, run.config.classifier_pooling)
+  hf_classifier.check_exportable(run.task, run.model_config, run.config.classifier_pooling,
+                                 run.config.span_head)
   output = _check_output(output, overwrite)
   seed = run.best_seed() if seed is None else seed
   params, step = run.read_params(seed)

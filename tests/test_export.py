@@ -314,8 +314,11 @@ def test_heads_transformers_cannot_hold_are_refused_with_the_reason():
   cfg = model_lib.ModelConfig.from_config(config_lib.resolve(tiny_config()))
   sst2 = tasks.get_task('sst2')
   classifier.check_exportable(sst2, cfg, 'cls')
-  with pytest.raises(UserError, match='SQuAD span head .* has no transformers class'):
-    classifier.check_exportable(tasks.get_task('squad_v2'), cfg, 'cls')
+  with pytest.raises(UserError, match=r"config.span_head='xlnet': this SQuAD head .* has no "
+                                      r'transformers class; fine-tune with --config.span_head='
+                                      r'bert'):
+    classifier.check_exportable(tasks.get_task('squad_v2'), cfg, 'cls', 'xlnet')
+  classifier.check_exportable(tasks.get_task('squad_v2'), cfg, 'cls', 'bert')
   with pytest.raises(UserError, match="classifier_pooling='mean'"):
     classifier.check_exportable(sst2, cfg, 'mean')
   with pytest.raises(UserError, match='relative_attention_span=8'):

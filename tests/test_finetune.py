@@ -1,7 +1,7 @@
 """Fine-tuning: tasks and files, TFDS GLUE/SQuAD adapters, LLRD, SQuAD head and decoding,
 initialisation from a pretraining workdir, and the CLI end to end on a tiny model."""
-import dataclasses
 import csv
+import dataclasses
 import gzip
 import json
 import os
@@ -458,8 +458,9 @@ def test_the_official_span_head_is_the_official_releases(tokenizer):
         xlnet, span_only + (0.5 * window if task.name == 'squad_v2' else 0.0), rtol=1e-5)
   assert spans.NULL_THRESHOLDS['official'] == pytest.approx(1 / (1 + np.exp(-2.75)))
   from electra_jax.finetune import settings  # pylint: disable=import-outside-toplevel
-  with pytest.raises(UserError, match="config.span_head='bert' is not one of xlnet, official"):
-    settings.resolve(ft_config(span_head='bert'), tasks.get_task('squad_v2'), 256)
+  with pytest.raises(UserError,
+                     match="config.span_head='albert' is not one of xlnet, official, bert"):
+    settings.resolve(ft_config(span_head='albert'), tasks.get_task('squad_v2'), 256)
   from configs.finetune import official  # pylint: disable=import-outside-toplevel
   assert official.get_config().span_head == 'official'
 
@@ -1156,6 +1157,61 @@ def test_squad_v2_end_to_end_on_tfds_mock_data(tmp_path, span_head):
   with open(tmp_path / 'out' / 'squad_v2_validation_predictions.json', encoding='utf-8') as f:
     answers = json.load(f)
   assert list(answers) == [e['id'] for e in parts[0].examples]
+  if span_head != 'bert':
+    return
+  # The 'bert' head exports as transformers' ElectraForQuestionAnswering: its start and end
+  # logits are ours wherever a span may start or end.
+  transformers = pytest.importorskip('transformers')
+  import torch  # pylint: disable=import-outside-toplevel
+  from electra_jax import export  # pylint: disable=import-outside-toplevel
+  summary = export.export_finetuned(str(tmp_path / 'ft'), str(tmp_path / 'hf'))
+  assert summary['what'] == 'ElectraForQuestionAnswering'
+  hf_model = transformers.ElectraForQuestionAnswering.from_pretrained(str(tmp_path / 'hf'))
+  feats = predictions.Predictor(run, 0, 8).features(parts[0])
+  batch = {k: feats[k][:8] for k in ('input_ids', 'segment_ids', 'input_mask', 'context_mask',
+                                     'start_position')}
+  model = loop.make_model(run.task, run.model_config, span_head='bert')
+  start, end, _ = model.apply({'params': run.read_params(0)[0]}, batch)
+  with torch.no_grad():
+    theirs = hf_model.eval()(input_ids=torch.tensor(batch['input_ids']),
+                             token_type_ids=torch.tensor(batch['segment_ids']),
+                             attention_mask=torch.tensor(batch['input_mask']))
+  allowed = np.asarray(heads.span_positions(batch['context_mask']))
+  np.testing.assert_allclose(theirs.start_logits.numpy()[allowed], np.asarray(start)[allowed],
+                             atol=1e-4)
+  np.testing.assert_allclose(theirs.end_logits.numpy()[allowed], np.asarray(end)[allowed],
+                             atol=1e-4)
+  # Its tokenizer makes our window's inputs from the question and the context.
+  example = parts[0].examples[0]
+  tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / 'hf'))
+  ids = tok(example['question'], example['context'])['input_ids']
+  assert len(ids) <= 64 and ids == feats['input_ids'][0][:len(ids)].tolist()  # One window.
+
+
+def test_the_bert_span_heads_no_answer_is_the_best_span_against_cls_as_bert_scores_it():
+  """LinearSpanHead.beam's answerability logit is BERT's null-score difference: the best
+  valid span's start + end logit (a start in the context, end >= start, at most
+  max_answer_length tokens) minus [CLS]'s start + end logit; found by brute force here."""
+  head = heads.LinearSpanHead()
+  rng = np.random.default_rng(0)
+  hidden = jnp.asarray(rng.normal(size=(3, 12, 8)), jnp.float32)
+  context_mask = np.zeros((3, 12), np.int32)
+  context_mask[:, 4:11] = 1
+  context_mask[2, 9:] = 0
+  params = head.init(jax.random.key(0), hidden, context_mask, None)
+  start, end, answerable = head.apply(params, hidden, context_mask, None)
+  assert answerable is None
+  _, start_index, _, end_index, logit = head.apply(params, hidden, context_mask, 12, 3,
+                                                   method=head.beam)
+  start, end = np.asarray(start), np.asarray(end)
+  for b in range(3):
+    allowed = [i for i in range(12) if context_mask[b, i]]
+    best = max(start[b, i] + end[b, j] for i in allowed for j in allowed if 0 <= j - i < 3)
+    assert float(logit[b]) == pytest.approx(best - start[b, 0] - end[b, 0], abs=1e-4)
+    assert set(np.asarray(start_index[b])[:len(allowed) + 1].tolist()) == set(allowed) | {0}
+    for s, ends in zip(np.asarray(start_index[b]).tolist(), np.asarray(end_index[b])):
+      if s in allowed:  # Its best end: in the context, at most 3 tokens on.
+        assert s <= ends[0] < s + 3 and ends[0] in allowed
 
 
 def test_export_of_a_finetuned_run_is_a_transformers_classifier_that_predicts_as_we_do(

@@ -133,12 +133,15 @@ def get_config():
   c.max_answer_length = 30
   # Top-k starts, and top-k ends for each, searched at inference.
   c.beam_size = 20
-  # Weight of the answerability loss (SQuAD 2.0; paper: 0.5).
+  # Weight of the answerability loss (SQuAD 2.0; paper: 0.5; the 'bert' head has none).
   c.answerable_weight = 0.5
   # The span head: 'xlnet' (hidden_size-wide tanh layers, a LayerNorm before the end logit,
-  # answerability per window, SQuAD 2.0 only, no answer below probability 0.5) or 'official'
+  # answerability per window, SQuAD 2.0 only, no answer below probability 0.5), 'official'
   # (the official release's: 512-wide GELU layers, answerability per question on every window,
-  # trained for SQuAD 1.1 too, no answer where its logit is below 2.75).
+  # trained for SQuAD 1.1 too, no answer where its logit is below 2.75) or 'bert' (one linear
+  # layer, start and end independent, no answer where no window's best span outscores its
+  # [CLS]: transformers' ElectraForQuestionAnswering, the one python -m electra_jax.export
+  # writes).
   c.span_head = 'xlnet'
 
   # --- Tagging ------------------------------------------------------------------------------

@@ -78,9 +78,10 @@ def span_positions(context_mask):
   return (context_mask > 0) | (jnp.arange(context_mask.shape[-1]) == 0)
 
 
-# The span head's layers: 'xlnet' (hidden_size wide, tanh, a LayerNorm before the end logit)
-# or 'official' (the official release's qa_tasks.py: 512 wide, GELU, no LayerNorm).
-SPAN_HEADS = ('xlnet', 'official')
+# The span head: 'xlnet' (hidden_size wide, tanh, a LayerNorm before the end logit), 'official'
+# (the official release's qa_tasks.py: 512 wide, GELU, no LayerNorm), or 'bert' (one linear
+# layer: transformers' ElectraForQuestionAnswering, which export writes).
+SPAN_HEADS = ('xlnet', 'official', 'bert')
 OFFICIAL_QA_WIDTH = 512
 
 
@@ -152,6 +153,45 @@ class SpanHead(nn.Module):
     return start_top, start_index, end_top, end_index, self.answerable_logit(hidden, start)
 
 
+class LinearSpanHead(nn.Module):
+  """BERT's SQuAD head, transformers' ElectraForQuestionAnswering: one linear layer gives every
+  position a start and an end logit, independently; a window without the answer targets [CLS]
+  as both. SQuAD 2.0: a window answers where its best span outscores [CLS] as start and end
+  (BERT's null_score_diff_threshold 0), which `beam` returns as the answerability logit."""
+  dtype: Any = jnp.float32
+  head_init: str = 'normal'
+
+  def setup(self):
+    self.output = _dense(2, self.dtype, 'output', self.head_init)
+
+  def logits(self, hidden, context_mask):
+    """Start and end logits [B, S] float32; outside span_positions a large negative value."""
+    both = self.output(hidden).astype(jnp.float32)
+    both = jnp.where(span_positions(context_mask)[..., None], both, -1e9)
+    return both[..., 0], both[..., 1]
+
+  def __call__(self, hidden, context_mask, start_index):
+    """Training form: start and end logits [B, S]; no answerability output (None)."""
+    del start_index
+    return (*self.logits(hidden, context_mask), None)
+
+  def beam(self, hidden, context_mask, beam_size: int, max_answer_length: int):
+    """SpanHead.beam's outputs: the end's log-probabilities do not depend on the start; the
+    answerability logit is the best span's score (a start in the context) minus [CLS]'s, in
+    log-probabilities, where each window's normalisers cancel: BERT's difference of logits."""
+    start, end = self.logits(hidden, context_mask)
+    start_lp, end_lp = jax.nn.log_softmax(start, axis=-1), jax.nn.log_softmax(end, axis=-1)
+    k = min(beam_size, start.shape[-1])
+    start_top, start_index = jax.lax.top_k(start_lp, k)
+    positions = jnp.arange(end.shape[-1])
+    valid = ((positions[None, None] >= start_index[..., None])
+             & (positions[None, None] < start_index[..., None] + max_answer_length))
+    end_top, end_index = jax.lax.top_k(jnp.where(valid, end_lp[:, None], -1e9), k)
+    spans = jnp.where(start_index[..., None] > 0, start_top[..., None] + end_top, -1e9)
+    null = start_lp[:, 0] + end_lp[:, 0]
+    return start_top, start_index, end_top, end_index, jnp.max(spans, axis=(1, 2)) - null
+
+
 class FinetuneModel(nn.Module):
   """The discriminator encoder plus one task head."""
   cfg: model_lib.ModelConfig
@@ -170,7 +210,7 @@ class FinetuneModel(nn.Module):
     """Classification/regression logits [B, C], tag logits [B, S, C], or the span head's
     training outputs."""
     hidden = self.hidden(batch, deterministic)
-    if isinstance(self.head, SpanHead):
+    if isinstance(self.head, (SpanHead, LinearSpanHead)):
       return self.head(hidden, batch['context_mask'], batch['start_position'])
     return self.head(hidden, batch['input_mask'], deterministic)
 

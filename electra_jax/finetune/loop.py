@@ -232,7 +232,9 @@ def score(task, c, eval_set: EvalSet, outputs: dict, decoded=None) -> dict:
 
 def make_model(task, model_config, pooling: str = 'cls', head_init: str = 'normal',
                span_head: str = 'xlnet') -> heads.FinetuneModel:
-  if task.kind == tasks_lib.SPAN:
+  if task.kind == tasks_lib.SPAN and span_head == 'bert':
+    head = heads.LinearSpanHead(model_config.dtype, head_init)
+  elif task.kind == tasks_lib.SPAN:
     head = heads.SpanHead(model_config.hidden_size, model_config.dtype, head_init, span_head)
   elif task.kind == tasks_lib.TAGGING:
     head = heads.TokenHead(task.num_outputs, model_config.dropout_rate, model_config.dtype,

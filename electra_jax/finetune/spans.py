@@ -6,8 +6,9 @@ import numpy as np
 
 # SQuAD 2.0: a question is unanswerable when its most confident window's answerability
 # probability is below this: 0.5 for the 'xlnet' head; for the 'official' one the official
-# release's qa_na_threshold, an is-impossible logit of -2.75 (probability sigmoid(2.75)).
-NULL_THRESHOLDS = {'xlnet': 0.5, 'official': 1 / (1 + math.exp(-2.75))}
+# release's qa_na_threshold, an is-impossible logit of -2.75 (probability sigmoid(2.75)); for
+# 'bert' 0.5: the best span outscores [CLS] (its "logit" is their difference).
+NULL_THRESHOLDS = {'xlnet': 0.5, 'official': 1 / (1 + math.exp(-2.75)), 'bert': 0.5}
 
 
 def best_spans(features: dict, outputs: dict, examples: list[dict],

@@ -7,7 +7,8 @@ target;
 SQuAD: (start CE + end CE) / 2 on every window (one without the answer targets [CLS], as in the
 official code), plus answerable_weight times the answerability sigmoid cross-entropy: SQuAD 2.0
 with the 'xlnet' span head (label: this window holds the answer), SQuAD 1.1 and 2.0 with the
-'official' one (label: the question has an answer, on all its windows, as qa_tasks.py).
+'official' one (label: the question has an answer, on all its windows, as qa_tasks.py); the
+'bert' head has no answerability output ([CLS] as start and end is its no-answer).
 """
 import dataclasses
 from typing import Any
@@ -32,6 +33,8 @@ def per_example_loss(task, outputs, batch, answerable_weight: float, span_head: 
   start, end, answerable = outputs
   loss = 0.5 * (optax.softmax_cross_entropy_with_integer_labels(start, batch['start_position'])
                 + optax.softmax_cross_entropy_with_integer_labels(end, batch['end_position']))
+  if span_head == 'bert':
+    return loss
   if span_head == 'official':
     has_answer = batch['question_answerable'].astype(jnp.float32)
   elif tasks_lib.is_squad_v2(task):

@@ -1,5 +1,6 @@
 """A fine-tuned classifier or regressor as transformers' ElectraForSequenceClassification, a
-tagger as its ElectraForTokenClassification (the same head as ours: one linear layer).
+tagger as its ElectraForTokenClassification and a SQuAD run with span_head='bert' as its
+ElectraForQuestionAnswering (the same heads as ours: one linear layer).
 
 Our head is one linear layer on the [CLS] state (the official release's); transformers' is
 out_proj(gelu(dense(x))). GELU's identity gelu(u) - gelu(-u) = u makes ours exactly one of
@@ -20,19 +21,23 @@ from electra_jax.hf import configs
 from electra_jax.hf import weights
 
 SEQUENCE, TOKEN = 'ElectraForSequenceClassification', 'ElectraForTokenClassification'
+QUESTION_ANSWERING = 'ElectraForQuestionAnswering'
 
 
 def architecture(task) -> str:
+  if task.kind == tasks_lib.SPAN:
+    return QUESTION_ANSWERING
   return TOKEN if task.kind == tasks_lib.TAGGING else SEQUENCE
 
 
-def check_exportable(task, model_config, pooling: str):
-  """A UserError naming what transformers' classification head cannot hold."""
-  if task.kind == tasks_lib.SPAN:
-    raise UserError(f"task {task.name!r}: the SQuAD span head (start, end given the start, "
-                    "answerability) has no transformers class; use python -m "
-                    'electra_jax.predict --workdir=FT_DIR for its answers')
-  if task.kind != tasks_lib.TAGGING and pooling != 'cls':
+def check_exportable(task, model_config, pooling: str, span_head: str | None = None):
+  """A UserError naming what transformers' heads cannot hold."""
+  if task.kind == tasks_lib.SPAN and span_head != 'bert':
+    raise UserError(f"config.span_head={span_head!r}: this SQuAD head (end given the start, "
+                    "answerability) has no transformers class; fine-tune with "
+                    "--config.span_head=bert (transformers' ElectraForQuestionAnswering) to "
+                    'export, or use python -m electra_jax.predict --workdir=FT_DIR for answers')
+  if task.kind not in (tasks_lib.TAGGING, tasks_lib.SPAN) and pooling != 'cls':
     raise UserError(f"config.classifier_pooling={pooling!r}: transformers' ELECTRA classifier "
                     "reads the [CLS] state only; fine-tune with classifier_pooling='cls' to "
                     'export')
@@ -40,7 +45,8 @@ def check_exportable(task, model_config, pooling: str):
     raise UserError(f'relative_attention_span={model_config.relative_attention_span}: '
                     "transformers' ELECTRA has no relative attention bias, so this network "
                     'cannot be exported; use python -m electra_jax.predict --workdir=FT_DIR')
-  if task.kind != tasks_lib.TAGGING and 2 * task.num_outputs > model_config.hidden_size:
+  if (task.kind in (tasks_lib.CLASSIFICATION, tasks_lib.REGRESSION)
+      and 2 * task.num_outputs > model_config.hidden_size):
     raise UserError(f'{task.num_outputs} classes need a hidden size of at least '
                     f'{2 * task.num_outputs} to export (transformers\' head holds ours in '
                     f'pairs of units); this network has {model_config.hidden_size}')
@@ -53,8 +59,9 @@ def state_dict(params, model_config, task) -> dict[str, np.ndarray]:
                                with_head=False)
   kernel = np.asarray(params['head']['output']['kernel'], np.float32)  # [H, C]
   bias = np.asarray(params['head']['output']['bias'], np.float32)      # [C]
-  if task.kind == tasks_lib.TAGGING:
-    state.update({'classifier.weight': np.ascontiguousarray(kernel.T), 'classifier.bias': bias})
+  if task.kind in (tasks_lib.TAGGING, tasks_lib.SPAN):  # SQuAD: columns start, end.
+    name = 'qa_outputs' if task.kind == tasks_lib.SPAN else 'classifier'
+    state.update({f'{name}.weight': np.ascontiguousarray(kernel.T), f'{name}.bias': bias})
     return state
   hidden, classes = kernel.shape
   dense_w = np.zeros((hidden, hidden), np.float32)  # torch Linear: [out, in]
@@ -75,6 +82,9 @@ def config_dict(model_config, task, dropout_rate: float, pad_token_id: int) -> d
   hf = configs.hf_config_dict(model_config, 'discriminator', pad_token_id)
   hf.update(architectures=[architecture(task)], classifier_dropout=dropout_rate,
             finetuning_task=task.name)
+  if task.kind == tasks_lib.SPAN:
+    hf['num_labels'] = 2  # qa_outputs: start and end.
+    return hf
   names = task.label_names or ('LABEL_0',)  # A regression's one output.
   hf.update(id2label={str(i): name for i, name in enumerate(names)},
             label2id={name: i for i, name in enumerate(names)})
