@@ -210,8 +210,61 @@ def test_a_glue_task_reads_its_own_files_by_its_column_names(tmp_path, tokenizer
       dict(text_a='Emma went on foot.', text_b='Emma walked.', label=1, index=0)])
   np.testing.assert_array_equal(data.train['input_ids'][2], swapped['input_ids'][0])
   with pytest.raises(UserError, match=r"config.task=mrpc needs --config.eval_file=PATH \(.*with "
-                                      r"the task's columns \(sentence1, sentence2\) and label\)"):
+                                      r"the task's columns \(sentence1, sentence2 or #1 String, "
+                                      r"#2 String\) and label \(or Quality\)\)"):
     loop.load_data(ft_config(task='mrpc', train_file=str(tmp_path / 'train.parquet')), mrpc,
+                   tokenizer)
+
+
+def test_glue_data_tsvs_read_as_the_official_code_reads_them(tmp_path, tokenizer):
+  """GLUE's own TSVs (glue_data/, the official code's input): CoLA's train/dev without a header
+  row, MRPC's Quality/#1 String/#2 String, QQP's is_duplicate, STS-B's score, MNLI's
+  sentence1/sentence2/gold_label; their test files as leaderboard parts, keyed by their ids."""
+  from electra_jax.finetune import predictions, saved_run  # pylint: disable=import-outside-toplevel
+  layouts = {
+      'cola': ('gj04\t1\t\tOur friends will buy it.\ngj04\t0\t*\tThey drank the pub.\n',
+               'index\tsentence\n0\tBill left.\n',
+               [('Our friends will buy it.', None, 1), ('They drank the pub.', None, 0)]),
+      'mrpc': ('Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t7\t8\tEmma ran.\tEmma hurried.\n',
+               'index\t#1 ID\t#2 ID\t#1 String\t#2 String\n0\t1\t2\tA.\tB.\n',
+               [('Emma ran.', 'Emma hurried.', 1)]),
+      'qqp': ('id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n5\t1\t2\tWho?\tWhom?\t0\n',
+              'id\tquestion1\tquestion2\n0\tWhy?\tHow?\n', [('Who?', 'Whom?', 0)]),
+      'stsb': ('index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t'
+               'sentence2\tscore\n0\tm\tf\t2012\t1\ts\ts\tA cat.\tA dog.\t2.500\n',
+               'index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t'
+               'sentence2\n0\tm\tf\t2012\t1\ts\ts\tA.\tB.\n', [('A cat.', 'A dog.', 0.5)]),
+      'mnli': ('index\tpromptID\tpairID\tgenre\tsentence1\tsentence2\tlabel1\tgold_label\n'
+               '0\t1\t1n\tfiction\tShe read.\tShe slept.\tneutral\tneutral\n',
+               'index\tpromptID\tpairID\tgenre\tsentence1\tsentence2\n3\t1\t1n\tf\tA.\tB.\n',
+               [('She read.', 'She slept.', 1)]),
+  }
+  for name, (train, test, want) in layouts.items():
+    (tmp_path / f'{name}_train.tsv').write_text(train)
+    (tmp_path / f'{name}_test.tsv').write_text(test)
+    task = tasks.get_task(name)
+    c = ft_config(task=name, train_file=str(tmp_path / f'{name}_train.tsv'),
+                  eval_file=str(tmp_path / f'{name}_train.tsv'))
+    data = loop.load_data(c, task, tokenizer)
+    assert [(e['text_a'], e['text_b'], e['label']) for e in data.evals[0].examples] == want, name
+    run = saved_run.FinetunedRun(workdir='', config=c, task=task, model_config=None,
+                                 network=None, tokenizer=tokenizer, runs=[])
+    spec = str(tmp_path / f'{name}_test.tsv')
+    part = predictions.glue_test_part(run, f'MNLI-m={spec}' if name == 'mnli' else spec)
+    assert not part.labelled and len(part.examples) == 1, name
+    assert part.examples[0]['index'] == (3 if name == 'mnli' else 0)
+  # A CoLA file with a header is read by it; a named label column is not second-guessed.
+  (tmp_path / 'cola_header.tsv').write_text('sentence\tlabel\tx\ty\nBill left.\t1\t\t\n')
+  assert tasks.read_rows(str(tmp_path / 'cola_header.tsv'),
+                         tasks.TASKS['cola'].glue_tsv_headerless)[0]['sentence'] == 'Bill left.'
+  with pytest.raises(UserError, match=r"lacks column\(s\) gold \(has"):
+    loop.load_data(ft_config(task='mnli', label_column='gold',
+                             train_file=str(tmp_path / 'mnli_train.tsv'),
+                             eval_file=str(tmp_path / 'mnli_train.tsv')), tasks.TASKS['mnli'],
+                   tokenizer)
+  with pytest.raises(UserError, match=r"lacks column\(s\) label \(or score\)"):
+    loop.load_data(ft_config(task='stsb', train_file=str(tmp_path / 'stsb_test.tsv'),
+                             eval_file=str(tmp_path / 'stsb_test.tsv')), tasks.TASKS['stsb'],
                    tokenizer)
 
 

@@ -80,7 +80,8 @@ def _file_formats(task) -> str:
   if task.kind == tasks_lib.SPAN:
     return 'SQuAD-format JSON, as the official train-v2.0.json and dev-v2.0.json'
   names = ' or '.join(', '.join(keys) for keys in (task.text_keys, task.glue_tsv_text_keys) if keys)
-  return f"{tasks_lib.FILE_FORMATS} with the task's columns ({names}) and label"
+  label = f'label (or {task.glue_tsv_label})' if task.glue_tsv_label else 'label'
+  return f"{tasks_lib.FILE_FORMATS} with the task's columns ({names}) and {label}"
 
 
 def load_data(c, task, tokenizer) -> Data:
@@ -106,8 +107,8 @@ def load_data(c, task, tokenizer) -> Data:
                       'is_impossible); evaluation needs them all answered')
     evals = [('', examples[:c.max_eval_examples or None])]
   elif from_files:  # Your files, or a GLUE task's own copies (GLUE's, the Hub's).
-    train_rows = tasks_lib.read_rows(c.train_file)
-    eval_rows = tasks_lib.read_rows(c.eval_file)
+    train_rows = tasks_lib.read_rows(c.train_file, task.glue_tsv_headerless)
+    eval_rows = tasks_lib.read_rows(c.eval_file, task.glue_tsv_headerless)
     columns = tasks_lib.file_columns(c, task)
     if task.name == 'files':
       task = tasks_lib.files_task(train_rows, c.label_type, c.train_file, columns)

@@ -93,7 +93,7 @@ def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0)
 
 def _file_examples(run: saved_run_lib.FinetunedRun, path: str, max_examples: int):
   """A classification or regression file's rows and examples (the run's columns)."""
-  rows = tasks_lib.read_rows(path)
+  rows = tasks_lib.read_rows(path, run.task.glue_tsv_headerless)
   return rows, tasks_lib.file_examples(run.task, rows, path, max_examples, need_label=False,
                                        columns=tasks_lib.file_columns(run.config, run.task))
 

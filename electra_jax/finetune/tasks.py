@@ -12,6 +12,7 @@ without label values).
 import csv
 import dataclasses
 import io
+import itertools
 import json
 import re
 
@@ -44,8 +45,12 @@ class Task:
   glue_test_files: tuple = ()
   # The leaderboard's file holds class names (MNLI, QNLI, RTE, AX), else class ids.
   glue_text_labels: bool = False
-  # GLUE's own TSVs' names of text_keys where they differ (MNLI's and AX's: sentence1, sentence2).
+  # GLUE's own TSVs (glue_data/, as the official code reads them) where they differ from the
+  # Hub's files: the text columns (MNLI's: sentence1, sentence2), the label column (MNLI's
+  # gold_label), and the columns of a TSV without a header row (CoLA's train and dev).
   glue_tsv_text_keys: tuple = ()
+  glue_tsv_label: str | None = None
+  glue_tsv_headerless: tuple = ()
 
   @property
   def num_outputs(self) -> int:
@@ -92,21 +97,23 @@ def _conll(name, tag_key, tag_names, spans=True):
 # GLUE's F1 is reported beside accuracy for MRPC and QQP.
 TASKS = {t.name: t for t in [
     _glue('cola', 'CoLA', ('sentence',), ('unacceptable', 'acceptable'), main='mcc',
-          metrics=('mcc', 'accuracy')),
+          metrics=('mcc', 'accuracy'),
+          glue_tsv_headerless=('source', 'label', 'original_mark', 'sentence')),
     _glue('sst2', 'SST-2', ('sentence',), ('negative', 'positive')),
     _glue('mrpc', 'MRPC', ('sentence1', 'sentence2'), ('not_equivalent', 'equivalent'),
-          metrics=('accuracy', 'f1'), unordered_pair=True),
+          metrics=('accuracy', 'f1'), unordered_pair=True,
+          glue_tsv_text_keys=('#1 String', '#2 String'), glue_tsv_label='Quality'),
     _glue('qqp', 'QQP', ('question1', 'question2'), ('not_duplicate', 'duplicate'),
-          metrics=('accuracy', 'f1')),
+          metrics=('accuracy', 'f1'), glue_tsv_label='is_duplicate'),
     _glue('stsb', 'STS-B', ('sentence1', 'sentence2'), (), main='spearman', epochs=10,
-          label_scale=5.0, unordered_pair=True),
+          label_scale=5.0, unordered_pair=True, glue_tsv_label='score'),
     # The diagnostic set AX is labelled by the MNLI classifier.
     _glue('mnli', 'MNLI', ('premise', 'hypothesis'), ('entailment', 'neutral', 'contradiction'),
           eval_splits=(('validation_matched', ''), ('validation_mismatched', 'mismatched_')),
           glue_test_files=(('glue/mnli', 'test_matched', 'MNLI-m'),
                            ('glue/mnli', 'test_mismatched', 'MNLI-mm'),
                            ('glue/ax', 'test', 'AX')), glue_text_labels=True,
-          glue_tsv_text_keys=('sentence1', 'sentence2')),
+          glue_tsv_text_keys=('sentence1', 'sentence2'), glue_tsv_label='gold_label'),
     _glue('qnli', 'QNLI', ('question', 'sentence'), ('entailment', 'not_entailment'),
           glue_text_labels=True),
     _glue('rte', 'RTE', ('sentence1', 'sentence2'), ('entailment', 'not_entailment'), epochs=10,
@@ -278,10 +285,11 @@ def _cell(value) -> str | None:
   return json.dumps(value, default=str)
 
 
-def read_rows(path: str) -> list[dict]:
+def read_rows(path: str, fieldnames: tuple = ()) -> list[dict]:
   """Rows of a CSV/TSV (header row required), JSON Lines (.gz, .zst too), Parquet or Arrow file
   (the Hugging Face Hub's datasets, `datasets`' save_to_disk) as dicts of strings (None where a
-  value is missing)."""
+  value is missing). `fieldnames`: a CSV/TSV's columns where it may lack its header row (CoLA's
+  GLUE TSVs): a first line of as many fields, none of them one of these names, is a row."""
   resolved = paths.resolve(path)
   if not paths.is_file(resolved):
     raise UserError(f"file '{path}' not found; pass an existing {FILE_FORMATS} file")
@@ -292,9 +300,15 @@ def read_rows(path: str) -> list[dict]:
     if delimiter is None:
       raise UserError(f"file '{path}' is not .csv, .tsv, JSON Lines (.jsonl, .ndjson, .json; "
                       '.gz, .zst), .parquet or .arrow; rename it or convert it')
+    quoting = csv.QUOTE_MINIMAL if delimiter == ',' else csv.QUOTE_NONE
     with io.TextIOWrapper(paths.open_binary(resolved), encoding='utf-8', newline='') as f:
-      return list(csv.DictReader(f, delimiter=delimiter, quoting=csv.QUOTE_MINIMAL
-                                 if delimiter == ',' else csv.QUOTE_NONE))
+      first = f.readline()
+      header = next(csv.reader([first], delimiter=delimiter, quoting=quoting), [])
+      headerless = bool(fieldnames) and (len(header) == len(fieldnames)
+                                     and not set(header) & set(fieldnames))
+      return list(csv.DictReader(itertools.chain([first], f),
+                                 fieldnames=list(fieldnames) if headerless else None,
+                                 delimiter=delimiter, quoting=quoting))
   return [{k: _cell(v) for k, v in record.items()} for record in records]
 
 
@@ -354,20 +368,25 @@ class FileColumns:
   # A GLUE task's own names, each a choice: (('sentence1', 'sentence2'),); MNLI's: the Hub's
   # and TFDS's (premise, hypothesis), then GLUE's TSVs' (sentence1, sentence2).
   task_text: tuple = ()
+  # Where `label` (the default label_column) is absent: the GLUE TSVs' (MNLI's gold_label).
+  task_label: str | None = None
 
 
 def file_columns(c, task: Task | None = None) -> FileColumns:
   """The columns a fine-tuning config names (config.text_columns, config.label_column), and a
   GLUE task's own column names to try first when it names none."""
   names = tuple(n.strip() for n in (c.get('text_columns') or '').split(',') if n.strip())
-  task_text = ()
+  task_text, task_label = (), None
   if task is not None and task.kind in (CLASSIFICATION, REGRESSION) and task.text_keys:
     task_text = tuple(t for t in (task.text_keys, task.glue_tsv_text_keys) if t)
-  return FileColumns(names, c.get('label_column') or 'label', task_text)
+    task_label = task.glue_tsv_label if c.get('label_column', 'label') in ('', 'label') else None
+  return FileColumns(names, c.get('label_column') or 'label', task_text, task_label)
 
 
 def _columns(rows, path, need_label: bool = True,
-             columns: FileColumns = FileColumns()) -> tuple[str, str | None]:
+             columns: FileColumns = FileColumns()) -> tuple[str, str | None, str]:
+  """The columns of text_a, text_b (None: no pair) and the label; a UserError naming what
+  the file lacks."""
   present = set().union(*rows)  # JSON Lines records need not all hold every field.
   named = columns.text or next((t for t in columns.task_text if set(t) <= present), ())
   if named:
@@ -379,14 +398,17 @@ def _columns(rows, path, need_label: bool = True,
     own = (f" (or the task's {' or '.join(', '.join(t) for t in columns.task_text)})"
            if columns.task_text else '')
     missing = [] if text_a else [f'text (or text_a){own}']
-  if need_label and columns.label not in present:
-    missing.append(columns.label)
+  label = columns.label
+  if label not in present and columns.task_label in present:
+    label = columns.task_label
+  if need_label and label not in present:
+    missing.append(f'{label} (or {columns.task_label})' if columns.task_label else label)
   if missing:
     raise UserError(f"file '{path}' lacks column(s) {', '.join(missing)} (has "
                     f'{sorted(present)}); name them text or text_a/text_b, and label (CSV/TSV: '
                     'in a header row), or name yours when fine-tuning: --config.text_columns, '
                     '--config.label_column')
-  return text_a, text_b
+  return text_a, text_b, label
 
 
 def files_task(train_rows: list[dict], label_type: str = 'auto',
@@ -394,8 +416,8 @@ def files_task(train_rows: list[dict], label_type: str = 'auto',
   """The files task with its label names (sorted), or regression if the labels are floats."""
   if not train_rows:
     raise UserError(f"file '{path}' has no examples")
-  _columns(train_rows, path, columns=columns)
-  labels = [r.get(columns.label) for r in train_rows]
+  label = _columns(train_rows, path, columns=columns)[2]
+  labels = [r.get(label) for r in train_rows]
   if None in labels:
     raise UserError(f"file '{path}' example {labels.index(None) + 1} has no label value; give "
                     'every training example one')
@@ -437,12 +459,12 @@ def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0
   without a label column gives unlabelled examples (label None; for predictions)."""
   if not rows:
     raise UserError(f"file '{path}' has no examples")
-  text_a, text_b = _columns(rows, path, need_label, columns)
+  text_a, text_b, label_column = _columns(rows, path, need_label, columns)
 
   def raw_label(row):
     # The Hub's GLUE test splits mark no label -1 (a ClassLabel's reads as None already; STS-B's
     # scores, 0 to 5, are floats: -1.0).
-    raw = row.get(columns.label)
+    raw = row.get(label_column)
     return None if task.glue_test_files and _is_float(raw) and float(raw) == -1 else raw
 
   # A file to predict may have a label column without values.
