@@ -257,6 +257,10 @@ def test_glue_data_tsvs_read_as_the_official_code_reads_them(tmp_path, tokenizer
   (tmp_path / 'cola_header.tsv').write_text('sentence\tlabel\tx\ty\nBill left.\t1\t\t\n')
   assert tasks.read_rows(str(tmp_path / 'cola_header.tsv'),
                          tasks.TASKS['cola'].glue_tsv_headerless)[0]['sentence'] == 'Bill left.'
+  (tmp_path / 'four.csv').write_text('id,text,lbl,extra\n1,a,0,x\n')  # Only TSVs lack headers.
+  assert tasks.read_rows(str(tmp_path / 'four.csv'),
+                         tasks.TASKS['cola'].glue_tsv_headerless) == [
+                             dict(id='1', text='a', lbl='0', extra='x')]
   with pytest.raises(UserError, match=r"lacks column\(s\) gold \(has"):
     loop.load_data(ft_config(task='mnli', label_column='gold',
                              train_file=str(tmp_path / 'mnli_train.tsv'),
@@ -1070,6 +1074,17 @@ def test_glue_test_files_become_leaderboard_files_without_tfds(tokenizer, tmp_pa
   (tmp_path / 'bad_id.tsv').write_text('id\tsentence\n5\tfine\nx7\tdull\n')
   with pytest.raises(UserError, match=r"bad_id.tsv' example 2 has id 'x7', not an integer id"):
     predictions.glue_test_part(run('cola'), str(tmp_path / 'bad_id.tsv'))
+  (tmp_path / 'digits.tsv').write_text('index\tsentence\n\u00b2\tfine\n')
+  with pytest.raises(UserError, match=r"digits.tsv' example 1 has index '\u00b2', not an integer"):
+    predictions.glue_test_part(run('sst2'), str(tmp_path / 'digits.tsv'))
+  # Excel's byte-order mark is not part of the id column's name; records without an id in the
+  # first one still find the column (and then need an id each).
+  (tmp_path / 'bom.tsv').write_bytes('\ufeffindex\tsentence\n5\tfine\n'.encode('utf-8'))
+  assert predictions.glue_test_part(run('sst2'), str(tmp_path / 'bom.tsv')).examples[0][
+      'index'] == 5
+  (tmp_path / 'late.jsonl').write_text('{"sentence": "a"}\n{"sentence": "b", "idx": 4}\n')
+  with pytest.raises(UserError, match=r"late.jsonl' example 1 has idx None, not an integer"):
+    predictions.glue_test_part(run('sst2'), str(tmp_path / 'late.jsonl'))
   (tmp_path / 'twice.tsv').write_text('index\tsentence\n5\tfine\n5\tdull\n')
   with pytest.raises(UserError, match=r"twice.tsv' repeats index 5; a GLUE test file names "):
     predictions.glue_test_part(run('sst2'), str(tmp_path / 'twice.tsv'))
@@ -1241,10 +1256,11 @@ def test_squad_v2_end_to_end_on_tfds_mock_data(tmp_path, span_head):
   assert len(ids) <= 64 and ids == feats['input_ids'][0][:len(ids)].tolist()  # One window.
 
 
-def test_the_bert_span_heads_no_answer_is_the_best_span_against_cls_as_bert_scores_it():
-  """LinearSpanHead.beam's answerability logit is BERT's null-score difference: the best
-  valid span's start + end logit (a start in the context, end >= start, at most
-  max_answer_length tokens) minus [CLS]'s start + end logit; found by brute force here."""
+def test_the_bert_span_heads_no_answer_is_the_windows_best_span_against_its_cls():
+  """LinearSpanHead.beam's answerability logit is BERT's null-score difference within a
+  window: the best valid span's start + end logit (a start in the context, end >= start, at
+  most max_answer_length tokens) minus [CLS]'s start + end logit; found by brute force here.
+  A narrower beam sees only its top starts: never more than the best."""
   head = heads.LinearSpanHead()
   rng = np.random.default_rng(0)
   hidden = jnp.asarray(rng.normal(size=(3, 12, 8)), jnp.float32)
@@ -1265,6 +1281,8 @@ def test_the_bert_span_heads_no_answer_is_the_best_span_against_cls_as_bert_scor
     for s, ends in zip(np.asarray(start_index[b]).tolist(), np.asarray(end_index[b])):
       if s in allowed:  # Its best end: in the context, at most 3 tokens on.
         assert s <= ends[0] < s + 3 and ends[0] in allowed
+  narrow = head.apply(params, hidden, context_mask, 2, 3, method=head.beam)[4]
+  assert np.all(np.asarray(narrow) <= np.asarray(logit) + 1e-5)
 
 
 def test_export_of_a_finetuned_run_is_a_transformers_classifier_that_predicts_as_we_do(

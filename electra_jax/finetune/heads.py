@@ -156,8 +156,11 @@ class SpanHead(nn.Module):
 class LinearSpanHead(nn.Module):
   """BERT's SQuAD head, transformers' ElectraForQuestionAnswering: one linear layer gives every
   position a start and an end logit, independently; a window without the answer targets [CLS]
-  as both. SQuAD 2.0: a window answers where its best span outscores [CLS] as start and end
-  (BERT's null_score_diff_threshold 0), which `beam` returns as the answerability logit."""
+  as both. SQuAD 2.0: a window answers where its best beam span outscores [CLS] as start and
+  end (BERT's null-score difference at threshold 0, but per window: BERT compares the best span
+  over all windows with the lowest [CLS] score; nor does this score know which window a span's
+  start has the most context in, which decoding checks), which `beam` returns as the
+  answerability logit."""
   dtype: Any = jnp.float32
   head_init: str = 'normal'
 

@@ -16,6 +16,7 @@ import collections
 import dataclasses
 import json
 import os
+import re
 
 import jax
 
@@ -124,11 +125,12 @@ def glue_test_part(run: saved_run_lib.FinetunedRun, spec: str, max_examples: int
                           for tfds_name, split, n in task.glue_test_files))
     name, path = names[0], spec
   rows, examples = _file_examples(run, path, max_examples)
-  column = next((c for c in GLUE_ID_COLUMNS if c in rows[0]), None)
+  present = set().union(*rows)  # JSON Lines records need not all hold every field.
+  column = next((c for c in GLUE_ID_COLUMNS if c in present), None)
   if column is not None:
     for n, (example, row) in enumerate(zip(examples, rows), 1):
       value = row.get(column)
-      if value is None or not value.strip().isdigit():
+      if value is None or not re.fullmatch(r'[0-9]+', value.strip()):
         raise UserError(f"file '{path}' example {n} has {column} {value!r}, not an integer id; "
                         "a GLUE test file's ids are integers (the leaderboard matches by them)")
       example['index'] = int(value)

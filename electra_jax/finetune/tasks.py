@@ -288,7 +288,7 @@ def _cell(value) -> str | None:
 def read_rows(path: str, fieldnames: tuple = ()) -> list[dict]:
   """Rows of a CSV/TSV (header row required), JSON Lines (.gz, .zst too), Parquet or Arrow file
   (the Hugging Face Hub's datasets, `datasets`' save_to_disk) as dicts of strings (None where a
-  value is missing). `fieldnames`: a CSV/TSV's columns where it may lack its header row (CoLA's
+  value is missing). `fieldnames`: a TSV's columns where it may lack its header row (CoLA's
   GLUE TSVs): a first line of as many fields, none of them one of these names, is a row."""
   resolved = paths.resolve(path)
   if not paths.is_file(resolved):
@@ -301,11 +301,12 @@ def read_rows(path: str, fieldnames: tuple = ()) -> list[dict]:
       raise UserError(f"file '{path}' is not .csv, .tsv, JSON Lines (.jsonl, .ndjson, .json; "
                       '.gz, .zst), .parquet or .arrow; rename it or convert it')
     quoting = csv.QUOTE_MINIMAL if delimiter == ',' else csv.QUOTE_NONE
-    with io.TextIOWrapper(paths.open_binary(resolved), encoding='utf-8', newline='') as f:
+    # utf-8-sig: a byte-order mark (Excel's) is not part of the first column's name.
+    with io.TextIOWrapper(paths.open_binary(resolved), encoding='utf-8-sig', newline='') as f:
       first = f.readline()
       header = next(csv.reader([first], delimiter=delimiter, quoting=quoting), [])
-      headerless = bool(fieldnames) and (len(header) == len(fieldnames)
-                                     and not set(header) & set(fieldnames))
+      headerless = bool(fieldnames) and delimiter == '\t' and (
+          len(header) == len(fieldnames) and not set(header) & set(fieldnames))
       return list(csv.DictReader(itertools.chain([first], f),
                                  fieldnames=list(fieldnames) if headerless else None,
                                  delimiter=delimiter, quoting=quoting))
