@@ -79,7 +79,7 @@ def _file_formats(task) -> str:
     return _FILE_FORMATS[task.name]
   if task.kind == tasks_lib.SPAN:
     return 'SQuAD-format JSON, as the official train-v2.0.json and dev-v2.0.json'
-  names = ' or '.join(', '.join(keys) for keys in (task.text_keys, task.glue_tsv_text_keys) if keys)
+  names = ' or '.join(', '.join(keys) for keys in task.file_text_choices)
   label = f'label (or {task.glue_tsv_label})' if task.glue_tsv_label else 'label'
   return f"{tasks_lib.FILE_FORMATS} with the task's columns ({names}) and {label}"
 

@@ -53,6 +53,12 @@ class Task:
   glue_tsv_headerless: tuple = ()
 
   @property
+  def file_text_choices(self) -> tuple:
+    """The text columns a file of this GLUE task may hold, each a choice: the Hub's (TFDS's
+    names), then GLUE's TSVs' where they differ."""
+    return tuple(keys for keys in (self.text_keys, self.glue_tsv_text_keys) if keys)
+
+  @property
   def num_outputs(self) -> int:
     return len(self.label_names) if self.kind in (CLASSIFICATION, TAGGING) else 1
 
@@ -379,7 +385,7 @@ def file_columns(c, task: Task | None = None) -> FileColumns:
   names = tuple(n.strip() for n in (c.get('text_columns') or '').split(',') if n.strip())
   task_text, task_label = (), None
   if task is not None and task.kind in (CLASSIFICATION, REGRESSION) and task.text_keys:
-    task_text = tuple(t for t in (task.text_keys, task.glue_tsv_text_keys) if t)
+    task_text = task.file_text_choices
     task_label = task.glue_tsv_label if c.get('label_column', 'label') in ('', 'label') else None
   return FileColumns(names, c.get('label_column') or 'label', task_text, task_label)
 
