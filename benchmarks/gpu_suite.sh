@@ -99,11 +99,12 @@ case $1 in
   tests)  # The attention, model, objective and train-step tests on the GPU backend,
     # bit-for-bit reproducible as README says a GPU run is with this flag (without it XLA:GPU's
     # atomic reductions differ at rounding level between runs). test_model_objective.py alone
-    # ran over 220 s on an H100 (2026-11-25): GPU_TESTS='FILE ...' runs some in a call.
+    # ran over 220 s on an H100 (2026-11-25): GPU_TESTS='FILE ...' runs some in a call. One
+    # test process (-n 0): parallel workers would each take most of the GPU's memory.
     read -ra test_files <<< "${GPU_TESTS:-tests/test_attention.py tests/test_model_objective.py \
 tests/test_train_step.py tests/test_benchmark.py}"
     XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_deterministic_ops=true" python3 -m pytest -q -rfE \
-        -p no:cacheprovider "${test_files[@]}" 2>&1 | tee "$out/tests.log" ;;
+        -n 0 -p no:cacheprovider "${test_files[@]}" 2>&1 | tee "$out/tests.log" ;;
   small)  # Target: step <= 11 ms at batch 128 x 128 (as training runs: pipelined_step_ms;
     # step_ms waits for each step); >= 2x the HF reference (step_ms, both timed alike).
     bench small --config=configs/small.py --steps=50 --warmup=5 --rounds=2 \

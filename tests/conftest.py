@@ -19,6 +19,13 @@ if FAST_COMPILE_XLA_FLAGS not in os.environ.get('XLA_FLAGS', ''):  # (a subproce
   os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE_XLA_FLAGS}".strip()
 
 
+def pytest_xdist_auto_num_workers(config):
+  """`-n auto` (setup.cfg): one worker a CPU this process may use, at most 8 (each holds a JAX
+  runtime and starts commands of its own)."""
+  del config
+  return max(1, min(len(os.sched_getaffinity(0)), 8))
+
+
 @pytest.fixture(scope='session', autouse=True)
 def library_temp_files(tmp_path_factory):
   """Libraries' own temporary files, in this process and the commands tests start, go under

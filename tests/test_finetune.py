@@ -468,8 +468,11 @@ def test_span_head_shapes_and_end_conditioned_on_start(tokenizer):
   span = -0.5 * (log_softmax(start)[0] + log_softmax(end)[0])
   assert 1.0 < span < 10.0  # Probability on [CLS] well above zero: a learnable target.
   assert losses[1] == pytest.approx(span + 0.5 * np.log1p(np.exp(answerable)), rel=1e-4)
-  s_lp, s_idx, e_lp, e_idx, _ = jax.jit(lambda p: model.apply(
-      {'params': p}, batch, 5, 3, method=model.span_beam))(params)
+  beam = jax.jit(lambda p: model.apply({'params': p}, batch, 5, 3,
+                                       method=model.span_beam))(params)
+  s_lp, s_idx, e_lp, e_idx = (beam[k] for k in ('start_score', 'start_index', 'end_score',
+                                                'end_index'))
+  assert beam['answerable_prob'].shape == (2,)
   assert s_idx.shape == s_lp.shape == (2, 5) and e_idx.shape == e_lp.shape == (2, 5, 5)
   valid = e_lp > -1e8
   gap = np.asarray(e_idx) - np.asarray(s_idx)[..., None]
@@ -588,9 +591,9 @@ def test_span_decoding_picks_the_best_candidate_across_windows():
                token_is_max_context=np.ones((2, 6), np.int32))
   outputs = dict(
       start_index=np.array([[2, 1], [1, 3]]),
-      start_log_prob=np.array([[-0.5, -1.0], [-0.2, -2.0]]),
+      start_score=np.array([[-0.5, -1.0], [-0.2, -2.0]]),
       end_index=np.array([[[3, 2], [1, 4]], [[0, 2], [4, 3]]]),
-      end_log_prob=np.array([[[-0.1, -0.3], [-0.5, -0.2]], [[-0.01, -0.5], [-0.1, -0.1]]]),
+      end_score=np.array([[[-0.1, -0.3], [-0.5, -0.2]], [[-0.01, -0.5], [-0.1, -0.1]]]),
       answerable_prob=np.array([0.3, 0.7]))
   examples = [dict(id='q', context=context)]
   # Token j+1 is word j. Window 0: (2, 3) scores -0.6, (2, 2) -0.8, (1, 1) -1.5, (1, 4) is
@@ -601,10 +604,10 @@ def test_span_decoding_picks_the_best_candidate_across_windows():
   got = spans.decode(feats, outputs, examples, max_answer_length=1, squad_v2=False).answers
   assert got == {'q': 'beta'}
   # A more confident start in window 1 makes its (1, 2) the best overall: -0.55.
-  outputs['start_log_prob'] = np.array([[-0.5, -1.0], [-0.05, -2.0]])
+  outputs['start_score'] = np.array([[-0.5, -1.0], [-0.05, -2.0]])
   assert spans.decode(feats, outputs, examples, 3, squad_v2=False).answers == {
       'q': 'alpha beta'}
-  outputs['start_log_prob'] = np.array([[-0.5, -1.0], [-0.2, -2.0]])
+  outputs['start_score'] = np.array([[-0.5, -1.0], [-0.2, -2.0]])
   # SQuAD 2.0: some window is confident enough there is an answer (0.7) -> keep it.
   assert spans.decode(feats, outputs, examples, 3, squad_v2=True).answers == {
       'q': 'beta gamma'}
@@ -1184,8 +1187,8 @@ def test_squad_files_give_the_official_scripts_inputs(tokenizer, tmp_path):
   c = ft_config(task='squad_v2', max_seq_length=32, doc_stride=8, max_query_length=8)
   feats = features.encode_squad(tokenizer, examples, 32, 8, 8)
   n = len(feats['example_index'])
-  outputs = dict(start_index=np.zeros((n, 1), np.int32), start_log_prob=np.zeros((n, 1)),
-                 end_index=np.zeros((n, 1, 1), np.int32), end_log_prob=np.zeros((n, 1, 1)),
+  outputs = dict(start_index=np.zeros((n, 1), np.int32), start_score=np.zeros((n, 1)),
+                 end_index=np.zeros((n, 1, 1), np.int32), end_score=np.zeros((n, 1, 1)),
                  answerable_prob=np.where(feats['example_index'] == 0, 0.9, 0.2))
   # Each window's best start is its first context token, ending there: 'Emma' for both.
   first = np.argmax(feats['context_mask'], axis=1)
@@ -1256,33 +1259,78 @@ def test_squad_v2_end_to_end_on_tfds_mock_data(tmp_path, span_head):
   assert len(ids) <= 64 and ids == feats['input_ids'][0][:len(ids)].tolist()  # One window.
 
 
-def test_the_bert_span_heads_no_answer_is_the_windows_best_span_against_its_cls():
-  """LinearSpanHead.beam's answerability logit is BERT's null-score difference within a
-  window: the best valid span's start + end logit (a start in the context, end >= start, at
-  most max_answer_length tokens) minus [CLS]'s start + end logit; found by brute force here.
-  A narrower beam sees only its top starts: never more than the best."""
+def test_the_bert_span_head_decodes_as_berts_run_squad():
+  """span_head=bert answers as BERT's run_squad (and transformers' run_qa) would from the same
+  logits: the best valid span (in the context, starting where its window has the start token's
+  most context, end >= start, at most max_answer_length tokens) by start + end logit over all
+  of a question's windows; no answer where the lowest [CLS] start + end logit over its windows
+  beats that span. Found here by brute force over every span, with a beam as wide as a
+  window."""
   head = heads.LinearSpanHead()
   rng = np.random.default_rng(0)
-  hidden = jnp.asarray(rng.normal(size=(3, 12, 8)), jnp.float32)
-  context_mask = np.zeros((3, 12), np.int32)
+  num_questions, length, stride, max_answer_length = 8, 12, 3, 3
+  num_windows = 2 * num_questions
+  hidden = rng.normal(size=(num_windows, length, 8)) * 50
+  hidden[:, 0] *= 4  # [CLS]'s score: spread over the range of the best span's.
+  hidden = jnp.asarray(hidden, jnp.float32)
+  # Two windows a question; window w holds words w%2*stride.. at positions 4..10.
+  example_index = np.repeat(np.arange(num_questions), 2)
+  context_mask = np.zeros((num_windows, length), np.int32)
   context_mask[:, 4:11] = 1
-  context_mask[2, 9:] = 0
+  context_mask[5, 9:] = 0
+  word = np.where(context_mask > 0, np.arange(length) - 4 + (np.arange(num_windows) % 2 *
+                                                               stride)[:, None], -1)
+  contexts = [' '.join(f'q{q}w{k}' for k in range(11)) for q in range(num_questions)]
+  starts_at = lambda q, k: contexts[q].index(f'q{q}w{k}')
+  begin = np.array([[starts_at(q, k) if k >= 0 else -1 for k in row]
+                    for q, row in zip(example_index, word)])
+  end = np.array([[starts_at(q, k) + len(f'q{q}w{k}') if k >= 0 else -1 for k in row]
+                  for q, row in zip(example_index, word)])
+  max_context = (rng.random((num_windows, length)) < 0.7).astype(np.int32)
+  feats = dict(example_index=example_index, token_begin=begin, token_end=end,
+               token_is_max_context=max_context)
+  examples = [dict(id=f'q{q}', context=contexts[q]) for q in range(num_questions)]
   params = head.init(jax.random.key(0), hidden, context_mask, None)
-  start, end, answerable = head.apply(params, hidden, context_mask, None)
+  start, end_logits, answerable = head.apply(params, hidden, context_mask, None)
   assert answerable is None
-  _, start_index, _, end_index, logit = head.apply(params, hidden, context_mask, 12, 3,
-                                                   method=head.beam)
-  start, end = np.asarray(start), np.asarray(end)
-  for b in range(3):
-    allowed = [i for i in range(12) if context_mask[b, i]]
-    best = max(start[b, i] + end[b, j] for i in allowed for j in allowed if 0 <= j - i < 3)
-    assert float(logit[b]) == pytest.approx(best - start[b, 0] - end[b, 0], abs=1e-4)
-    assert set(np.asarray(start_index[b])[:len(allowed) + 1].tolist()) == set(allowed) | {0}
-    for s, ends in zip(np.asarray(start_index[b]).tolist(), np.asarray(end_index[b])):
-      if s in allowed:  # Its best end: in the context, at most 3 tokens on.
-        assert s <= ends[0] < s + 3 and ends[0] in allowed
-  narrow = head.apply(params, hidden, context_mask, 2, 3, method=head.beam)[4]
-  assert np.all(np.asarray(narrow) <= np.asarray(logit) + 1e-5)
+  beam = head.apply(params, hidden, context_mask, length, max_answer_length, method=head.beam)
+  start, end_logits = np.asarray(start, np.float64), np.asarray(end_logits, np.float64)
+  np.testing.assert_allclose(  # Raw logits, not log-probabilities.
+      beam['start_score'], np.take_along_axis(start, np.asarray(beam['start_index']), 1))
+  outputs = jax.tree.map(np.asarray, beam)
+  decoded = spans.decode(feats, outputs, examples, max_answer_length, True,
+                         spans.NULL_THRESHOLDS['bert'])
+  for q in range(num_questions):
+    windows = np.nonzero(example_index == q)[0]
+    spans_ = [(start[w, i] + end_logits[w, j], w, i, j) for w in windows
+              for i in range(length) for j in range(length)
+              if begin[w, i] >= 0 and end[w, j] >= 0 and max_context[w, i]
+              and 0 <= j - i < max_answer_length]
+    score, w, i, j = max(spans_)
+    null = min(start[v, 0] + end_logits[v, 0] for v in windows)
+    text = contexts[q][begin[w, i]:end[w, j]]
+    assert decoded.best_spans[f'q{q}'] == text
+    assert decoded.answers[f'q{q}'] == ('' if null - score > 0 else text)
+    assert decoded.no_answer[f'q{q}'] == pytest.approx(1 / (1 + np.exp(score - null)))
+  assert 0 < list(decoded.answers.values()).count('') < num_questions  # Both outcomes.
+
+
+def test_berts_no_answer_rule_compares_windows_with_each_other():
+  """A question answers where its best span over all windows outscores its lowest [CLS] score
+  over all windows, even when no window's own best span outscores its own [CLS]."""
+  context = 'alpha beta'
+  feats = dict(example_index=np.array([0, 0]), token_begin=np.array([[-1, 0, 6]] * 2),
+               token_end=np.array([[-1, 5, 10]] * 2),
+               token_is_max_context=np.array([[1, 1, 0], [1, 0, 1]]))
+  outputs = dict(start_index=np.array([[1], [2]]), start_score=np.array([[2.0], [1.0]]),
+                 end_index=np.array([[[1]], [[2]]]), end_score=np.array([[[3.0]], [[2.0]]]),
+                 null_score=np.array([6.0, 4.0]))  # Spans: 'alpha' 5 (window 0), 'beta' 3.
+  examples = [dict(id='q', context=context)]
+  decoded = spans.decode(feats, outputs, examples, 3, True, spans.NULL_THRESHOLDS['bert'])
+  assert decoded.answers == {'q': 'alpha'}
+  assert decoded.no_answer['q'] == pytest.approx(1 / (1 + np.exp(1.0)))
+  outputs['null_score'] = np.array([6.0, 5.5])
+  assert spans.decode(feats, outputs, examples, 3, True, 0.5).answers == {'q': ''}
 
 
 def test_export_of_a_finetuned_run_is_a_transformers_classifier_that_predicts_as_we_do(

@@ -139,9 +139,9 @@ def get_config():
   # answerability per window, SQuAD 2.0 only, no answer below probability 0.5), 'official'
   # (the official release's: 512-wide GELU layers, answerability per question on every window,
   # trained for SQuAD 1.1 too, no answer where its logit is below 2.75) or 'bert' (one linear
-  # layer, start and end independent, no answer where no window's best span outscores its
-  # [CLS]: transformers' ElectraForQuestionAnswering, the one python -m electra_jax.export
-  # writes).
+  # layer, start and end independent, decoded as BERT's run_squad: no answer where the lowest
+  # [CLS] score over a question's windows beats its best span; transformers'
+  # ElectraForQuestionAnswering, the one python -m electra_jax.export writes).
   c.span_head = 'xlnet'
 
   # --- Tagging ------------------------------------------------------------------------------

@@ -136,10 +136,10 @@ class SpanHead(nn.Module):
     end = self.end_logits(hidden, context_mask, start_index[:, None])[:, 0]
     return start, end, self.answerable_logit(hidden, start)
 
-  def beam(self, hidden, context_mask, beam_size: int, max_answer_length: int):
-    """Top-k starts and, for each, top-k ends (end >= start, span <= max_answer_length).
-    Returns start_log_probs, start_index [B, K]; end_log_probs, end_index [B, K, K];
-    answerable logit [B]."""
+  def beam(self, hidden, context_mask, beam_size: int, max_answer_length: int) -> dict:
+    """Top-k starts and, for each, top-k ends (end >= start, span <= max_answer_length):
+    start_score, start_index [B, K] (log-probabilities); end_score, end_index [B, K, K];
+    answerable_prob [B], this window's (spans.decode reads the most confident window's)."""
     start = self.start_logits(hidden, context_mask)
     start_lp = jax.nn.log_softmax(start, axis=-1)
     k = min(beam_size, start.shape[-1])
@@ -150,17 +150,17 @@ class SpanHead(nn.Module):
     valid = ((positions[None, None] >= start_index[..., None])
              & (positions[None, None] < start_index[..., None] + max_answer_length))
     end_top, end_index = jax.lax.top_k(jnp.where(valid, end_lp, -1e9), k)
-    return start_top, start_index, end_top, end_index, self.answerable_logit(hidden, start)
+    return dict(start_score=start_top, start_index=start_index, end_score=end_top,
+                end_index=end_index,
+                answerable_prob=jax.nn.sigmoid(self.answerable_logit(hidden, start)))
 
 
 class LinearSpanHead(nn.Module):
   """BERT's SQuAD head, transformers' ElectraForQuestionAnswering: one linear layer gives every
   position a start and an end logit, independently; a window without the answer targets [CLS]
-  as both. SQuAD 2.0: a window answers where its best beam span outscores [CLS] as start and
-  end (BERT's null-score difference at threshold 0, but per window: BERT compares the best span
-  over all windows with the lowest [CLS] score; nor does this score know which window a span's
-  start has the most context in, which decoding checks), which `beam` returns as the
-  answerability logit."""
+  as both. Decoding is BERT's run_squad's (and transformers' run_qa's): spans ranked by start +
+  end logit over all of a question's windows; SQuAD 2.0's null score is the lowest [CLS] start +
+  end logit over its windows (spans.decode)."""
   dtype: Any = jnp.float32
   head_init: str = 'normal'
 
@@ -178,21 +178,19 @@ class LinearSpanHead(nn.Module):
     del start_index
     return (*self.logits(hidden, context_mask), None)
 
-  def beam(self, hidden, context_mask, beam_size: int, max_answer_length: int):
-    """SpanHead.beam's outputs: the end's log-probabilities do not depend on the start; the
-    answerability logit is the best span's score (a start in the context) minus [CLS]'s, in
-    log-probabilities, where each window's normalisers cancel: BERT's difference of logits."""
+  def beam(self, hidden, context_mask, beam_size: int, max_answer_length: int) -> dict:
+    """SpanHead.beam's starts and ends, scored by raw logits (BERT compares them across
+    windows; a window's log-softmax normaliser would not cancel there); instead of an
+    answerability probability, null_score [B]: [CLS]'s start + end logit."""
     start, end = self.logits(hidden, context_mask)
-    start_lp, end_lp = jax.nn.log_softmax(start, axis=-1), jax.nn.log_softmax(end, axis=-1)
     k = min(beam_size, start.shape[-1])
-    start_top, start_index = jax.lax.top_k(start_lp, k)
+    start_top, start_index = jax.lax.top_k(start, k)
     positions = jnp.arange(end.shape[-1])
     valid = ((positions[None, None] >= start_index[..., None])
              & (positions[None, None] < start_index[..., None] + max_answer_length))
-    end_top, end_index = jax.lax.top_k(jnp.where(valid, end_lp[:, None], -1e9), k)
-    spans = jnp.where(start_index[..., None] > 0, start_top[..., None] + end_top, -1e9)
-    null = start_lp[:, 0] + end_lp[:, 0]
-    return start_top, start_index, end_top, end_index, jnp.max(spans, axis=(1, 2)) - null
+    end_top, end_index = jax.lax.top_k(jnp.where(valid, end[:, None], -1e9), k)
+    return dict(start_score=start_top, start_index=start_index, end_score=end_top,
+                end_index=end_index, null_score=start[:, 0] + end[:, 0])
 
 
 class FinetuneModel(nn.Module):

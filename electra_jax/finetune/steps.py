@@ -100,10 +100,8 @@ def make_predict(model, task, c):
     elif task.kind == tasks_lib.REGRESSION:
       result['prediction'] = outputs[:, 0]
     else:
-      start_lp, start_index, end_lp, end_index, answerable = model.apply(
-          variables, batch, c.beam_size, c.max_answer_length, method=model.span_beam)
-      result.update(start_log_prob=start_lp, start_index=start_index, end_log_prob=end_lp,
-                    end_index=end_index, answerable_prob=jax.nn.sigmoid(answerable))
+      result.update(model.apply(variables, batch, c.beam_size, c.max_answer_length,
+                                method=model.span_beam))
     return result
 
   return predict
