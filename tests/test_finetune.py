@@ -1098,6 +1098,11 @@ def test_glue_test_files_become_leaderboard_files_without_tfds(tokenizer, tmp_pa
                              columns=columns)[0]['label'] is None
   assert tasks.file_examples(tasks.TASKS['stsb'], [dict(rows[0], label='4.5')], 'f',
                              columns=columns)[0]['label'] == 0.9
+  # A test file passed to train on says what it is.
+  with pytest.raises(UserError, match=r"'test.tsv' example 2 has label '-1.0', GLUE's mark of a "
+                                      r'test example without a label; .* predict --glue_test'):
+    tasks.file_examples(tasks.TASKS['stsb'], [dict(rows[0], label='4.5'), rows[0]], 'test.tsv',
+                        columns=columns)
 
 
 def test_a_glue_run_from_hub_files_writes_its_leaderboard_file_offline(

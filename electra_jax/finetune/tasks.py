@@ -481,6 +481,10 @@ def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0
   for n, row in enumerate(rows[:_limit(max_examples, len(rows))], 1):
     raw = raw_label(row)
     if labelled and raw is None:
+      if row.get(label_column) is not None:  # -1: raw_label's mark of a GLUE test example.
+        raise UserError(f"file '{path}' example {n} has label {row[label_column]!r}, GLUE's "
+                        'mark of a test example without a label; fine-tune and evaluate on '
+                        'labelled files (a test file is for predict --glue_test)')
       raise UserError(f"file '{path}' example {n} has no label value")
     if row.get(text_a) is None:
       raise UserError(f"file '{path}' example {n} has no {text_a} value")
