@@ -23,7 +23,9 @@ def pytest_xdist_auto_num_workers(config):
   """`-n auto` (setup.cfg): one worker a CPU this process may use, at most 8 (each holds a JAX
   runtime and starts commands of its own)."""
   del config
-  return max(1, min(len(os.sched_getaffinity(0)), 8))
+  usable = (len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity')  # Linux
+            else os.cpu_count() or 1)
+  return max(1, min(usable, 8))
 
 
 @pytest.fixture(scope='session', autouse=True)
