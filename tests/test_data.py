@@ -608,8 +608,10 @@ def test_build_vocab_cli_writes_the_model_and_ends_with_a_json_line(corpus, tmp_
                          f'--output={tmp_path}/out/spm')
   assert proc.returncode == 0, proc.stderr
   summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  lines = sum(len((corpus / name).read_text(encoding='utf-8').splitlines())
+              for name in ('a.txt', 'b.txt'))
   assert summary == {'model': f'{tmp_path}/out/spm.model', 'vocab': f'{tmp_path}/out/spm.vocab',
-                     'vocab_size': 250, 'num_input_files': 2}
+                     'vocab_size': 250, 'num_input_files': 2, 'num_lines': lines}
   assert os.path.exists(summary['vocab'])
   tk = tok.load_tokenizer(summary['model'], 250)
   assert [tk.id_to_piece(i) for i in range(5)] == list(tok.SPECIAL_TOKENS)

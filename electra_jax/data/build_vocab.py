@@ -22,20 +22,28 @@ def main(argv):
   del argv  # Unused.
   start = time.time()
   files = sources.list_files(FLAGS.input)
-  # Sentencepiece silently skips what it cannot decode: fail first, naming the bad file.
-  read = dict(skip_bad_lines=FLAGS.skip_bad_lines, text_key=FLAGS.text_key, flags='--')
-  num_lines = sum(len(doc) for doc in sources.read_documents(files, **read))
   print(f'Training a {FLAGS.vocab_size}-token {FLAGS.model_type} vocabulary on {len(files)} '
-        f'file(s), {num_lines} lines; writing {FLAGS.output}.model and {FLAGS.output}.vocab',
-        flush=True)
-  model_file = tokenizer_lib.train_sentencepiece(sources.vocabulary_lines(files, **read),
+        f'file(s); writing {FLAGS.output}.model and {FLAGS.output}.vocab', flush=True)
+  # One read of the corpus: a bad line or record fails it with the file named (sentencepiece's
+  # own error would not say which).
+  read = dict(skip_bad_lines=FLAGS.skip_bad_lines, text_key=FLAGS.text_key, flags='--')
+  num_lines = 0
+
+  def counted(lines):
+    nonlocal num_lines
+    for num_lines, line in enumerate(lines, 1):
+      yield line
+
+  model_file = tokenizer_lib.train_sentencepiece(counted(sources.vocabulary_lines(files, **read)),
                                                  FLAGS.vocab_size, FLAGS.output,
                                                  FLAGS.model_type, FLAGS.max_sentences)
   vocab_size = tokenizer_lib.load_tokenizer(model_file).vocab_size
-  print(f'Wrote {model_file} ({vocab_size} tokens) in {time.time() - start:.1f}s; use '
-        f'--config.vocab_file={model_file} --config.vocab_size={vocab_size}', flush=True)
+  print(f'Wrote {model_file} ({vocab_size} tokens) from {num_lines} lines in '
+        f'{time.time() - start:.1f}s; use --config.vocab_file={model_file} '
+        f'--config.vocab_size={vocab_size}', flush=True)
   cli.print_result({'model': model_file, 'vocab': FLAGS.output + '.vocab',
-                    'vocab_size': vocab_size, 'num_input_files': len(files)})
+                    'vocab_size': vocab_size, 'num_input_files': len(files),
+                    'num_lines': num_lines})
 
 
 def _define_flags():
