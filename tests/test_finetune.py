@@ -613,7 +613,8 @@ def test_span_decoding_picks_the_best_candidate_across_windows():
       'q': 'beta gamma'}
   outputs['answerable_prob'] = np.array([0.3, 0.4])
   assert spans.decode(feats, outputs, examples, 3, squad_v2=True).answers == {'q': ''}
-  assert spans.best_spans(feats, outputs, examples, 3) == {'q': 'beta gamma'}
+  assert spans.decode(feats, outputs, examples, 3, squad_v2=True).best_spans == {
+      'q': 'beta gamma'}
   # The official script's no-answer probability: 1 - the most confident window's.
   assert spans.decode(feats, outputs, examples, 3, squad_v2=True).no_answer == {
       'q': pytest.approx(0.6)}

@@ -85,6 +85,16 @@ SPAN_HEADS = ('xlnet', 'official', 'bert')
 OFFICIAL_QA_WIDTH = 512
 
 
+def _top_ends(end_scores, start_index, k: int, max_answer_length: int):
+  """For each of the K starts (start_index [B, K]), its top-k ends among those at or after it
+  and at most max_answer_length tokens on: scores, indices [B, K, k]. end_scores [B, K, S], or
+  [B, 1, S] where the end does not depend on the start."""
+  positions = jnp.arange(end_scores.shape[-1])
+  valid = ((positions[None, None] >= start_index[..., None])
+           & (positions[None, None] < start_index[..., None] + max_answer_length))
+  return jax.lax.top_k(jnp.where(valid, end_scores, -1e9), k)
+
+
 class SpanHead(nn.Module):
   """Joint SQuAD head: start logits; end logits conditioned on a start position; an
   answerability logit from [CLS] and the start-probability-weighted hidden state. It reads the
@@ -144,12 +154,8 @@ class SpanHead(nn.Module):
     start_lp = jax.nn.log_softmax(start, axis=-1)
     k = min(beam_size, start.shape[-1])
     start_top, start_index = jax.lax.top_k(start_lp, k)
-    end = self.end_logits(hidden, context_mask, start_index)
-    end_lp = jax.nn.log_softmax(end, axis=-1)
-    positions = jnp.arange(end.shape[-1])
-    valid = ((positions[None, None] >= start_index[..., None])
-             & (positions[None, None] < start_index[..., None] + max_answer_length))
-    end_top, end_index = jax.lax.top_k(jnp.where(valid, end_lp, -1e9), k)
+    end_lp = jax.nn.log_softmax(self.end_logits(hidden, context_mask, start_index), axis=-1)
+    end_top, end_index = _top_ends(end_lp, start_index, k, max_answer_length)
     return dict(start_score=start_top, start_index=start_index, end_score=end_top,
                 end_index=end_index,
                 answerable_prob=jax.nn.sigmoid(self.answerable_logit(hidden, start)))
@@ -185,10 +191,7 @@ class LinearSpanHead(nn.Module):
     start, end = self.logits(hidden, context_mask)
     k = min(beam_size, start.shape[-1])
     start_top, start_index = jax.lax.top_k(start, k)
-    positions = jnp.arange(end.shape[-1])
-    valid = ((positions[None, None] >= start_index[..., None])
-             & (positions[None, None] < start_index[..., None] + max_answer_length))
-    end_top, end_index = jax.lax.top_k(jnp.where(valid, end[:, None], -1e9), k)
+    end_top, end_index = _top_ends(end[:, None], start_index, k, max_answer_length)
     return dict(start_score=start_top, start_index=start_index, end_score=end_top,
                 end_index=end_index, null_score=start[:, 0] + end[:, 0])
 

@@ -51,13 +51,6 @@ def _texts(best: dict, features: dict, examples: list[dict]) -> dict:
   return texts
 
 
-def best_spans(features: dict, outputs: dict, examples: list[dict],
-               max_answer_length: int) -> dict:
-  """Question id -> the best span's text (_best_candidates), whatever the answerability ('' only
-  where no window offers a valid span)."""
-  return _texts(_best_candidates(features, outputs, max_answer_length), features, examples)
-
-
 def _sigmoid(x: float) -> float:
   return 0.5 * (1.0 + math.tanh(0.5 * x))
 
@@ -84,13 +77,14 @@ def _answerable_probs(features: dict, outputs: dict, best: dict, num_examples: i
 class Decoded:
   """An eval set's decoded answers: what predictions write and SQuAD's metrics read."""
   answers: dict                  # question id -> answer text ('' = no answer)
-  best_spans: dict | None        # SQuAD 2.0: id -> best_spans' text, however unanswerable
+  best_spans: dict | None        # SQuAD 2.0: id -> the best span's text, however unanswerable
   no_answer: dict | None         # SQuAD 2.0: id -> the probability it has no answer
 
 
 def decode(features: dict, outputs: dict, examples: list[dict], max_answer_length: int,
            squad_v2: bool, null_threshold: float = 0.5) -> Decoded:
-  """best_spans as the answers; for SQuAD 2.0 '' where the answerable probability
+  """Each question's best span's text (_best_candidates) as its answer ('' where no window
+  offers a valid span); for SQuAD 2.0 '' where the answerable probability
   (_answerable_probs) is below null_threshold, and each question's no-answer probability (the
   official SQuAD 2.0 script's --na-prob-file)."""
   candidates = _best_candidates(features, outputs, max_answer_length)
