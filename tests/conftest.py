@@ -20,7 +20,7 @@ if FAST_COMPILE_XLA_FLAGS not in os.environ.get('XLA_FLAGS', ''):  # (a subproce
 
 
 def pytest_xdist_auto_num_workers(config):
-  """`-n auto` (setup.cfg): one worker a CPU this process may use, at most 8 (each holds a JAX
+  """`pytest -n auto`: one worker a CPU this process may use, at most 8 (each holds a JAX
   runtime and starts commands of its own)."""
   del config
   usable = (len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity')  # Linux
