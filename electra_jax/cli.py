@@ -162,6 +162,16 @@ def _define_common_flags():
                       '$JAX_COMPILATION_CACHE_DIR, else none).')
 
 
+def _leave_distributed_run():
+  """A finished multi-process command leaves jax.distributed (its shutdown barrier, then the
+  coordinator's service) here, while every thread and object is alive, not in JAX's atexit hook
+  during interpreter teardown, where a finished job's coordinator once aborted (RESULTS.md,
+  session 32). Errors leave through os._exit below: no barrier waits for peers that failed."""
+  jax = sys.modules.get('jax')
+  if jax is not None and jax.distributed.is_initialized():
+    jax.distributed.shutdown()
+
+
 def run(main, keys_file: str = 'configs/base_config.py'):
   """absl app.run(main), turning a UserError (or a storage fault the path layer names) into
   `error: ...` on stderr and exit code 2. keys_file: where the --config keys are listed.
@@ -176,7 +186,9 @@ def run(main, keys_file: str = 'configs/base_config.py'):
     try:
       skip_absent_tpu_runtime()
       use_compilation_cache(flags.FLAGS.compilation_cache_dir)
-      return main(argv)
+      result = main(argv)
+      _leave_distributed_run()
+      return result
     except Exception as e:  # pylint: disable=broad-except
       error = e if isinstance(e, UserError) else paths.user_error('', e)
       if error is None or flags.FLAGS.verbose:

@@ -191,3 +191,22 @@ def test_one_process_commands_refuse_several_ranks(command, tmp_path):
           '($PMI_SIZE=2)') in proc.stderr
   assert not list(tmp_path.iterdir())
   distributed.require_one_process('export', env=mpich(1, 0))  # One rank is one process.
+
+
+def test_a_finished_command_leaves_the_distributed_run_before_interpreter_exit():
+  """cli.run shuts jax.distributed down when the command's main returns, before the atexit
+  hooks (the last registered runs first: this one, then JAX's own shutdown)."""
+  script = (
+      'import atexit, sys, jax\n'
+      'from electra_jax import cli, distributed\n'
+      'def main(argv):\n'
+      f"  distributed.initialize('localhost:{portpicker.pick_unused_port()}', 1, 0)\n"
+      "  print('joined:', jax.distributed.is_initialized(), flush=True)\n"
+      "  atexit.register(lambda: print('joined at exit:', jax.distributed.is_initialized(),\n"
+      '                                 flush=True))\n'
+      'cli.run(main)\n')
+  proc = subprocess.run([sys.executable, '-c', script], cwd=REPO_ROOT, env=as_rank({}),
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'joined: True' in proc.stdout
+  assert 'joined at exit: False' in proc.stdout, proc.stdout
