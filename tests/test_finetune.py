@@ -1067,6 +1067,11 @@ def test_glue_test_files_become_leaderboard_files_without_tfds(tokenizer, tmp_pa
   (tmp_path / 'diagnostic.tsv').write_text('index\tsentence1\tsentence2\n0\tp\th\n')
   part = predictions.glue_test_part(run('mnli'), f'AX={tmp_path}/diagnostic.tsv')
   assert part.examples == [dict(text_a='p', text_b='h', label=None, index=0)]
+  # A run trained on files of its own columns still reads GLUE's test files by the task's.
+  renamed = dataclasses.replace(run('mnli'), config=ft_config(
+      task='mnli', text_columns='claim,evidence', label_column='verdict'))
+  assert predictions.glue_test_part(renamed, f'AX={tmp_path}/diagnostic.tsv').examples == (
+      part.examples)
   (tmp_path / 'other.tsv').write_text('index\tsentence\n0\tp\n')
   with pytest.raises(UserError, match=r"lacks column\(s\) text \(or text_a\) \(or the task's "
                                       r'premise, hypothesis or sentence1, sentence2\)'):

@@ -92,11 +92,13 @@ def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0)
   return Part(name, examples, examples[0]['label'] is not None)
 
 
-def _file_examples(run: saved_run_lib.FinetunedRun, path: str, max_examples: int):
-  """A classification or regression file's rows and examples (the run's columns)."""
+def _file_examples(run: saved_run_lib.FinetunedRun, path: str, max_examples: int,
+                   columns: tasks_lib.FileColumns | None = None):
+  """A classification or regression file's rows and examples (default: the run's columns)."""
   rows = tasks_lib.read_rows(path, run.task.glue_tsv_headerless)
+  columns = columns or tasks_lib.file_columns(run.config, run.task)
   return rows, tasks_lib.file_examples(run.task, rows, path, max_examples, need_label=False,
-                                       columns=tasks_lib.file_columns(run.config, run.task))
+                                       columns=columns)
 
 
 # A GLUE test file's own example ids: the Hub's `idx`, GLUE's TSVs' `index` (CoLA's and QQP's:
@@ -124,7 +126,9 @@ def glue_test_part(run: saved_run_lib.FinetunedRun, spec: str, max_examples: int
                           f'--glue_test={n}=FILE ({tfds_name} {split})'
                           for tfds_name, split, n in task.glue_test_files))
     name, path = names[0], spec
-  rows, examples = _file_examples(run, path, max_examples)
+  # GLUE's own files: the task's columns, whatever the run's training files named theirs.
+  glue_columns = tasks_lib.file_columns({}, task)
+  rows, examples = _file_examples(run, path, max_examples, glue_columns)
   present = set().union(*rows)  # JSON Lines records need not all hold every field.
   column = next((c for c in GLUE_ID_COLUMNS if c in present), None)
   if column is not None:
