@@ -218,6 +218,7 @@ def test_prepare_cli_ends_with_json_and_bad_input_is_one_error_line(corpus, prep
   summary = json.loads(proc.stdout.strip().splitlines()[-1])
   assert summary['output'] == f'{tmp_path}/cli' and f'{tmp_path}/cli' in proc.stdout
   assert summary['num_examples'] == prepared[1]['num_examples']
+  assert '2/2 [' in proc.stderr and ' files' in proc.stderr  # The bar counts the corpus's files.
   for shard in shards.read_metadata(prepared[0])['shards']:  # Byte-identical to in-process.
     with open(f"{prepared[0]}/{shard['file']}", 'rb') as a, \
          open(f"{tmp_path}/cli/{shard['file']}", 'rb') as b:

@@ -45,21 +45,29 @@ def prepare(config, output: str, examples_per_shard: int = 100_000,
   output = _output_dir(output)
   print(f'Packing {description} with {tokenizer} into {output} '
         f'(max_seq_length {c.max_seq_length}, seed {c.seed})', flush=True)
-  total = None
+  # The bar counts what has a known total: TFDS's documents, else the files read.
   if c.tfds_name:
     from electra_jax.data import tfds_source  # pylint: disable=import-outside-toplevel
-    total = len(tfds_source.open_text_source(c.tfds_name, c.tfds_split, c.text_key,
-                                             c.tfds_data_dir or None))
-  bar = tqdm.tqdm(total=total, unit=' docs', file=sys.stderr, disable=not progress,
+    total, unit = len(tfds_source.open_text_source(c.tfds_name, c.tfds_split, c.text_key,
+                                                   c.tfds_data_dir or None)), ' docs'
+  else:
+    files = sources.list_files(c.train_files)
+    total, unit = len(files), ' files'
+  bar = tqdm.tqdm(total=total, unit=unit, file=sys.stderr, disable=not progress,
                   mininterval=1.0 if sys.stderr.isatty() else 30.0, dynamic_ncols=True)
 
-  def counted(docs):
-    for doc in docs:
-      yield doc
-      bar.update(1)
+  def counted():
+    if c.tfds_name:
+      for doc in documents:
+        yield doc
+        bar.update(1)
+    else:
+      for path in files:
+        yield from sources.files_documents(c, [path])
+        bar.update(1)
 
   writer = shards.ShardWriter(output, 'train', tokenizer.vocab_size, examples_per_shard)
-  for tokens, num_first in pipeline.iter_examples(counted(documents), tokenizer,
+  for tokens, num_first in pipeline.iter_examples(counted(), tokenizer,
                                                   c.max_seq_length, c.short_seq_prob, c.seed):
     writer.write(tokens, num_first)
     if writer.num_examples % 10_000 == 0:
@@ -69,7 +77,7 @@ def prepare(config, output: str, examples_per_shard: int = 100_000,
     raise UserError(f'{description} produced no examples; check it contains text')
   source = (dict(tfds_name=c.tfds_name, tfds_split=c.tfds_split, text_key=c.text_key,
                  tfds_data_dir=c.tfds_data_dir) if c.tfds_name else
-            dict(train_files=c.train_files, files=sources.list_files(c.train_files),
+            dict(train_files=c.train_files, files=files,
                  text_key=c.text_key))
   vocab_path = tokenizer.vocab_file
   metadata = writer.finish(dict(

@@ -315,7 +315,12 @@ def vocabulary_lines(files: Iterable[str], skip_bad_lines: bool = False, text_ke
 
 def config_documents(config, pattern: str) -> Iterator[list[str]]:
   """The documents of the files `pattern` names, read as `config` says (bad lines, text key)."""
-  return read_documents(list_files(pattern), bool(config.get('skip_bad_lines', False)),
+  return files_documents(config, list_files(pattern))
+
+
+def files_documents(config, files: list[str]) -> Iterator[list[str]]:
+  """The documents of these files, read as `config` says."""
+  return read_documents(files, bool(config.get('skip_bad_lines', False)),
                         config.get('text_key', 'text'))
 
 
