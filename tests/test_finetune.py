@@ -112,6 +112,17 @@ def test_files_task_errors_are_one_clear_line(tmp_path):
   with pytest.raises(UserError, match=r"list.jsonl' line 2 is a JSON list, not an object; write "
                                       r'one JSON object per line$'):
     tasks.read_rows(str(tmp_path / 'list.jsonl'))
+  # A tab inside a TSV's text (read unquoted) would shift the label: the line is named.
+  (tmp_path / 'tab.tsv').write_text('text\tlabel\na\tx\nb\tc\ty\nd\tz\t\n')
+  with pytest.raises(UserError, match=r"tab.tsv' line 3 has 3 fields, its header 2; a TSV field "
+                                      r'cannot hold a tab'):
+    tasks.read_rows(str(tmp_path / 'tab.tsv'))
+  (tmp_path / 'comma.csv').write_text('text,label\n"a, b",x\nc,d,y\n')
+  with pytest.raises(UserError, match=r"comma.csv' line 3 has 3 fields, its header 2; quote a "):
+    tasks.read_rows(str(tmp_path / 'comma.csv'))
+  # A trailing delimiter (an empty last field) is no shift.
+  (tmp_path / 'trailing.tsv').write_text('text\tlabel\na\tx\t\n')
+  assert tasks.read_rows(str(tmp_path / 'trailing.tsv')) == [dict(text='a', label='x')]
   task = tasks.files_task(tasks.read_rows(str(tmp_path / 'train.tsv')))
   with pytest.raises(UserError, match="label 'z', which the training file never uses"):
     tasks.file_examples(task, tasks.read_rows(str(tmp_path / 'eval.tsv')), 'eval.tsv')

@@ -313,10 +313,25 @@ def read_rows(path: str, fieldnames: tuple = ()) -> list[dict]:
       header = next(csv.reader([first], delimiter=delimiter, quoting=quoting), [])
       headerless = bool(fieldnames) and delimiter == '\t' and (
           len(header) == len(fieldnames) and not set(header) & set(fieldnames))
-      return list(csv.DictReader(itertools.chain([first], f),
-                                 fieldnames=list(fieldnames) if headerless else None,
-                                 delimiter=delimiter, quoting=quoting))
+      reader = csv.DictReader(itertools.chain([first], f),
+                              fieldnames=list(fieldnames) if headerless else None,
+                              delimiter=delimiter, quoting=quoting)
+      return [_aligned(row, reader, path, delimiter) for row in reader]
   return [{k: _cell(v) for k, v in record.items()} for record in records]
+
+
+def _aligned(row: dict, reader: csv.DictReader, path: str, delimiter: str) -> dict:
+  """A row without fields beyond its header's (empty ones, a trailing delimiter, dropped): more
+  would shift every later column, a label read from the text."""
+  extra = row.pop(None, None)  # DictReader's key for the fields past the header's.
+  if extra and any(field.strip() for field in extra):
+    fix = ('a TSV field cannot hold a tab (TSVs are read unquoted)' if delimiter == '\t' else
+           'quote a field that holds a comma')
+    raise UserError(f"file '{path}' line {reader.line_num} has "
+                    f'{len(reader.fieldnames) + len(extra)} fields, its header '
+                    f'{len(reader.fieldnames)}; {fix}: fix the line, or write the file as JSON '
+                    'Lines')
+  return row
 
 
 def _records(resolved: str) -> list[dict] | None:
