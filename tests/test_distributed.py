@@ -197,7 +197,7 @@ def test_a_finished_command_leaves_the_distributed_run_before_interpreter_exit()
   """cli.run shuts jax.distributed down when the command's main returns, before the atexit
   hooks (the last registered runs first: this one, then JAX's own shutdown)."""
   script = (
-      'import atexit, sys, jax\n'
+      'import atexit, jax\n'
       'from electra_jax import cli, distributed\n'
       'def main(argv):\n'
       f"  distributed.initialize('localhost:{portpicker.pick_unused_port()}', 1, 0)\n"
