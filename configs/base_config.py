@@ -90,6 +90,9 @@ def get_config():
   # The field holding a record's text in JSON Lines, Parquet and Arrow files and TFDS datasets;
   # each record is one document, one paragraph per line.
   c.text_key = 'text'
+  # Record files (not TFDS) only: each record's text is a line of one running text, a blank
+  # record ending a document, as in a text file (the Hub's wikitext: a line per record).
+  c.records_are_lines = False
   # TFDS data directory ('' = TFDS's default, ~/tensorflow_datasets).
   c.tfds_data_dir = ''
   # Directory written by `python -m electra_jax.data.prepare` (tokenized, packed ArrayRecord

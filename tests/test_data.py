@@ -360,6 +360,52 @@ def test_a_record_corpus_packs_the_examples_of_the_same_text_files(corpus, tiny_
                                 pipeline.count_token_frequencies(as_text, tiny_tokenizer))
 
 
+def write_line_records(path, docs, key='text'):
+  """docs as the Hub's wikitext stores text: a record per line, spaced and newline-ended as
+  there, an empty record between documents."""
+  lines = [line for doc in docs for line in ['', *(f' {x} \n' for x in doc)]][1:]
+  write_records(path, [[line] for line in lines], key=key)
+
+
+@pytest.mark.parametrize('name', ['wikitext.parquet', 'wikitext.jsonl', 'wikitext.arrow'])
+def test_records_are_lines_reads_a_record_per_line_as_the_same_text_file(tmp_path, name,
+                                                                          caplog):
+  write_line_records(tmp_path / name, [['t1', 'a1', 'a2'], ['b1'], ['c1', 'c2']])
+  (tmp_path / 'more.txt').write_text('d1\nd2\n\ne1\n')
+  files = [str(tmp_path / name), str(tmp_path / 'more.txt')]
+  # A file ends its last document; text files read as always.
+  assert list(sources.read_documents(files, records_are_lines=True)) == [
+      ['t1', 'a1', 'a2'], ['b1'], ['c1', 'c2'], ['d1', 'd2'], ['e1']]
+  assert not caplog.records
+  assert list(sources.read_documents(files[:1])) == [  # Without it: a document per record,
+      ['t1'], ['a1'], ['a2'], ['b1'], ['c1'], ['c2']]
+  assert caplog.records[0].getMessage() == (  # and a warning that says what to set.
+      f"2 of the first 8 records of '{files[0]}' are blank: if each record is a line "
+      '(wikitext), set --config.records_are_lines=true, or each packs a short example of its own')
+  caplog.clear()
+  list(sources.vocabulary_lines(files[:1], flags='--'))  # Lines either way: no warning.
+  write_records(tmp_path / 'c4.jsonl', [['x'], ['y']] * 10 + [['']])  # 1 in 21: documents.
+  assert len(list(sources.read_documents([str(tmp_path / 'c4.jsonl')]))) == 20
+  assert not caplog.records
+
+
+def test_a_line_per_record_corpus_packs_the_examples_of_the_same_text_files(
+    corpus, tiny_tokenizer, tmp_path):
+  docs = list(sources.read_documents([str(corpus / 'small.txt'), str(corpus / 'b.txt')]))
+  write_line_records(tmp_path / 'train.parquet', docs[:2])
+  write_line_records(tmp_path / 'eval.jsonl', docs[2:])
+  as_text = make_config(corpus)
+  as_lines = make_config(corpus, train_files=str(tmp_path / 'train.parquet'),
+                         eval_files=str(tmp_path / 'eval.jsonl'), records_are_lines=True)
+  for make in (pipeline.make_train_iterator, pipeline.make_eval_iterator):
+    for want, got in zip(take(make(as_text, tiny_tokenizer), 6),
+                         take(make(as_lines, tiny_tokenizer), 6), strict=True):
+      for name in pipeline.FEATURES:
+        np.testing.assert_array_equal(got[name], want[name])
+  with pytest.raises(UserError, match=r'records_are_lines applies to record files .*not to TFDS'):
+    sources.open_corpus(make_config(corpus, tfds_name='wikipedia', records_are_lines=True))
+
+
 # --- Example packing ----------------------------------------------------------------------
 
 

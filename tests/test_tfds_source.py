@@ -79,7 +79,7 @@ def test_tfds_documents_pack_exactly_like_the_same_documents_in_a_text_file(
 
 def test_tfds_split_slices_are_honoured(data_dir):
   source = tfds_source.open_text_source('electra_test_text', 'train[:5]', 'text', data_dir)
-  assert len(source) == 5 and len(list(source.documents())) == 5
+  assert len(source) == 5 and [len(docs) for docs in source.records()] == [1] * 5
   assert source.description == "TFDS 'electra_test_text' split 'train[:5]'"
 
 
@@ -111,3 +111,23 @@ def test_tfds_errors_are_one_line_and_say_what_to_do(data_dir, tmp_path, name, s
     tfds_source.open_text_source(name, split, key, directory)
   assert '\n' not in str(e.value)
   assert not os.path.exists(tmp_path / 'empty' / 'downloads')  # Never downloads or builds.
+
+
+def test_prepare_packs_a_tfds_split_as_training_streams_it_and_its_bar_counts_records(
+    data_dir, tokenizer, tmp_path, capsys):
+  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import prepare
+  from electra_jax.data import shards
+  config = tfds_config(data_dir, short_seq_prob=0.1, seed=3)
+  summary = prepare.prepare(config, str(tmp_path / 'out'), examples_per_shard=40, progress=True)
+  assert f'{NUM_DOCS}/{NUM_DOCS} [' in capsys.readouterr().err  # One tick per record.
+  metadata = shards.read_metadata(summary['output'])
+  assert metadata['source'] == dict(tfds_name='electra_test_text', tfds_split='train',
+                                    text_key='text', tfds_data_dir=data_dir)
+  streamed = pipeline.build_train_examples(config, tokenizer)
+  examples = pipeline.open_train_examples(
+      tfds_config(data_dir, short_seq_prob=0.1, seed=3, train_data_dir=summary['output']),
+      tokenizer)
+  read_back = examples.gather(np.arange(len(examples)))
+  for name in pipeline.FEATURES:
+    np.testing.assert_array_equal(read_back[name], streamed[name])

@@ -158,8 +158,8 @@ def build_examples(files_pattern: str, tokenizer, max_seq_length: int, short_seq
 
 def build_train_examples(config, tokenizer) -> dict[str, np.ndarray]:
   """The training corpus (train_files or the TFDS dataset), packed in memory."""
-  description, documents = sources.corpus_documents(config, 'train')
-  return _all_examples(description, documents, tokenizer, config.max_seq_length,
+  corpus = sources.open_corpus(config, 'train')
+  return _all_examples(corpus.description, corpus.documents(), tokenizer, config.max_seq_length,
                        config.short_seq_prob, config.seed)
 
 

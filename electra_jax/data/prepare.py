@@ -41,47 +41,25 @@ def prepare(config, output: str, examples_per_shard: int = 100_000,
   start = time.time()
   c = config_lib.resolve(config)
   tokenizer = tokenizer_lib.for_config(c)
-  description, documents = sources.corpus_documents(c, 'train')
+  corpus = sources.open_corpus(c, 'train')
   output = _output_dir(output)
-  print(f'Packing {description} with {tokenizer} into {output} '
+  print(f'Packing {corpus.description} with {tokenizer} into {output} '
         f'(max_seq_length {c.max_seq_length}, seed {c.seed})', flush=True)
-  # The bar counts what has a known total: TFDS's documents, else the files read.
-  if c.tfds_name:
-    from electra_jax.data import tfds_source  # pylint: disable=import-outside-toplevel
-    total, unit = len(tfds_source.open_text_source(c.tfds_name, c.tfds_split, c.text_key,
-                                                   c.tfds_data_dir or None)), ' docs'
-  else:
-    files = sources.list_files(c.train_files)
-    total, unit = len(files), ' files'
-  bar = tqdm.tqdm(total=total, unit=unit, file=sys.stderr, disable=not progress,
-                  mininterval=1.0 if sys.stderr.isatty() else 30.0, dynamic_ncols=True)
-
-  def counted():
-    if c.tfds_name:
-      for doc in documents:
-        yield doc
-        bar.update(1)
-    else:
-      for path in files:
-        yield from sources.files_documents(c, [path])
-        bar.update(1)
-
+  bar = tqdm.tqdm(total=corpus.num_parts, unit=f' {corpus.unit}', file=sys.stderr,
+                  disable=not progress, mininterval=1.0 if sys.stderr.isatty() else 30.0,
+                  dynamic_ncols=True)
   writer = shards.ShardWriter(output, 'train', tokenizer.vocab_size, examples_per_shard)
-  for tokens, num_first in pipeline.iter_examples(counted(), tokenizer,
+  for tokens, num_first in pipeline.iter_examples(corpus.documents(bar.update), tokenizer,
                                                   c.max_seq_length, c.short_seq_prob, c.seed):
     writer.write(tokens, num_first)
     if writer.num_examples % 10_000 == 0:
       bar.set_postfix(examples=writer.num_examples, refresh=False)
   bar.close()
   if not writer.num_examples:
-    raise UserError(f'{description} produced no examples; check it contains text')
-  source = (dict(tfds_name=c.tfds_name, tfds_split=c.tfds_split, text_key=c.text_key,
-                 tfds_data_dir=c.tfds_data_dir) if c.tfds_name else
-            dict(train_files=c.train_files, files=files,
-                 text_key=c.text_key))
+    raise UserError(f'{corpus.description} produced no examples; check it contains text')
   vocab_path = tokenizer.vocab_file
   metadata = writer.finish(dict(
-      source=source, vocab_file=vocab_path, vocab_sha256=shards.file_sha256(vocab_path),
+      source=corpus.source, vocab_file=vocab_path, vocab_sha256=shards.file_sha256(vocab_path),
       vocab_size=tokenizer.vocab_size, do_lower_case=c.do_lower_case,
       max_seq_length=c.max_seq_length,
       short_seq_prob=c.short_seq_prob, seed=c.seed, special_ids=dict(

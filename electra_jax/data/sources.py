@@ -247,14 +247,29 @@ def _columnar_texts(path: str, text_key: str, flags: str):
         yield _RecordText(f'row {row}', text, names)
 
 
-def _record_documents(path: str, text_key: str, skip_bad_lines: bool, flags: str):
+_LINE_RECORDS_SAMPLE = 1000  # Records read before judging whether they look like lines.
+
+
+def _note_line_records(path: str, texts: int, blank: int, flags: str) -> None:
+  """Warns when a tenth or more of a file's first records are blank: a line per record (the
+  Hub's wikitext), which read as documents packs an example per line."""
+  if texts and blank * 10 >= texts:
+    logging.warning("%d of the first %d records of '%s' are blank: if each record is a line "
+                    '(wikitext), set %srecords_are_lines=true, or each packs a short example of '
+                    'its own', blank, texts, path, flags)
+
+
+def _record_documents(path: str, text_key: str, skip_bad_lines: bool, flags: str,
+                      records_are_lines: bool = False):
   """The documents of a JSON Lines, Parquet or Arrow file: each record's text, split into
-  lines."""
+  lines; or, `records_are_lines`, the records' texts as the lines of a text file, a blank one
+  ending a document (the Hub's wikitext)."""
   if is_json_lines(path):
     records = _json_lines_texts(path, text_key, skip_bad_lines, flags)
   else:
     records = _columnar_texts(path, text_key, flags)
-  found, seen, skipped = False, False, 0
+  found, seen, skipped, doc = False, False, 0, []
+  texts, blank = 0, 0  # Records with text, and those whose text is blank.
   for record in records:
     seen = True
     if not isinstance(record.text, str):
@@ -268,8 +283,22 @@ def _record_documents(path: str, text_key: str, skip_bad_lines: bool, flags: str
                       'holding the text' + _skip_hint(flags, 'records'))
     found = True
     lines = text_lines(record.text)
-    if lines:
-      yield lines
+    texts += 1
+    blank += not lines
+    if texts == _LINE_RECORDS_SAMPLE and not records_are_lines:
+      _note_line_records(path, texts, blank, flags)
+    if not records_are_lines:
+      if lines:
+        yield lines
+    elif lines:
+      doc.extend(lines)
+    elif doc:
+      yield doc
+      doc = []
+  if doc:
+    yield doc
+  if texts < _LINE_RECORDS_SAMPLE and not records_are_lines:
+    _note_line_records(path, texts, blank, flags)
   if skipped:
     logging.warning('skipped %d record(s) of %s without text under %r (skip_bad_lines)',
                     skipped, path, text_key)
@@ -281,13 +310,14 @@ def _record_documents(path: str, text_key: str, skip_bad_lines: bool, flags: str
 
 
 def read_documents(files: Iterable[str], skip_bad_lines: bool = False, text_key: str = 'text',
-                   flags: str = CONFIG_FLAGS) -> Iterator[list[str]]:
+                   flags: str = CONFIG_FLAGS,
+                   records_are_lines: bool = False) -> Iterator[list[str]]:
   """Each document as its non-empty stripped lines: in text files, blank lines and file ends
   end documents; in JSON Lines, Parquet and Arrow files, each record's `text_key` field is
-  one."""
+  one (`records_are_lines`: a line, as in a text file)."""
   for path in files:
     if is_record_file(path):
-      yield from _record_documents(path, text_key, skip_bad_lines, flags)
+      yield from _record_documents(path, text_key, skip_bad_lines, flags, records_are_lines)
       continue
     doc = []
     for line in read_lines(path, skip_bad_lines, flags):
@@ -307,31 +337,61 @@ def vocabulary_lines(files: Iterable[str], skip_bad_lines: bool = False, text_ke
   text (JSON Lines, Parquet, Arrow) split on newlines."""
   for path in files:
     if is_record_file(path):
-      for doc in _record_documents(path, text_key, skip_bad_lines, flags):
+      # As lines: the same lines in the same order, and no warning about line records.
+      for doc in _record_documents(path, text_key, skip_bad_lines, flags, records_are_lines=True):
         yield from doc
     else:
       yield from (line.rstrip('\r\n') for line in read_lines(path, skip_bad_lines, flags))
 
 
+def _reading(config) -> dict:
+  """read_documents' options as `config` sets them (bad lines, text key, records as lines)."""
+  return dict(skip_bad_lines=bool(config.get('skip_bad_lines', False)),
+              text_key=config.get('text_key', 'text'),
+              records_are_lines=bool(config.get('records_are_lines', False)))
+
+
 def config_documents(config, pattern: str) -> Iterator[list[str]]:
-  """The documents of the files `pattern` names, read as `config` says (bad lines, text key)."""
-  return files_documents(config, list_files(pattern))
+  """The documents of the files `pattern` names, read as `config` says."""
+  return read_documents(list_files(pattern), **_reading(config))
 
 
-def files_documents(config, files: list[str]) -> Iterator[list[str]]:
-  """The documents of these files, read as `config` says."""
-  return read_documents(files, bool(config.get('skip_bad_lines', False)),
-                        config.get('text_key', 'text'))
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+  """A pretraining corpus, read in parts a progress bar can count: its files, or a TFDS
+  split's records (each part gives its documents)."""
+  description: str
+  unit: str  # What a part is, for the bar: 'files' or 'docs'.
+  num_parts: int
+  source: dict  # What it is, as prepared data's metadata records it.
+  _parts: Callable[[], Iterator[Iterable[list[str]]]]
+
+  def documents(self, part_done: Callable[[], None] = lambda: None) -> Iterator[list[str]]:
+    """Every document in order; `part_done()` after each part's."""
+    for part in self._parts():
+      yield from part
+      part_done()
 
 
-def corpus_documents(config, split: str = 'train') -> tuple[str, Iterator[list[str]]]:
-  """(description, documents) of the config's corpus: TFDS when `tfds_name` is set (train
-  split only), else the `train_files` / `eval_files` glob. Fails now on a bad glob or dataset."""
+def open_corpus(config, split: str = 'train') -> Corpus:
+  """The config's corpus: TFDS when `tfds_name` is set (train split only), else the
+  `train_files` / `eval_files` glob. Fails now on a bad glob or dataset."""
+  reading = _reading(config)
+  text_key = reading['text_key']
   if split == 'train' and config.get('tfds_name'):
+    if reading['records_are_lines']:
+      raise UserError('config.records_are_lines applies to record files (JSON Lines, Parquet, '
+                      'Arrow), not to TFDS datasets; unset it or tfds_name')
     from electra_jax.data import tfds_source  # pylint: disable=import-outside-toplevel
-    source = tfds_source.open_text_source(config.tfds_name, config.get('tfds_split') or 'train',
-                                          config.get('text_key', 'text'),
-                                          config.get('tfds_data_dir') or None)
-    return source.description, source.documents()
+    tfds_split = config.get('tfds_split') or 'train'
+    data_dir = config.get('tfds_data_dir') or None
+    text = tfds_source.open_text_source(config.tfds_name, tfds_split, text_key, data_dir)
+    return Corpus(text.description, 'docs', len(text), dict(
+        tfds_name=config.tfds_name, tfds_split=tfds_split, text_key=text_key,
+        tfds_data_dir=data_dir or ''), text.records)
   pattern = config.train_files if split == 'train' else config.eval_files
-  return f"'{pattern}'", config_documents(config, pattern)
+  files = list_files(pattern)
+  parts = lambda: (read_documents([path], **reading) for path in files)
+  return Corpus(f"'{pattern}'", 'files', len(files), dict(
+      train_files=pattern, files=files, text_key=text_key,
+      records_are_lines=reading['records_are_lines']), parts)

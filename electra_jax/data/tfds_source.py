@@ -40,12 +40,12 @@ class TfdsTextSource:
       text = self.data_source[i][self.text_key]
       yield text.decode('utf-8', errors='replace') if isinstance(text, bytes) else str(text)
 
-  def documents(self) -> Iterator[list[str]]:
-    """Each record as its non-empty stripped lines, in the split's stored order."""
+  def records(self) -> Iterator[list[list[str]]]:
+    """Each record's documents, in the split's stored order: its non-empty stripped lines as
+    one document, or none if it has no text."""
     for text in self.texts():
       lines = sources.text_lines(text)
-      if lines:
-        yield lines
+      yield [lines] if lines else []
 
 
 def local_data_dir(data_dir: str | None, name: str) -> str | None:
