@@ -312,6 +312,39 @@ def test_file_rows_with_missing_values_or_fields_are_named_and_other_columns_ign
     tasks.read_rows(str(tmp_path / 'empty.jsonl'))
 
 
+def test_skip_bad_rows_drops_and_counts_rows_that_are_no_examples_and_errors_offer_it(
+    tmp_path, tokenizer, caplog):
+  """A QQP train TSV as GLUE's is said to hold: a row cut short (no is_duplicate), one whose
+  question holds a tab (a field too many); BERT's and transformers' readers skip such rows."""
+  (tmp_path / 'qqp.tsv').write_text(
+      'id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n'
+      '1\t1\t2\tWho?\tWhom?\t0\n'
+      '2\t3\t4\tWhy?\n'
+      '3\t5\t6\tHow\tcome?\tWhy?\t1\n'
+      '4\t7\t8\tWhere?\tWhence?\t1\n')
+  path = str(tmp_path / 'qqp.tsv')
+  c = ft_config(task='qqp', train_file=path, eval_file=path)
+  with pytest.raises(UserError, match=r"qqp.tsv' line 4 has 7 fields, its header 6; .* or write "
+                                      r'the file as JSON Lines, or set --config.skip_bad_rows='
+                                      r'true to skip such rows$'):
+    loop.load_data(c, tasks.TASKS['qqp'], tokenizer)
+  with pytest.raises(UserError, match=r"qqp.tsv' example 2 has no is_duplicate value; give every "
+                                      r'example one, or set --config.skip_bad_rows=true'):
+    tasks.complete_rows(tasks.read_rows(path, skip_bad_rows=True), path,
+                        tasks.file_columns(c, tasks.TASKS['qqp']))
+  with pytest.raises(UserError, match=r"line 4 has 7 fields, its header 6; .*JSON Lines$"):
+    tasks.read_rows(path)  # Predictions: no option to offer.
+  c.skip_bad_rows = True
+  caplog.clear()
+  data = loop.load_data(c, tasks.TASKS['qqp'], tokenizer)
+  assert [(e['text_a'], e['label']) for e in data.evals[0].examples] == [('Who?', 0),
+                                                                          ('Where?', 1)]
+  assert data.train['label'].tolist() == [0, 1]
+  skipped = [r.getMessage() for r in caplog.records if 'skip_bad_rows' in r.getMessage()]
+  assert skipped == [f"skipped 1 row(s) of '{path}' {what} (skip_bad_rows)" for what in [
+      'with more fields than the header', 'without a label or text value'] * 2]
+
+
 def test_pairs_are_packed_and_truncated_longest_first(any_tokenizer):
   tokenizer = any_tokenizer
   long_a = ' '.join(['Elizabeth'] * 40)

@@ -45,6 +45,10 @@ def get_config():
   # task=files: 'auto' (float labels such as 0.5 -> regression, else classes), 'class' or
   # 'regression'.
   c.label_type = 'auto'
+  # Files of classification/regression tasks: skip (and count in the log) rows that cannot be
+  # read as examples, CSV/TSV rows of more fields than the header or rows without a label or
+  # text value (BERT's and transformers' GLUE readers skip such rows), instead of failing.
+  c.skip_bad_rows = False
   # Use at most this many training examples (0: all); for quick runs.
   c.max_train_examples = 0
   # Use at most this many evaluation examples (0: all).

@@ -107,9 +107,10 @@ def load_data(c, task, tokenizer) -> Data:
                       'is_impossible); evaluation needs them all answered')
     evals = [('', examples[:c.max_eval_examples or None])]
   elif from_files:  # Your files, or a GLUE task's own copies (GLUE's, the Hub's).
-    train_rows = tasks_lib.read_rows(c.train_file, task.glue_tsv_headerless)
-    eval_rows = tasks_lib.read_rows(c.eval_file, task.glue_tsv_headerless)
     columns = tasks_lib.file_columns(c, task)
+    train_rows, eval_rows = (tasks_lib.complete_rows(
+        tasks_lib.read_rows(path, task.glue_tsv_headerless, c.skip_bad_rows), path, columns,
+        c.skip_bad_rows) for path in (c.train_file, c.eval_file))
     if task.name == 'files':
       task = tasks_lib.files_task(train_rows, c.label_type, c.train_file, columns)
     train = tasks_lib.file_examples(task, train_rows, c.train_file, c.max_train_examples,

@@ -16,6 +16,8 @@ import itertools
 import json
 import re
 
+from absl import logging
+
 from electra_jax import paths
 from electra_jax.data import sources
 from electra_jax.errors import UserError
@@ -291,11 +293,23 @@ def _cell(value) -> str | None:
   return json.dumps(value, default=str)
 
 
-def read_rows(path: str, fieldnames: tuple = ()) -> list[dict]:
+def _skip_hint(skip_bad_rows: bool | None) -> str:
+  """How an error offers skipping (False: fine-tuning, where it is off; None: not offered)."""
+  return '' if skip_bad_rows is None else ', or set --config.skip_bad_rows=true to skip such rows'
+
+
+def _note_skipped(path: str, count: int, what: str) -> None:
+  if count:
+    logging.warning("skipped %d row(s) of '%s' %s (skip_bad_rows)", count, path, what)
+
+
+def read_rows(path: str, fieldnames: tuple = (), skip_bad_rows: bool | None = None) -> list[dict]:
   """Rows of a CSV/TSV (header row required), JSON Lines (.gz, .zst too), Parquet or Arrow file
   (the Hugging Face Hub's datasets, `datasets`' save_to_disk) as dicts of strings (None where a
   value is missing). `fieldnames`: a TSV's columns where it may lack its header row (CoLA's
-  GLUE TSVs): a first line of as many fields, none of them one of these names, is a row."""
+  GLUE TSVs): a first line of as many fields, none of them one of these names, is a row.
+  `skip_bad_rows`: True drops (and counts in the log) CSV/TSV rows of more fields than the
+  header, False names the first and offers the option, None (predictions) names it."""
   resolved = paths.resolve(path)
   if not paths.is_file(resolved):
     raise UserError(f"file '{path}' not found; pass an existing {FILE_FORMATS} file")
@@ -316,22 +330,25 @@ def read_rows(path: str, fieldnames: tuple = ()) -> list[dict]:
       reader = csv.DictReader(itertools.chain([first], f),
                               fieldnames=list(fieldnames) if headerless else None,
                               delimiter=delimiter, quoting=quoting)
-      return [_aligned(row, reader, path, delimiter) for row in reader]
+      rows, skipped = [], 0
+      for row in reader:
+        # More fields than the header's would shift every later column, a label read from the
+        # text; empty ones (a trailing delimiter) are dropped.
+        extra = row.pop(None, None)  # DictReader's key for the fields past the header's.
+        if not extra or not any(field.strip() for field in extra):
+          rows.append(row)
+        elif skip_bad_rows:
+          skipped += 1
+        else:
+          fix = ('a TSV field cannot hold a tab (TSVs are read unquoted)' if delimiter == '\t'
+                 else 'quote a field that holds a comma')
+          raise UserError(f"file '{path}' line {reader.line_num} has "
+                          f'{len(reader.fieldnames) + len(extra)} fields, its header '
+                          f'{len(reader.fieldnames)}; {fix}: fix the line, or write the file as '
+                          f'JSON Lines{_skip_hint(skip_bad_rows)}')
+    _note_skipped(path, skipped, 'with more fields than the header')
+    return rows
   return [{k: _cell(v) for k, v in record.items()} for record in records]
-
-
-def _aligned(row: dict, reader: csv.DictReader, path: str, delimiter: str) -> dict:
-  """A row without fields beyond its header's (empty ones, a trailing delimiter, dropped): more
-  would shift every later column, a label read from the text."""
-  extra = row.pop(None, None)  # DictReader's key for the fields past the header's.
-  if extra and any(field.strip() for field in extra):
-    fix = ('a TSV field cannot hold a tab (TSVs are read unquoted)' if delimiter == '\t' else
-           'quote a field that holds a comma')
-    raise UserError(f"file '{path}' line {reader.line_num} has "
-                    f'{len(reader.fieldnames) + len(extra)} fields, its header '
-                    f'{len(reader.fieldnames)}; {fix}: fix the line, or write the file as JSON '
-                    'Lines')
-  return row
 
 
 def _records(resolved: str) -> list[dict] | None:
@@ -431,6 +448,26 @@ def _columns(rows, path, need_label: bool = True,
                     'in a header row), or name yours when fine-tuning: --config.text_columns, '
                     '--config.label_column')
   return text_a, text_b, label
+
+
+def complete_rows(rows: list[dict], path: str, columns: FileColumns = FileColumns(),
+                  skip_bad_rows: bool = False) -> list[dict]:
+  """The rows of a fine-tuning file that hold a label and a text value (a short CSV/TSV row, a
+  record without them, lacks them); `skip_bad_rows` drops and counts the others, else the
+  first is an error."""
+  if not rows:
+    raise UserError(f"file '{path}' has no examples")
+  text_a, _, label = _columns(rows, path, columns=columns)
+  kept = []
+  for n, row in enumerate(rows, 1):
+    missing = next((key for key in (label, text_a) if row.get(key) is None), None)
+    if missing is None:
+      kept.append(row)
+    elif not skip_bad_rows:
+      raise UserError(f"file '{path}' example {n} has no {missing} value; give every example "
+                      f'one{_skip_hint(False)}')
+  _note_skipped(path, len(rows) - len(kept), 'without a label or text value')
+  return kept
 
 
 def files_task(train_rows: list[dict], label_type: str = 'auto',
