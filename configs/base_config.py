@@ -81,12 +81,15 @@ def get_config():
   # (.jsonl/.ndjson/.json, .gz or .zst too), Parquet (.parquet) or Arrow (.arrow), one document
   # per record in its text_key field.
   c.train_files = 'data/demo_corpus/train/*.txt'
-  # TFDS text dataset to pretrain on instead of train_files (eval still reads eval_files), e.g.
-  # 'wikipedia/20230601.en', prepared as ArrayRecord (`tfds build NAME --file_format=array_record`);
-  # '' = off.
+  # TFDS text dataset to pretrain on instead of train_files (eval reads eval_files, or
+  # tfds_eval_split below), e.g. 'wikipedia/20230601.en', prepared as ArrayRecord
+  # (`tfds build NAME --file_format=array_record`); '' = off.
   c.tfds_name = ''
   # TFDS split to read (slices such as 'train[:90%]' work).
   c.tfds_split = 'train'
+  # With tfds_name: the TFDS split evaluation reads instead of eval_files, e.g. c4's
+  # 'validation', or 'train[99%:]' beside tfds_split='train[:99%]' ('' = eval_files).
+  c.tfds_eval_split = ''
   # The field holding a record's text in JSON Lines, Parquet and Arrow files and TFDS datasets;
   # each record is one document, one paragraph per line.
   c.text_key = 'text'
@@ -217,7 +220,7 @@ def get_config():
   c.steps_per_execution = 1
   # Write metrics (metrics.jsonl, TensorBoard, progress line) every N steps.
   c.log_every_steps = 100
-  # Evaluate on eval_files every N steps (0 disables periodic evaluation).
+  # Evaluate on eval_files (or tfds_eval_split) every N steps (0 disables periodic evaluation).
   c.eval_every_steps = 5000
   # Global batch size for evaluation.
   c.eval_batch_size = 128

@@ -23,6 +23,7 @@ from electra_jax import experiment as experiment_lib
 from electra_jax import init_from
 from electra_jax import saved_config
 from electra_jax import train_state as ts
+from electra_jax.data import sources
 
 FLAGS = flags.FLAGS
 
@@ -50,16 +51,17 @@ def main(argv):
   ckpt.close()
   eval_step = ts.jit_eval_step(ts.make_eval_step(run.objective), run.mesh,
                                jax.tree.map(lambda x: x.sharding, abstract_state.params))
-  files = FLAGS.eval_files or run.config.eval_files
+  files = FLAGS.eval_files  # None: the run's eval set (eval_files, or tfds_eval_split).
+  held_out = sources.open_corpus(run.config, 'eval', files).source
   metrics = eval_loop.evaluate_params(state.params, eval_step, run.config, run.tokenizer,
                                       run.mesh, num_batches=FLAGS.num_batches, files=files)
-  if not metrics:
-    raise cli.UserError(f"eval files '{files}' produced no examples; check --eval_files")
   metrics['unigram_baseline_accuracy'] = eval_loop.unigram_baseline_accuracy(
       run.config, run.tokenizer, files)
   for key, value in metrics.items():
     print(f'  {key:28s} {value:.4f}' if isinstance(value, float) else f'  {key:28s} {value}')
-  cli.print_result(dict(step=step, workdir=FLAGS.workdir, eval_files=files, **metrics,
+  eval_set = (dict(eval_files=held_out['eval_files']) if 'eval_files' in held_out else
+              dict(eval_tfds=f"{held_out['tfds_name']}:{held_out['tfds_split']}"))
+  cli.print_result(dict(step=step, workdir=FLAGS.workdir, **eval_set, **metrics,
                         wall_time_sec=round(time.time() - start, 2)))
 
 
@@ -70,7 +72,8 @@ def _define_flags():
                                   "default: the workdir's saved config.json.", lock_config=True)
   flags.DEFINE_string('workdir', None, 'Training workdir holding checkpoints/.')
   flags.DEFINE_string('eval_files', None, 'Glob of held-out text or record files, read as '
-                      'training reads its corpus (default: config.eval_files).')
+                      "training reads its corpus (default: the run's eval set, config.eval_files "
+                      'or, with tfds_name, tfds_eval_split).')
   flags.DEFINE_integer('num_batches', 0, 'Evaluate at most this many batches (0: all).')
   flags.DEFINE_integer('step', None, 'Checkpoint step to restore (default: the latest).')
   cpu_devices.define_flag()

@@ -107,8 +107,8 @@ def check_saved_config_matches(workdir: str, c) -> list[str]:
 # differ on resume without being listed in allow_config_change. The init_* keys only choose a
 # new run's starting weights; a resumed run ignores them.
 HARMLESS_KEYS = ('log_every_steps', 'eval_every_steps', 'eval_batch_size', 'num_eval_steps',
-                 'eval_files', 'save_checkpoints_steps', 'keep_checkpoint_max', 'progress_bar',
-                 'max_consecutive_nonfinite', 'allow_config_change', 'remat',
+                 'eval_files', 'tfds_eval_split', 'save_checkpoints_steps', 'keep_checkpoint_max',
+                 'progress_bar', 'max_consecutive_nonfinite', 'allow_config_change', 'remat',
                  'steps_per_execution', 'attention_implementation', 'init_from',
                  'init_generator_from', 'extend_vocab_file')
 

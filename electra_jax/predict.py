@@ -52,9 +52,11 @@ def main(argv):
                     'and --input=FILE or --split=SPLIT')
   distributed.require_one_process('python -m electra_jax.predict')
   start = time.time()
-  if FLAGS.workdir is None or FLAGS.output is None:
-    raise UserError('pass --workdir=FT_DIR (a fine-tuning run) and --output=DIR (where the '
-                    'predictions go)')
+  missing = [flag for flag, value in (('--workdir', FLAGS.workdir), ('--output', FLAGS.output))
+             if value is None]
+  if missing:
+    raise UserError(f"{' and '.join(missing)} missing; pass --workdir=FT_DIR (a fine-tuning "
+                    'run) and --output=DIR (where the predictions go)')
   if not FLAGS.input and not FLAGS.glue_test and FLAGS.split is None:
     raise UserError('pass --input=FILE (a file to predict), --glue_test=FILE (a GLUE test file '
                     "for the leaderboard) or --split=SPLIT (a TFDS split of the task; 'test' for "

@@ -241,7 +241,8 @@ def test_records_are_documents_of_their_text_lines(tmp_path, name):
 def test_json_lines_read_the_configured_text_key(tmp_path):
   write_records(tmp_path / 'c.jsonl', [['x y'], ['z']], key='body')
   config = ml_collections.ConfigDict(dict(text_key='body', skip_bad_lines=False))
-  assert list(sources.config_documents(config, str(tmp_path / 'c.jsonl'))) == [['x y'], ['z']]
+  corpus = sources.open_corpus(config, 'eval', str(tmp_path / 'c.jsonl'))
+  assert list(corpus.documents()) == [['x y'], ['z']]
   with pytest.raises(UserError, match=r"c.jsonl' line 1 has no key 'text' \(its keys: body\); "
                                       r'set --config.text_key to the field holding the text, '
                                       r'or set --config.skip_bad_lines=true to skip such records'):

@@ -334,6 +334,9 @@ def test_skip_bad_rows_drops_and_counts_rows_that_are_no_examples_and_errors_off
                         tasks.file_columns(c, tasks.TASKS['qqp']))
   with pytest.raises(UserError, match=r"line 4 has 7 fields, its header 6; .*JSON Lines$"):
     tasks.read_rows(path)  # Predictions: no option to offer.
+  with pytest.raises(UserError, match=r"test.parquet' has no label values \(a test split\?\); "
+                                      r'fine-tune and evaluate on labelled files'):
+    tasks.complete_rows([dict(text='a', label=None)] * 2, 'test.parquet', skip_bad_rows=True)
   c.skip_bad_rows = True
   caplog.clear()
   data = loop.load_data(c, tasks.TASKS['qqp'], tokenizer)
@@ -1442,3 +1445,13 @@ def test_export_of_a_finetuned_run_is_a_transformers_classifier_that_predicts_as
   assert not saved_run.is_finetuning_workdir(run.config.init_checkpoint)
   with pytest.raises(UserError, match='has not finished'):
     export.export_finetuned(str(unfinished), str(tmp_path / 'y'))
+
+
+def test_predict_names_the_flag_it_lacks(tmp_path):
+  proc = subprocess.run([sys.executable, '-m', 'electra_jax.predict', f'--workdir={tmp_path}'],
+                        cwd=REPO_ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'),
+                        capture_output=True, text=True, timeout=300, check=False)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines() == [
+      'error: --output missing; pass --workdir=FT_DIR (a fine-tuning run) and --output=DIR '
+      '(where the predictions go)']

@@ -55,9 +55,10 @@ def tokenizer():
 
 
 def tfds_config(data_dir, **overrides):
-  return tiny_config(vocab_file=DEMO_MODEL, vocab_size=8000, max_seq_length=SEQ,
-                     tfds_name='electra_test_text', tfds_split='train', text_key='text',
-                     tfds_data_dir=data_dir, train_files='/nowhere/*.txt', **overrides)
+  keys = dict(vocab_file=DEMO_MODEL, vocab_size=8000, max_seq_length=SEQ,
+              tfds_name='electra_test_text', tfds_split='train', text_key='text',
+              tfds_data_dir=data_dir, train_files='/nowhere/*.txt')
+  return tiny_config(**{**keys, **overrides})
 
 
 def test_tfds_documents_pack_exactly_like_the_same_documents_in_a_text_file(
@@ -131,3 +132,55 @@ def test_prepare_packs_a_tfds_split_as_training_streams_it_and_its_bar_counts_re
   read_back = examples.gather(np.arange(len(examples)))
   for name in pipeline.FEATURES:
     np.testing.assert_array_equal(read_back[name], streamed[name])
+
+
+def test_tfds_eval_split_is_the_eval_set_read_as_the_same_text_file_would_be(
+    data_dir, tokenizer, tmp_path):
+  stored = tfds.data_source('electra_test_text', split='train', data_dir=data_dir)
+  docs = _documents()
+  held_out = [docs[int(stored[i]['id'])] for i in range(8, NUM_DOCS)]
+  (tmp_path / 'held_out.txt').write_text('\n\n'.join(held_out) + '\n')
+  config = tfds_config(data_dir, tfds_split='train[:8]', tfds_eval_split='train[8:]',
+                       eval_files=str(tmp_path / 'nowhere.txt'), eval_batch_size=4)
+  from_files = tfds_config(data_dir, eval_files=str(tmp_path / 'held_out.txt'),
+                           eval_batch_size=4)
+  want = list(pipeline.make_eval_iterator(from_files, tokenizer))
+  got = list(pipeline.make_eval_iterator(config, tokenizer))
+  assert len(got) == len(want) > 2
+  for w, g in zip(want, got):
+    for name in pipeline.FEATURES:
+      np.testing.assert_array_equal(g[name], w[name])
+  np.testing.assert_array_equal(pipeline.count_token_frequencies(config, tokenizer),
+                                pipeline.count_token_frequencies(from_files, tokenizer))
+  # A glob given for one evaluation (evaluate --eval_files) is read instead.
+  assert len(list(pipeline.make_eval_iterator(config, tokenizer,
+                                              files=str(tmp_path / 'held_out.txt')))) == len(want)
+  # Unset, evaluation reads eval_files, as before the key existed.
+  with pytest.raises(UserError, match=r"no files match '.*nowhere.txt'"):
+    pipeline.make_eval_iterator(tfds_config(data_dir, eval_files=str(tmp_path / 'nowhere.txt')),
+                                tokenizer)
+  with pytest.raises(UserError, match=r"config.tfds_split='nope' does not work"):
+    sources.open_corpus(tfds_config(data_dir, tfds_eval_split='nope'), 'eval')
+
+
+def test_a_run_on_tfds_evaluates_on_its_eval_split_and_evaluate_names_it(data_dir, tmp_path):
+  # pylint: disable=import-outside-toplevel
+  import json
+  import subprocess
+  import sys
+  from electra_jax import train
+  workdir = str(tmp_path / 'run')
+  config = tfds_config(data_dir, tfds_split='train[:8]', tfds_eval_split='train[8:]',
+                       eval_files='/nowhere/*.txt', num_layers=1, num_train_steps=2,
+                       num_warmup_steps=1, eval_every_steps=2, num_eval_steps=1,
+                       log_every_steps=2, save_checkpoints_steps=2, progress_bar=False)
+  assert train.train_and_evaluate(config, workdir)['status'] == 'completed'
+  with open(os.path.join(workdir, 'eval_metrics.jsonl'), encoding='utf-8') as f:
+    assert [json.loads(line)['step'] for line in f] == [2]
+  proc = subprocess.run([sys.executable, '-m', 'electra_jax.evaluate', f'--workdir={workdir}',
+                         '--num_batches=1'], cwd=REPO_ROOT, capture_output=True, text=True,
+                        env=dict(os.environ, JAX_PLATFORMS='cpu'), timeout=300, check=False)
+  assert proc.returncode == 0, proc.stderr
+  result = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert result['eval_tfds'] == 'electra_test_text:train[8:]' and 'eval_files' not in result
+  assert result['num_batches'] == 1 and 0 < result['disc_auc'] < 1

@@ -426,6 +426,7 @@ def test_evaluate_restores_the_latest_checkpoint_and_reports_json(trained):
                  f'--workdir={trained["resumed"]}', *trained['flags'][2:], '--num_batches=3')
   result = last_json(proc.stdout)
   assert result['step'] == 8 and result['num_batches'] == 3
+  assert result['eval_files'] == 'data/demo_corpus/eval/*.txt'  # The run's own eval set.
   for key in ('loss', 'mlm_accuracy', 'disc_auc', 'disc_precision', 'unigram_baseline_accuracy'):
     assert key in result
   assert 0 < result['unigram_baseline_accuracy'] < 0.2

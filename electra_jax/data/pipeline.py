@@ -302,15 +302,14 @@ def make_eval_iterator(config, tokenizer, process_index: int = 0, process_count:
   all) stops early, and only what it needs is tokenized.
   """
   local_batch = _local_batch_size(config, 'eval_batch_size', process_index, process_count)
-  pattern = files or config.eval_files
-  documents = sources.config_documents(config, pattern)  # A bad glob fails here, not at next().
-  return _eval_batches(documents, pattern, tokenizer, config.max_seq_length,
-                       config.eval_batch_size, local_batch, process_index, num_batches)
+  corpus = sources.open_corpus(config, 'eval', files)  # A bad glob fails here, not at next().
+  return _eval_batches(corpus, tokenizer, config.max_seq_length, config.eval_batch_size,
+                       local_batch, process_index, num_batches)
 
 
-def _eval_batches(documents, pattern, tokenizer, max_seq_length, global_batch, local_batch,
-                  process_index, num_batches):
-  examples = iter_examples(documents, tokenizer, max_seq_length, 0.0, EVAL_SEED)
+def _eval_batches(corpus, tokenizer, max_seq_length, global_batch, local_batch, process_index,
+                  num_batches):
+  examples = iter_examples(corpus.documents(), tokenizer, max_seq_length, 0.0, EVAL_SEED)
   start = process_index * local_batch
   for step in itertools.count():
     if num_batches and step >= num_batches:
@@ -318,15 +317,14 @@ def _eval_batches(documents, pattern, tokenizer, max_seq_length, global_batch, l
     batch = list(itertools.islice(examples, global_batch))
     if not batch:
       if step == 0:
-        raise UserError(f"'{pattern}' produced no examples; check the files contain text")
+        raise UserError(f'{corpus.description} produced no examples; check it contains text')
       return
     yield _to_arrays(batch[start:start + local_batch], max_seq_length, local_batch)
 
 
 def count_token_frequencies(config, tokenizer, files: str | None = None) -> np.ndarray:
   """Counts [vocab_size] of each token over the eval examples' real, non-special tokens."""
-  pattern = files or config.eval_files
-  documents = sources.config_documents(config, pattern)
+  documents = sources.open_corpus(config, 'eval', files).documents()
   examples = iter_examples(documents, tokenizer, config.max_seq_length, 0.0, EVAL_SEED)
   counts = np.zeros(tokenizer.vocab_size, np.int64)
   while chunk := list(itertools.islice(examples, 4096)):

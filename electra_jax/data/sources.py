@@ -351,11 +351,6 @@ def _reading(config) -> dict:
               records_are_lines=bool(config.get('records_are_lines', False)))
 
 
-def config_documents(config, pattern: str) -> Iterator[list[str]]:
-  """The documents of the files `pattern` names, read as `config` says."""
-  return read_documents(list_files(pattern), **_reading(config))
-
-
 @dataclasses.dataclass(frozen=True)
 class Corpus:
   """A pretraining corpus, read in parts a progress bar can count: its files, or a TFDS
@@ -373,25 +368,27 @@ class Corpus:
       part_done()
 
 
-def open_corpus(config, split: str = 'train') -> Corpus:
-  """The config's corpus: TFDS when `tfds_name` is set (train split only), else the
-  `train_files` / `eval_files` glob. Fails now on a bad glob or dataset."""
+def open_corpus(config, split: str = 'train', files: str | None = None) -> Corpus:
+  """The config's training ('train') or evaluation ('eval') corpus: with `tfds_name`, TFDS's
+  `tfds_split` / `tfds_eval_split` (when set), else the `train_files` / `eval_files` glob;
+  `files`, a glob read instead. Fails now on a bad glob or dataset."""
   reading = _reading(config)
   text_key = reading['text_key']
-  if split == 'train' and config.get('tfds_name'):
+  tfds_split = (config.get('tfds_split') or 'train' if split == 'train' else
+                config.get('tfds_eval_split'))
+  if config.get('tfds_name') and tfds_split and not files:
     if reading['records_are_lines']:
       raise UserError('config.records_are_lines applies to record files (JSON Lines, Parquet, '
                       'Arrow), not to TFDS datasets; unset it or tfds_name')
     from electra_jax.data import tfds_source  # pylint: disable=import-outside-toplevel
-    tfds_split = config.get('tfds_split') or 'train'
     data_dir = config.get('tfds_data_dir') or None
     text = tfds_source.open_text_source(config.tfds_name, tfds_split, text_key, data_dir)
     return Corpus(text.description, 'docs', len(text), dict(
         tfds_name=config.tfds_name, tfds_split=tfds_split, text_key=text_key,
         tfds_data_dir=data_dir or ''), text.records)
-  pattern = config.train_files if split == 'train' else config.eval_files
-  files = list_files(pattern)
-  parts = lambda: (read_documents([path], **reading) for path in files)
-  return Corpus(f"'{pattern}'", 'files', len(files), dict(
-      train_files=pattern, files=files, text_key=text_key,
-      records_are_lines=reading['records_are_lines']), parts)
+  pattern = files or config[f'{split}_files']
+  paths_read = list_files(pattern)
+  parts = lambda: (read_documents([path], **reading) for path in paths_read)
+  return Corpus(f"'{pattern}'", 'files', len(paths_read), {
+      f'{split}_files': pattern, 'files': paths_read, 'text_key': text_key,
+      'records_are_lines': reading['records_are_lines']}, parts)

@@ -458,6 +458,10 @@ def complete_rows(rows: list[dict], path: str, columns: FileColumns = FileColumn
   if not rows:
     raise UserError(f"file '{path}' has no examples")
   text_a, _, label = _columns(rows, path, columns=columns)
+  if all(row.get(label) is None for row in rows):
+    raise UserError(f"file '{path}' has no {label} values (a test split?); fine-tune and "
+                    'evaluate on labelled files, and predict this one with python -m '
+                    'electra_jax.predict --input')
   kept = []
   for n, row in enumerate(rows, 1):
     missing = next((key for key in (label, text_a) if row.get(key) is None), None)
