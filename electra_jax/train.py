@@ -112,7 +112,9 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   if note:
     say(f'note: {note}', flush=True)
   if c.eval_every_steps:  # A bad eval glob or split fails now, not after hours of training.
-    sources.open_corpus(c, 'eval')
+    note = sources.held_out_note(c)
+    if note:
+      say(f'note: {note}', flush=True)
   abstract_state = exp.abstract_state()
   checkpoint.check_disk(checkpoint.directory_of(workdir), abstract_state)
   ckpt = checkpoint.Checkpointer(checkpoint.directory_of(workdir), keep=c.keep_checkpoint_max)

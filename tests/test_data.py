@@ -691,3 +691,17 @@ def test_build_vocab_cli_bad_input_is_one_error_line_and_exit_code_2(tmp_path):
   assert proc.stderr.strip().splitlines() == [f"error: no files match '{tmp_path}/none/*.txt'; "
                                               'fix the glob (relative paths are tried from the '
                                               'current directory, then the repository root)']
+
+
+def test_an_eval_set_of_training_text_earns_a_note(corpus, tmp_path):
+  apart = make_config(corpus)  # small.txt for training, b.txt held out.
+  assert sources.held_out_note(apart) is None
+  same = make_config(corpus, train_files=f'{corpus}/*.txt', eval_files=str(corpus / 'b.txt'))
+  assert sources.held_out_note(same) == (
+      f"1 of the eval set's 1 file(s) are training files too ('{corpus}/b.txt'): its metrics are "
+      'not of held-out text; point eval_files at text training never reads')
+  assert sources.held_out_note(make_config(corpus, train_data_dir=str(tmp_path),
+                                           train_files=f'{corpus}/*.txt')) is None
+  with pytest.raises(UserError, match='no files match'):  # The eval glob is checked either way.
+    sources.held_out_note(make_config(corpus, train_data_dir=str(tmp_path),
+                                      eval_files=str(tmp_path / 'none.txt')))

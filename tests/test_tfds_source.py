@@ -161,6 +161,10 @@ def test_tfds_eval_split_is_the_eval_set_read_as_the_same_text_file_would_be(
                                 tokenizer)
   with pytest.raises(UserError, match=r"config.tfds_split='nope' does not work"):
     sources.open_corpus(tfds_config(data_dir, tfds_eval_split='nope'), 'eval')
+  assert sources.held_out_note(config) is None
+  assert sources.held_out_note(tfds_config(data_dir, tfds_eval_split='train')) == (
+      "the eval set is the training split (TFDS 'electra_test_text' split 'train'): its metrics "
+      'are not of held-out text; set tfds_eval_split to a split training never reads')
 
 
 def test_a_run_on_tfds_evaluates_on_its_eval_split_and_evaluate_names_it(data_dir, tmp_path):

@@ -392,3 +392,23 @@ def open_corpus(config, split: str = 'train', files: str | None = None) -> Corpu
   return Corpus(f"'{pattern}'", 'files', len(paths_read), {
       f'{split}_files': pattern, 'files': paths_read, 'text_key': text_key,
       'records_are_lines': reading['records_are_lines']}, parts)
+
+
+def held_out_note(config) -> str | None:
+  """A note when the eval set is training text too (the same files, or the same TFDS split):
+  its metrics then say nothing about held-out text. Opens the eval set (a bad glob or split
+  fails here); prepared data (train_data_dir) is not compared."""
+  held_out = open_corpus(config, 'eval')
+  if config.get('train_data_dir'):
+    return None
+  train = open_corpus(config, 'train')
+  if 'files' in train.source and 'files' in held_out.source:
+    shared = sorted(set(train.source['files']) & set(held_out.source['files']))
+    if shared:
+      return (f"{len(shared)} of the eval set's {len(held_out.source['files'])} file(s) are "
+              f"training files too ('{shared[0]}'{', ...' if len(shared) > 1 else ''}): its "
+              'metrics are not of held-out text; point eval_files at text training never reads')
+  elif train.source == held_out.source:
+    return (f'the eval set is the training split ({held_out.description}): its metrics are not '
+            'of held-out text; set tfds_eval_split to a split training never reads')
+  return None
