@@ -101,6 +101,15 @@ def test_prepare_round_trip_writes_the_streamed_examples_in_order(corpus, prepar
   assert_well_formed(read_back, SEQ)
 
 
+def test_prepared_data_of_the_eval_files_earns_the_held_out_note(corpus, prepared):
+  prepared_config = lambda eval_files: config_for(corpus, train_data_dir=prepared[0],
+                                                  train_files='/moved/*.txt',
+                                                  eval_files=eval_files)
+  note = sources.held_out_note(prepared_config(corpus))
+  assert note.startswith("2 of the eval set's 2 file(s) are training files too")
+  assert sources.held_out_note(prepared_config(PERSUASION)) is None
+
+
 def test_training_batches_from_shards_equal_streamed_batches_across_epochs(corpus, prepared,
                                                                            tokenizer):
   out, summary = prepared

@@ -397,18 +397,20 @@ def open_corpus(config, split: str = 'train', files: str | None = None) -> Corpu
 def held_out_note(config) -> str | None:
   """A note when the eval set is training text too (the same files, or the same TFDS split):
   its metrics then say nothing about held-out text. Opens the eval set (a bad glob or split
-  fails here); prepared data (train_data_dir) is not compared."""
+  fails here); prepared data (train_data_dir) is compared by the source its metadata names."""
   held_out = open_corpus(config, 'eval')
   if config.get('train_data_dir'):
-    return None
-  train = open_corpus(config, 'train')
-  if 'files' in train.source and 'files' in held_out.source:
-    shared = sorted(set(train.source['files']) & set(held_out.source['files']))
+    from electra_jax.data import shards  # pylint: disable=import-outside-toplevel
+    trained_on = shards.read_metadata(config.train_data_dir)['source']
+  else:
+    trained_on = open_corpus(config, 'train').source
+  if 'files' in trained_on and 'files' in held_out.source:
+    shared = sorted(set(trained_on['files']) & set(held_out.source['files']))
     if shared:
       return (f"{len(shared)} of the eval set's {len(held_out.source['files'])} file(s) are "
               f"training files too ('{shared[0]}'{', ...' if len(shared) > 1 else ''}): its "
               'metrics are not of held-out text; point eval_files at text training never reads')
-  elif train.source == held_out.source:
+  elif trained_on == held_out.source:
     return (f'the eval set is the training split ({held_out.description}): its metrics are not '
             'of held-out text; set tfds_eval_split to a split training never reads')
   return None
