@@ -33,8 +33,10 @@ def evaluate_params(params, eval_step, c, tokenizer, mesh, num_batches=None, fil
   return metrics
 
 
-def unigram_baseline_accuracy(c, tokenizer, files=None) -> float:
-  """MLM accuracy of always predicting the most frequent maskable token."""
-  counts = np.asarray(pipeline.count_token_frequencies(c, tokenizer, files=files), np.float64)
+def unigram_baseline_accuracy(c, tokenizer, files=None, num_batches=None) -> float:
+  """MLM accuracy of always predicting the most frequent maskable token, over the examples an
+  evaluation of `num_batches` (None or 0: all) reads: a large eval set is not read in full."""
+  num_examples = (num_batches or 0) * c.eval_batch_size
+  counts = pipeline.count_token_frequencies(c, tokenizer, files, num_examples).astype(np.float64)
   counts[list(tokenizer.special_ids)] = 0
   return float(counts.max() / counts.sum()) if counts.sum() else float('nan')

@@ -56,7 +56,7 @@ def main(argv):
   metrics = eval_loop.evaluate_params(state.params, eval_step, run.config, run.tokenizer,
                                       run.mesh, num_batches=FLAGS.num_batches, files=files)
   metrics['unigram_baseline_accuracy'] = eval_loop.unigram_baseline_accuracy(
-      run.config, run.tokenizer, files)
+      run.config, run.tokenizer, files, FLAGS.num_batches)
   for key, value in metrics.items():
     print(f'  {key:28s} {value:.4f}' if isinstance(value, float) else f'  {key:28s} {value}')
   eval_set = (dict(eval_files=held_out['eval_files']) if 'eval_files' in held_out else

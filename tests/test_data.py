@@ -639,6 +639,14 @@ def test_token_frequencies_count_real_non_special_eval_tokens(eval_config, tiny_
                         for b in pipeline.make_eval_iterator(config, tiny_tokenizer)])
   ids = ids[~np.isin(ids, tiny_tokenizer.special_ids)]
   np.testing.assert_array_equal(counts, np.bincount(ids, minlength=TINY_VOCAB))
+  # Over the first batches only (evaluate --num_batches): what those batches hold.
+  first = next(pipeline.make_eval_iterator(config, tiny_tokenizer))
+  ids = first['input_ids'][first['input_mask'] == 1]
+  ids = ids[~np.isin(ids, tiny_tokenizer.special_ids)]
+  np.testing.assert_array_equal(
+      pipeline.count_token_frequencies(config, tiny_tokenizer,
+                                       num_examples=config.eval_batch_size),
+      np.bincount(ids, minlength=TINY_VOCAB))
 
 
 # --- build_vocab CLI ----------------------------------------------------------------------

@@ -322,10 +322,14 @@ def _eval_batches(corpus, tokenizer, max_seq_length, global_batch, local_batch, 
     yield _to_arrays(batch[start:start + local_batch], max_seq_length, local_batch)
 
 
-def count_token_frequencies(config, tokenizer, files: str | None = None) -> np.ndarray:
-  """Counts [vocab_size] of each token over the eval examples' real, non-special tokens."""
+def count_token_frequencies(config, tokenizer, files: str | None = None,
+                            num_examples: int = 0) -> np.ndarray:
+  """Counts [vocab_size] of each token over the eval examples' real, non-special tokens (the
+  first `num_examples`; 0: all)."""
   documents = sources.open_corpus(config, 'eval', files).documents()
-  examples = iter_examples(documents, tokenizer, config.max_seq_length, 0.0, EVAL_SEED)
+  examples = itertools.islice(
+      iter_examples(documents, tokenizer, config.max_seq_length, 0.0, EVAL_SEED),
+      num_examples or None)
   counts = np.zeros(tokenizer.vocab_size, np.int64)
   while chunk := list(itertools.islice(examples, 4096)):
     tokens = np.fromiter(itertools.chain.from_iterable(t for t, _ in chunk), np.int64)
