@@ -9,19 +9,20 @@ from electra_jax.data import pipeline
 EVAL_SEED_SALT = 0x45564C  # Fixed masking/sampling randomness for every evaluation.
 
 
-def eval_batches(c, tokenizer, mesh, num_batches=None, files=None):
-  """The eval set's global batches, as evaluate_params passes them to the eval step."""
+def eval_batches(c, tokenizer, mesh, num_batches=None, corpus=None):
+  """The eval set's global batches, as evaluate_params passes them to the eval step.
+  `corpus`: the eval set (sources.open_corpus), if opened already."""
   batches = pipeline.make_eval_iterator(c, tokenizer, jax.process_index(), jax.process_count(),
-                                        num_batches=num_batches or None, files=files)
+                                        num_batches=num_batches or None, corpus=corpus)
   for local_batch in batches:
     yield parallel.global_batch(local_batch, mesh)
 
 
-def evaluate_params(params, eval_step, c, tokenizer, mesh, num_batches=None, files=None):
+def evaluate_params(params, eval_step, c, tokenizer, mesh, num_batches=None, corpus=None):
   """Metrics of `params` on the eval set; identical masking every call (comparable over time)."""
   rng = jax.random.fold_in(jax.random.key(c.seed), EVAL_SEED_SALT)
   sums, num_batches_done = None, 0
-  for i, batch in enumerate(eval_batches(c, tokenizer, mesh, num_batches, files)):
+  for i, batch in enumerate(eval_batches(c, tokenizer, mesh, num_batches, corpus)):
     step_sums = eval_step(params, batch, jax.random.fold_in(rng, i))
     sums = step_sums if sums is None else jax.tree.map(lambda a, b: a + b, sums, step_sums)
     num_batches_done += 1
@@ -33,10 +34,10 @@ def evaluate_params(params, eval_step, c, tokenizer, mesh, num_batches=None, fil
   return metrics
 
 
-def unigram_baseline_accuracy(c, tokenizer, files=None, num_batches=None) -> float:
+def unigram_baseline_accuracy(c, tokenizer, corpus=None, num_batches=None) -> float:
   """MLM accuracy of always predicting the most frequent maskable token, over the examples an
   evaluation of `num_batches` (None or 0: all) reads: a large eval set is not read in full."""
   num_examples = (num_batches or 0) * c.eval_batch_size
-  counts = pipeline.count_token_frequencies(c, tokenizer, files, num_examples).astype(np.float64)
+  counts = pipeline.count_token_frequencies(c, tokenizer, corpus, num_examples).astype(np.float64)
   counts[list(tokenizer.special_ids)] = 0
   return float(counts.max() / counts.sum()) if counts.sum() else float('nan')

@@ -51,18 +51,31 @@ def main(argv):
   ckpt.close()
   eval_step = ts.jit_eval_step(ts.make_eval_step(run.objective), run.mesh,
                                jax.tree.map(lambda x: x.sharding, abstract_state.params))
-  files = FLAGS.eval_files  # None: the run's eval set (eval_files, or tfds_eval_split).
-  held_out = sources.open_corpus(run.config, 'eval', files).source
+  # --eval_files, or the run's eval set (eval_files, or tfds_eval_split).
+  corpus = sources.open_corpus(run.config, 'eval', FLAGS.eval_files)
+  note = _held_out_note(run.config, corpus)
+  if note:
+    print(f'note: {note}', flush=True)
   metrics = eval_loop.evaluate_params(state.params, eval_step, run.config, run.tokenizer,
-                                      run.mesh, num_batches=FLAGS.num_batches, files=files)
+                                      run.mesh, num_batches=FLAGS.num_batches, corpus=corpus)
   metrics['unigram_baseline_accuracy'] = eval_loop.unigram_baseline_accuracy(
-      run.config, run.tokenizer, files, FLAGS.num_batches)
+      run.config, run.tokenizer, corpus, FLAGS.num_batches)
   for key, value in metrics.items():
     print(f'  {key:28s} {value:.4f}' if isinstance(value, float) else f'  {key:28s} {value}')
+  held_out = corpus.source
   eval_set = (dict(eval_files=held_out['eval_files']) if 'eval_files' in held_out else
               dict(eval_tfds=f"{held_out['tfds_name']}:{held_out['tfds_split']}"))
   cli.print_result(dict(step=step, workdir=FLAGS.workdir, **eval_set, **metrics,
                         wall_time_sec=round(time.time() - start, 2)))
+
+
+def _held_out_note(config, corpus) -> str | None:
+  """sources.held_out_note, or None where the run's training data is not readable here (its
+  paths on the machine that trained): that must not stop an evaluation."""
+  try:
+    return sources.held_out_note(config, corpus)
+  except cli.UserError:
+    return None
 
 
 def _define_flags():

@@ -108,11 +108,16 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
 
   packing_start = time.time()
   examples = pipeline.open_train_examples(c, exp.tokenizer)
-  note = pipeline.packing_note(examples, time.time() - packing_start)
-  if note:
-    say(f'note: {note}', flush=True)
+  packing_note = pipeline.packing_note(examples, time.time() - packing_start)
+  summary, notes = pipeline.data_summary(examples, c)
+  say(summary, flush=True)
+  for note in [packing_note, *notes]:
+    if note:
+      say(f'note: {note}', flush=True)
+  eval_corpus = None  # Opened once: every evaluation reads the files listed now.
   if c.eval_every_steps:  # A bad eval glob or split fails now, not after hours of training.
-    note = sources.held_out_note(c)
+    eval_corpus = sources.open_corpus(c, 'eval')
+    note = sources.held_out_note(c, eval_corpus)
     if note:
       say(f'note: {note}', flush=True)
   abstract_state = exp.abstract_state()
@@ -203,7 +208,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     if eval_ahead is not None:
       eval_ahead.wait()  # Its executable is the one the evaluation's first call uses.
     eval_metrics = eval_loop.evaluate_params(state.params, eval_step, c, exp.tokenizer, mesh,
-                                            num_batches=c.num_eval_steps)
+                                            num_batches=c.num_eval_steps, corpus=eval_corpus)
     if eval_metrics:
       writer.write('eval_metrics', step, eval_metrics)
       write_line(f'eval  step {step:>7d} | {objective_metrics.progress_line(eval_metrics)} | '
@@ -251,7 +256,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   if c.eval_every_steps and compile_ahead.compiles_eval_alongside(jax.devices()[0]):
     eval_ahead = compile_ahead.FirstEvalCompile(
         eval_step, abstract_state.params,
-        lambda: eval_loop.eval_batches(c, exp.tokenizer, mesh, num_batches=1))
+        lambda: eval_loop.eval_batches(c, exp.tokenizer, mesh, 1, eval_corpus))
     on_error.insert(0, eval_ahead.wait)  # Last: after pending saves finish.
   # Calls of a length not run before compile (the first call, then shorter calls at a log,
   # save or resume): their time and steps are left out of their window's throughput.
@@ -353,7 +358,9 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   writer.close()
   steps_run = step - first_step
   summary = dict(status='completed', step=step, workdir=workdir,
-                 checkpoint=ckpt.step_path(ckpt.latest_step()), steps_run=steps_run)
+                 checkpoint=ckpt.step_path(ckpt.latest_step()), steps_run=steps_run,
+                 train_examples=len(examples),  # And the passes over them up to `step`:
+                 epochs=round(step * c.train_batch_size / len(examples), 4))
   summary.update(train_metrics)
   if steps_run:
     summary.update(throughput(timed_steps, train_seconds), first_step_sec=first_step_seconds,

@@ -48,6 +48,13 @@ def tiny_tokenizer(corpus, tmp_path_factory):
   return tok.load_tokenizer(model, TINY_VOCAB)
 
 
+def build_examples(files, tokenizer, max_seq_length=SEQ, short_seq_prob=0.0, seed=0):
+  """The examples training packs from the text files `files` (a glob)."""
+  config = ml_collections.ConfigDict(dict(train_files=files, max_seq_length=max_seq_length,
+                                          short_seq_prob=short_seq_prob, seed=seed))
+  return pipeline.build_train_examples(config, tokenizer)
+
+
 def make_config(corpus, **overrides):
   c = ml_collections.ConfigDict(dict(
       vocab_file='unused', vocab_size=TINY_VOCAB, train_files=str(corpus / 'small.txt'),
@@ -407,6 +414,33 @@ def test_a_line_per_record_corpus_packs_the_examples_of_the_same_text_files(
     sources.open_corpus(make_config(corpus, tfds_name='wikipedia', records_are_lines=True))
 
 
+def test_a_record_per_short_line_earns_the_padding_note_until_read_as_lines(
+    corpus, tiny_tokenizer, tmp_path):
+  """Read as a document each, records that are lines of one text pack an example each, mostly
+  padding: train's start-up note says so and names records_are_lines, which fills them."""
+  docs = list(sources.read_documents([str(corpus / 'b.txt')]))
+  lines = [' '.join(line.split()[:4]) for doc in docs for line in doc]
+  write_records(tmp_path / 'lines.jsonl', [[line] for line in lines])
+  fills = []
+  for records_are_lines in (False, True):
+    c = make_config(corpus, train_files=str(tmp_path / 'lines.jsonl'), num_train_steps=10,
+                    records_are_lines=records_are_lines)
+    examples = pipeline.open_train_examples(c, tiny_tokenizer)
+    n, num_tokens = len(examples), examples.num_tokens
+    assert num_tokens == int(examples.gather(np.arange(n))['input_mask'].sum())
+    fill = num_tokens / (n * SEQ)
+    line, notes = pipeline.data_summary(examples, c)
+    assert line == (f'data: {n:,} examples, {num_tokens:,} tokens ({fill:.0%} of their {SEQ} '
+                    f'positions); 10 steps of 8 read them {80 / n:.1f} times')
+    assert n < 80  # More than once.
+    fills.append(fill)
+    assert [note for note in notes if 'padding' in note] == ([] if records_are_lines else [
+        f'the examples fill {fill:.0%} of their {SEQ} positions ({num_tokens / n:.0f} tokens '
+        'on average: short documents), so most of every step computes padding; if the records '
+        'are lines of longer texts set records_are_lines=True, else lower max_seq_length'])
+  assert fills[0] < pipeline.LOW_FILL < 0.8 < fills[1]
+
+
 # --- Example packing ----------------------------------------------------------------------
 
 
@@ -432,20 +466,20 @@ def assert_well_formed(ex, max_len, cls_id=2, sep_id=3, pad_id=0):
 
 def test_packed_examples_are_well_formed(corpus, tiny_tokenizer):
   for short_seq_prob in (0.0, 0.5):
-    ex = pipeline.build_examples(f'{corpus}/a.txt,{corpus}/b.txt', tiny_tokenizer, SEQ,
-                                 short_seq_prob, seed=3)
+    ex = build_examples(f'{corpus}/a.txt,{corpus}/b.txt', tiny_tokenizer, SEQ, short_seq_prob,
+                        seed=3)
     assert len(ex['input_ids']) > 200
     assert_well_formed(ex, SEQ)
 
 
 def test_most_examples_are_full_length_when_documents_are_long(corpus, tiny_tokenizer):
-  ex = pipeline.build_examples(f'{corpus}/a.txt', tiny_tokenizer, SEQ, 0.05, seed=0)
+  ex = build_examples(f'{corpus}/a.txt', tiny_tokenizer, SEQ, 0.05, seed=0)
   assert (ex['input_mask'].sum(1) == SEQ).mean() > 0.8
 
 
 def test_short_seq_prob_makes_shorter_targets(corpus, tiny_tokenizer):
-  full = pipeline.build_examples(f'{corpus}/a.txt', tiny_tokenizer, 128, 0.0, seed=0)
-  short = pipeline.build_examples(f'{corpus}/a.txt', tiny_tokenizer, 128, 1.0, seed=0)
+  full = build_examples(f'{corpus}/a.txt', tiny_tokenizer, 128, 0.0, seed=0)
+  short = build_examples(f'{corpus}/a.txt', tiny_tokenizer, 128, 1.0, seed=0)
   assert len(short['input_ids']) > 1.2 * len(full['input_ids'])
 
 
@@ -485,7 +519,7 @@ def test_long_lines_are_split_instead_of_dropped():
 
 
 def test_example_building_is_deterministic_given_the_seed(corpus, tiny_tokenizer):
-  build = lambda seed: pipeline.build_examples(f'{corpus}/a.txt', tiny_tokenizer, SEQ, 0.1, seed)
+  build = lambda seed: build_examples(f'{corpus}/a.txt', tiny_tokenizer, SEQ, 0.1, seed)
   first, again, other = build(7), build(7), build(8)
   for name in pipeline.FEATURES:
     np.testing.assert_array_equal(first[name], again[name])
@@ -495,7 +529,7 @@ def test_example_building_is_deterministic_given_the_seed(corpus, tiny_tokenizer
 
 def test_a_corpus_without_examples_is_a_user_error(tmp_path, tiny_tokenizer):
   with pytest.raises(UserError, match='no files match'):
-    pipeline.build_examples(str(tmp_path / '*.txt'), tiny_tokenizer, SEQ, 0.0, 0)
+    build_examples(str(tmp_path / '*.txt'), tiny_tokenizer, SEQ, 0.0, 0)
 
 
 # --- Train iterator -----------------------------------------------------------------------
@@ -513,8 +547,8 @@ def row_keys(batch):
 def test_host_batches_concatenated_in_host_order_equal_the_single_host_batch(
     corpus, tiny_tokenizer, process_count):
   config = make_config(corpus)
-  num_examples = len(pipeline.build_examples(config.train_files, tiny_tokenizer, SEQ,
-                                             config.short_seq_prob, config.seed)['input_ids'])
+  num_examples = len(build_examples(config.train_files, tiny_tokenizer, SEQ,
+                                    config.short_seq_prob, config.seed)['input_ids'])
   steps = 12
   assert num_examples < steps * config.train_batch_size / 2  # Crosses epoch boundaries.
   single = take(pipeline.make_train_iterator(config, tiny_tokenizer), steps)
@@ -529,8 +563,8 @@ def test_host_batches_concatenated_in_host_order_equal_the_single_host_batch(
 
 def test_train_iterator_yields_every_example_once_per_epoch_reshuffled(corpus, tiny_tokenizer):
   config = make_config(corpus)
-  examples = pipeline.build_examples(config.train_files, tiny_tokenizer, SEQ,
-                                     config.short_seq_prob, config.seed)
+  examples = build_examples(config.train_files, tiny_tokenizer, SEQ, config.short_seq_prob,
+                            config.seed)
   n = len(examples['input_ids'])
   batches = take(pipeline.make_train_iterator(config, tiny_tokenizer), -(-3 * n // 8))
   rows = [r for b in batches for r in row_keys(b)]
@@ -581,8 +615,8 @@ def test_batch_not_divisible_by_process_count_is_a_user_error(corpus, tiny_token
 @pytest.fixture(scope='module')
 def eval_config(corpus, tiny_tokenizer):
   """An eval batch size that leaves a partial last batch."""
-  n = len(pipeline.build_examples(str(corpus / 'b.txt'), tiny_tokenizer, SEQ, 0.0,
-                                  pipeline.EVAL_SEED)['input_ids'])
+  n = len(build_examples(str(corpus / 'b.txt'), tiny_tokenizer, SEQ, 0.0,
+                         pipeline.EVAL_SEED)['input_ids'])
   batch = next(b for b in (12, 16, 20, 24, 28) if n % b)
   return make_config(corpus, eval_batch_size=batch), n
 
@@ -615,8 +649,9 @@ def test_eval_iterator_respects_num_batches_and_matches_the_full_run(eval_config
   two = list(pipeline.make_eval_iterator(config, tiny_tokenizer, num_batches=2))
   assert len(two) == 2
   np.testing.assert_array_equal(two[1]['input_ids'], full[1]['input_ids'])
-  other = list(pipeline.make_eval_iterator(config, tiny_tokenizer, num_batches=1,
-                                           files=config.train_files))
+  other = list(pipeline.make_eval_iterator(
+      config, tiny_tokenizer, num_batches=1,
+      corpus=sources.open_corpus(config, 'eval', config.train_files)))
   assert (other[0]['input_ids'] != full[0]['input_ids']).any()
 
 
@@ -701,13 +736,21 @@ def test_build_vocab_cli_bad_input_is_one_error_line_and_exit_code_2(tmp_path):
                                               'current directory, then the repository root)']
 
 
-def test_an_eval_set_of_training_text_earns_a_note(corpus, tmp_path):
+def held_out_note(config):
+  return sources.held_out_note(config, sources.open_corpus(config, 'eval'))
+
+
+def test_an_eval_set_of_training_text_earns_a_note(corpus):
   apart = make_config(corpus)  # small.txt for training, b.txt held out.
-  assert sources.held_out_note(apart) is None
+  assert held_out_note(apart) is None
   same = make_config(corpus, train_files=f'{corpus}/*.txt', eval_files=str(corpus / 'b.txt'))
-  assert sources.held_out_note(same) == (
+  assert held_out_note(same) == (
       f"1 of the eval set's 1 file(s) are training files too ('{corpus}/b.txt'): its metrics are "
       'not of held-out text; point eval_files at text training never reads')
-  with pytest.raises(UserError, match='no files match'):  # The eval glob is checked first.
-    sources.held_out_note(make_config(corpus, train_data_dir=str(tmp_path),
-                                      eval_files=str(tmp_path / 'none.txt')))
+  # evaluate notes it too, but training data it cannot read (another machine's) stops nothing.
+  from electra_jax import evaluate  # pylint: disable=import-outside-toplevel
+  assert evaluate._held_out_note(same, sources.open_corpus(same, 'eval')) == held_out_note(same)
+  moved = make_config(corpus, train_files='/moved/*.txt')
+  with pytest.raises(UserError, match='no files match'):
+    held_out_note(moved)
+  assert evaluate._held_out_note(moved, sources.open_corpus(moved, 'eval')) is None

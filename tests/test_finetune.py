@@ -1264,6 +1264,42 @@ def test_squad_files_give_the_official_scripts_inputs(tokenizer, tmp_path):
     assert json.load(f) == {'a': 'Emma', 'b': 'Emma'}
 
 
+def test_squad_training_leaves_out_answers_not_at_their_answer_start(tokenizer, tmp_path,
+                                                                     caplog):
+  context = 'Emma Woodhouse lived at Hartfield with her father.'
+  qa = lambda i, start, text='Hartfield': {'id': str(i), 'question': 'Where did Emma live?',
+                                           'answers': [{'text': text, 'answer_start': start}]}
+  unanswerable = {'id': 'u', 'question': 'Who?', 'answers': [], 'is_impossible': True}
+  def write(name, qas, context=context):
+    squad = {'data': [{'paragraphs': [{'context': context, 'qas': qas}]}]}
+    (tmp_path / name).write_text(json.dumps(squad))
+    return str(tmp_path / name)
+  # Two in place, one a character off, one in place by its first answer (the one trained on).
+  train = write('train.json', [qa(0, 24), qa(1, 25), unanswerable, qa(2, 24),
+                               dict(qa(3, 24), answers=[{'text': 'Hartfield', 'answer_start': 24},
+                                                        {'text': 'Emma', 'answer_start': 9}])])
+  config = lambda train_file: ft_config(task='squad_v2', max_seq_length=32, doc_stride=8,
+                                       max_query_length=8, train_file=train_file,
+                                       eval_file=train)
+  with caplog.at_level('WARNING'):
+    data = loop.load_data(config(train), tasks.get_task('squad_v2'), tokenizer)
+  kept = [e for e in tasks.squad_file_examples(train)[0] if e['id'] != '1']
+  np.testing.assert_array_equal(data.train['input_ids'],
+                                features.encode_squad(tokenizer, kept, 32, 8, 8)['input_ids'])
+  assert len(data.evals[0].examples) == 5  # Evaluation reads the answers' texts: all kept.
+  assert [r.getMessage() for r in caplog.records] == [
+      f"left 1 of the 4 answered questions of '{train}' out of training: the answer is not in "
+      "the context at its answer_start (question '1': answer 'Hartfield' at 25, the context "
+      "there 'artfield ')"]
+  # Most answers elsewhere: offsets of another unit (here UTF-8 bytes after a 2-byte 'é').
+  in_bytes = write('bytes.json', [qa(0, 25), qa(1, 25), qa(2, 0, 'Émma')],
+                   'Émma Woodhouse lived at Hartfield with her father.')
+  with pytest.raises(UserError, match=r"bytes.json': 2 of its 3 answers are not in the context "
+                                      r"at their answer_start \(question '0': answer 'Hartfield' "
+                                      r"at 25, .*answer_start must count characters"):
+    loop.load_data(config(in_bytes), tasks.get_task('squad_v2'), tokenizer)
+
+
 @pytest.mark.parametrize('span_head', heads.SPAN_HEADS)
 def test_squad_v2_end_to_end_on_tfds_mock_data(tmp_path, span_head):
   """Fine-tune, then predict the same split: the prediction command scores what the run's best

@@ -19,7 +19,7 @@ from electra_jax.data import sources
 from electra_jax.data import tokenizer as tok
 from electra_jax.errors import UserError
 from tests.conftest import REPO_ROOT, tiny_config
-from tests.test_data import assert_well_formed
+from tests.test_data import assert_well_formed, build_examples, held_out_note
 
 DEMO_MODEL = os.path.join(REPO_ROOT, 'data', 'demo_spm.model')
 PERSUASION = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'eval', 'persuasion.txt')
@@ -80,6 +80,27 @@ def test_slow_packing_at_start_up_earns_a_hint_to_prepare_and_prepared_shards_no
                                1000.0) is None
 
 
+def test_the_data_line_counts_shards_as_text_and_notes_a_corpus_read_too_many_times(
+    corpus, prepared, tokenizer):
+  streamed = pipeline.open_train_examples(config_for(corpus), tokenizer)
+  n, num_tokens = len(streamed), streamed.num_tokens
+  assert num_tokens == prepared[1]['num_tokens'] > 0.8 * n * SEQ
+  lines = []
+  for steps in (pipeline.MANY_EPOCHS, pipeline.MANY_EPOCHS + 1):  # Batch n: an epoch a step.
+    for data_dir in ('', prepared[0]):
+      c = config_for(corpus, train_data_dir=data_dir, num_train_steps=steps, train_batch_size=n)
+      line, notes = pipeline.data_summary(pipeline.open_train_examples(c, tokenizer), c)
+      lines.append(line)
+      assert notes == ([] if steps == pipeline.MANY_EPOCHS else [
+          f'the run reads its {n:,} training examples {steps} times: it will memorise them '
+          'long before the end, and held-out metrics stall; train on more text (train_files, '
+          'tfds_name or train_data_dir) or lower num_train_steps'])
+  assert lines[0] == lines[1] == (
+      f'data: {n:,} examples, {num_tokens:,} tokens ({num_tokens / (n * SEQ):.0%} of their '
+      f'{SEQ} positions); {pipeline.MANY_EPOCHS} steps of {n} read them '
+      f'{pipeline.MANY_EPOCHS:.1f} times')
+
+
 def test_prepare_round_trip_writes_the_streamed_examples_in_order(corpus, prepared, tokenizer):
   out, summary = prepared
   streamed = pipeline.build_train_examples(config_for(corpus), tokenizer)
@@ -105,9 +126,9 @@ def test_prepared_data_of_the_eval_files_earns_the_held_out_note(corpus, prepare
   prepared_config = lambda eval_files: config_for(corpus, train_data_dir=prepared[0],
                                                   train_files='/moved/*.txt',
                                                   eval_files=eval_files)
-  note = sources.held_out_note(prepared_config(corpus))
+  note = held_out_note(prepared_config(corpus))
   assert note.startswith("2 of the eval set's 2 file(s) are training files too")
-  assert sources.held_out_note(prepared_config(PERSUASION)) is None
+  assert held_out_note(prepared_config(PERSUASION)) is None
 
 
 def test_training_batches_from_shards_equal_streamed_batches_across_epochs(corpus, prepared,
@@ -246,7 +267,7 @@ def test_bad_lines_fail_by_default_and_are_skipped_and_counted_when_asked(tmp_pa
                                        b'good line two\n')
   with pytest.raises(UserError, match=r"mixed.txt' is not UTF-8 .*byte offset 18\).*"
                      r'skip_bad_lines=true'):
-    pipeline.build_examples(str(tmp_path / 'mixed.txt'), tokenizer, SEQ, 0.0, 0)
+    build_examples(str(tmp_path / 'mixed.txt'), tokenizer, SEQ, 0.0, 0)
   with caplog.at_level('WARNING'):
     docs = list(sources.read_documents([str(tmp_path / 'mixed.txt')], skip_bad_lines=True))
   assert docs == [['good line one', 'good line two']]

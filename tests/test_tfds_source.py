@@ -12,7 +12,7 @@ from electra_jax.data import tfds_source
 from electra_jax.data import tokenizer as tok
 from electra_jax.errors import UserError
 from tests.conftest import REPO_ROOT, tiny_config
-from tests.test_data import assert_well_formed
+from tests.test_data import assert_well_formed, build_examples, held_out_note
 
 DEMO_MODEL = os.path.join(REPO_ROOT, 'data', 'demo_spm.model')
 PERSUASION = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'eval', 'persuasion.txt')
@@ -69,7 +69,7 @@ def test_tfds_documents_pack_exactly_like_the_same_documents_in_a_text_file(
   docs = _documents()
   (tmp_path / 'same.txt').write_text('\n\n'.join(docs[i] for i in order) + '\n')
   config = tfds_config(data_dir, short_seq_prob=0.1, seed=3)
-  from_file = pipeline.build_examples(str(tmp_path / 'same.txt'), tokenizer, SEQ, 0.1, seed=3)
+  from_file = build_examples(str(tmp_path / 'same.txt'), tokenizer, SEQ, 0.1, seed=3)
   from_tfds = pipeline.build_train_examples(config, tokenizer)
   assert len(from_tfds['input_ids']) > NUM_DOCS
   for name in pipeline.FEATURES:
@@ -153,16 +153,16 @@ def test_tfds_eval_split_is_the_eval_set_read_as_the_same_text_file_would_be(
   np.testing.assert_array_equal(pipeline.count_token_frequencies(config, tokenizer),
                                 pipeline.count_token_frequencies(from_files, tokenizer))
   # A glob given for one evaluation (evaluate --eval_files) is read instead.
-  assert len(list(pipeline.make_eval_iterator(config, tokenizer,
-                                              files=str(tmp_path / 'held_out.txt')))) == len(want)
+  glob = sources.open_corpus(config, 'eval', str(tmp_path / 'held_out.txt'))
+  assert len(list(pipeline.make_eval_iterator(config, tokenizer, corpus=glob))) == len(want)
   # Unset, evaluation reads eval_files, as before the key existed.
   with pytest.raises(UserError, match=r"no files match '.*nowhere.txt'"):
     pipeline.make_eval_iterator(tfds_config(data_dir, eval_files=str(tmp_path / 'nowhere.txt')),
                                 tokenizer)
   with pytest.raises(UserError, match=r"config.tfds_split='nope' does not work"):
     sources.open_corpus(tfds_config(data_dir, tfds_eval_split='nope'), 'eval')
-  assert sources.held_out_note(config) is None
-  assert sources.held_out_note(tfds_config(data_dir, tfds_eval_split='train')) == (
+  assert held_out_note(config) is None
+  assert held_out_note(tfds_config(data_dir, tfds_eval_split='train')) == (
       "the eval set is the training split (TFDS 'electra_test_text' split 'train'): its metrics "
       'are not of held-out text; set tfds_eval_split to a split training never reads')
 

@@ -92,6 +92,13 @@ def test_train_writes_checkpoints_metrics_config_and_a_json_summary(trained):
   first = last_json(trained['first'].stdout)
   assert first['status'] == 'interrupted' and first['step'] == 5
   assert 'Stopped at step 5' in trained['first'].stdout
+  # The start-up line on the data: the corpus's examples, and 8 steps of 8 read over them.
+  num_examples = int(re.search(r'^data: ([\d,]+) examples, ', trained['first'].stdout,
+                               re.M)[1].replace(',', ''))
+  assert 64 < num_examples  # Less than an epoch: a percentage.
+  assert f'8 steps of 8 read {6400 / num_examples:.3g}% of them' in trained['first'].stdout
+  done = last_json(trained['second'].stdout)
+  assert (done['train_examples'], done['epochs']) == (num_examples, round(64 / num_examples, 4))
   # Every 3 steps plus the stop at 5; then 6 and the final 8, keeping the last 2 (demo config).
   assert trained['checkpoints_after_first'] == ['3', '5']
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints')), key=int) == ['6', '8']
@@ -435,6 +442,13 @@ def test_evaluate_restores_the_latest_checkpoint_and_reports_json(trained):
                             f'--workdir={trained["resumed"]}', *trained['flags'][2:],
                             '--num_batches=3').stdout)
   assert again['loss'] == result['loss']
+  # Training text evaluated is named as such (the run trained on the files of --eval_files).
+  train_files = trained['flags'][1].split('=', 1)[1]
+  proc = run_cli('electra_jax.evaluate', f'--workdir={trained["resumed"]}',
+                 f'--eval_files={train_files}', '--num_batches=1')
+  assert last_json(proc.stdout)['eval_files'] == train_files
+  assert re.search(r"^note: \d+ of the eval set's \d+ file\(s\) are training files too",
+                   proc.stdout, re.M)
 
 
 def test_unknown_config_key_is_an_error_naming_it(tmp_path):

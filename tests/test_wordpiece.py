@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 
 from electra_jax import masking
-from electra_jax.data import pipeline
 from electra_jax.data import sources
 from electra_jax.data import tokenizer as tok
 from electra_jax.data import wordpiece
 from electra_jax.errors import UserError
 from tests.conftest import REPO_ROOT
-from tests.test_data import assert_well_formed
+from tests.test_data import assert_well_formed, build_examples
 
 PERSUASION = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'eval', 'persuasion.txt')
 # Accents, CJK, control characters, punctuation runs, numbers, a 120-character word, emoji,
@@ -113,7 +112,7 @@ def test_wordpiece_vocab_errors(vocab_file, tmp_path):
 
 def test_examples_packed_with_wordpiece_use_its_special_ids(vocab_file):
   ours = wordpiece.WordPieceTokenizer(vocab_file)
-  ex = pipeline.build_examples(PERSUASION, ours, 48, 0.1, seed=0)
+  ex = build_examples(PERSUASION, ours, 48, 0.1, seed=0)
   assert len(ex['input_ids']) > 100
   assert_well_formed(ex, 48, cls_id=ours.cls_id, sep_id=ours.sep_id, pad_id=ours.pad_id)
 

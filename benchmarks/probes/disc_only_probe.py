@@ -13,7 +13,7 @@ sys.path.insert(0, '.')
 import numpy as np, jax, jax.numpy as jnp, optax
 from configs import demo
 from electra_jax import config as config_lib, model as model_lib, optim
-from electra_jax.data import tokenizer as tok_lib, pipeline
+from electra_jax.data import tokenizer as tok_lib, pipeline, sources
 from electra_jax.objectives.metrics import auc_pair_counts
 
 args = dict(a.split('=') for a in sys.argv[1:])
@@ -28,7 +28,7 @@ c = config_lib.resolve(c)
 steps = int(args.get('steps', 300)); win = int(args.get('win', 50))
 tok = tok_lib.load_tokenizer(c.vocab_file, c.vocab_size)
 it = pipeline.make_train_iterator(c, tok)
-freq = pipeline.count_token_frequencies(c, tok, files=c.train_files).astype(np.float64)
+freq = pipeline.count_token_frequencies(c, tok, sources.open_corpus(c, 'train')).astype(np.float64)
 logp = jnp.log(jnp.asarray(freq / freq.sum() + 1e-12, jnp.float32))
 model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
 params = model_lib.init_params(model, jax.random.key(0), c.max_seq_length, c.max_predictions_per_seq)

@@ -140,27 +140,15 @@ def _to_arrays(examples: Sequence[Example], max_seq_length: int,
   }
 
 
-def _all_examples(description: str, documents, tokenizer, max_seq_length: int,
-                  short_seq_prob: float, seed: int) -> dict[str, np.ndarray]:
-  examples = list(iter_examples(documents, tokenizer, max_seq_length, short_seq_prob, seed))
-  if not examples:
-    raise UserError(f'{description} produced no examples; check it contains text')
-  return _to_arrays(examples, max_seq_length)
-
-
-def build_examples(files_pattern: str, tokenizer, max_seq_length: int, short_seq_prob: float,
-                   seed: int, skip_bad_lines: bool = False) -> dict[str, np.ndarray]:
-  """All examples of a text corpus as int32 arrays [N, max_seq_length] (FEATURES)."""
-  documents = sources.read_documents(sources.list_files(files_pattern), skip_bad_lines)
-  return _all_examples(f"'{files_pattern}'", documents, tokenizer, max_seq_length,
-                       short_seq_prob, seed)
-
-
 def build_train_examples(config, tokenizer) -> dict[str, np.ndarray]:
-  """The training corpus (train_files or the TFDS dataset), packed in memory."""
+  """The training corpus (train_files or the TFDS dataset), packed in memory: int32 arrays
+  [N, max_seq_length] (FEATURES)."""
   corpus = sources.open_corpus(config, 'train')
-  return _all_examples(corpus.description, corpus.documents(), tokenizer, config.max_seq_length,
-                       config.short_seq_prob, config.seed)
+  examples = list(iter_examples(corpus.documents(), tokenizer, config.max_seq_length,
+                                config.short_seq_prob, config.seed))
+  if not examples:
+    raise UserError(f'{corpus.description} produced no examples; check it contains text')
+  return _to_arrays(examples, config.max_seq_length)
 
 
 def _local_batch_size(config, key: str, process_index: int, process_count: int) -> int:
@@ -223,6 +211,11 @@ class InMemoryExamples:
   def nbytes(self) -> int:
     return sum(array.nbytes for array in self._arrays.values())
 
+  @property
+  def num_tokens(self) -> int:
+    """Tokens of all examples, [CLS]/[SEP]s included, padding not."""
+    return int(self._arrays['input_mask'].sum(dtype=np.int64))
+
 
 # Packing the corpus at start-up for longer than this earns a hint to pack it once (prepare).
 SLOW_PACKING_SECONDS = 60.0
@@ -239,6 +232,37 @@ def packing_note(examples, seconds: float) -> str | None:
           '--output=DIR` and train with --config.train_data_dir=DIR')
 
 
+# Reading the training examples more often than this earns a note (they get memorised).
+MANY_EPOCHS = 100
+# Examples filled below this fraction of max_seq_length on average earn a note.
+LOW_FILL = 0.5
+
+
+def data_summary(examples, config) -> tuple[str, list[str]]:
+  """The start-up line on the training examples (how many, how full, how many times the run
+  reads them), and notes where those numbers mean a wasted run."""
+  num_examples, num_tokens = len(examples), examples.num_tokens
+  fill = num_tokens / (num_examples * config.max_seq_length)
+  epochs = config.num_train_steps * config.train_batch_size / num_examples
+  reads = (f'read them {epochs:,.1f} times' if epochs >= 1 else
+           f'read {100 * epochs:.3g}% of them')
+  line = (f'data: {num_examples:,} examples, {num_tokens:,} tokens ({fill:.0%} of their '
+          f'{config.max_seq_length} positions); {config.num_train_steps:,} steps of '
+          f'{config.train_batch_size} {reads}')
+  notes = []
+  if epochs > MANY_EPOCHS:
+    notes.append(f'the run reads its {num_examples:,} training examples {epochs:,.0f} times: '
+                 'it will memorise them long before the end, and held-out metrics stall; '
+                 'train on more text (train_files, tfds_name or train_data_dir) or lower '
+                 'num_train_steps')
+  if fill < LOW_FILL:
+    notes.append(f'the examples fill {fill:.0%} of their {config.max_seq_length} positions '
+                 f'({num_tokens / num_examples:.0f} tokens on average: short documents), so '
+                 'most of every step computes padding; if the records are lines of longer '
+                 'texts set records_are_lines=True, else lower max_seq_length')
+  return line, notes
+
+
 class PreparedExampleBatches:
   """Examples from prepare's ArrayRecord shards: `gather(indices)` -> features."""
 
@@ -250,6 +274,10 @@ class PreparedExampleBatches:
 
   def gather(self, indices) -> dict[str, np.ndarray]:
     return _to_arrays(self._examples.examples(indices), self._max_seq_length)
+
+  @property
+  def num_tokens(self) -> int:
+    return self._examples.num_tokens
 
 
 def open_train_examples(config, tokenizer):
@@ -294,15 +322,17 @@ def make_train_iterator(config, tokenizer, process_index: int = 0, process_count
 
 def make_eval_iterator(config, tokenizer, process_index: int = 0, process_count: int = 1,
                        num_batches: int | None = None,
-                       files: str | None = None) -> Iterator[dict[str, np.ndarray]]:
+                       corpus: sources.Corpus | None = None) -> Iterator[dict[str, np.ndarray]]:
   """The eval set in file order: this host's slice of each global batch of eval_batch_size.
 
   The same examples every call (no shuffle, short_seq_prob 0, fixed seed). The last batch is
   filled with all-zero rows (input_mask 0) so shapes stay static; `num_batches` (None or 0:
-  all) stops early, and only what it needs is tokenized.
+  all) stops early, and only what it needs is tokenized. `corpus`: the eval set, if already
+  opened (default: the config's, opened now).
   """
   local_batch = _local_batch_size(config, 'eval_batch_size', process_index, process_count)
-  corpus = sources.open_corpus(config, 'eval', files)  # A bad glob fails here, not at next().
+  # A bad glob fails here, not at next().
+  corpus = sources.open_corpus(config, 'eval') if corpus is None else corpus
   return _eval_batches(corpus, tokenizer, config.max_seq_length, config.eval_batch_size,
                        local_batch, process_index, num_batches)
 
@@ -322,11 +352,12 @@ def _eval_batches(corpus, tokenizer, max_seq_length, global_batch, local_batch, 
     yield _to_arrays(batch[start:start + local_batch], max_seq_length, local_batch)
 
 
-def count_token_frequencies(config, tokenizer, files: str | None = None,
+def count_token_frequencies(config, tokenizer, corpus: sources.Corpus | None = None,
                             num_examples: int = 0) -> np.ndarray:
   """Counts [vocab_size] of each token over the eval examples' real, non-special tokens (the
-  first `num_examples`; 0: all)."""
-  documents = sources.open_corpus(config, 'eval', files).documents()
+  first `num_examples`; 0: all) of `corpus` (default: the config's eval set)."""
+  corpus = sources.open_corpus(config, 'eval') if corpus is None else corpus
+  documents = corpus.documents()
   examples = itertools.islice(
       iter_examples(documents, tokenizer, config.max_seq_length, 0.0, EVAL_SEED),
       num_examples or None)

@@ -159,6 +159,7 @@ class PreparedExamples:
         [os.path.join(local_dir, f) for f in files])
     self._dtype = np.dtype(metadata['record_dtype'])
     self._max_seq_length = metadata['max_seq_length']
+    self.num_tokens = metadata['num_tokens']  # [CLS]/[SEP]s included, no padding.
 
   def __len__(self) -> int:
     return len(self._source)

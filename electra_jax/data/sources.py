@@ -394,11 +394,10 @@ def open_corpus(config, split: str = 'train', files: str | None = None) -> Corpu
       'records_are_lines': reading['records_are_lines']}, parts)
 
 
-def held_out_note(config) -> str | None:
-  """A note when the eval set is training text too (the same files, or the same TFDS split):
-  its metrics then say nothing about held-out text. Opens the eval set (a bad glob or split
-  fails here); prepared data (train_data_dir) is compared by the source its metadata names."""
-  held_out = open_corpus(config, 'eval')
+def held_out_note(config, held_out: Corpus) -> str | None:
+  """A note when the eval set `held_out` (open_corpus(config, 'eval')) is training text too
+  (the same files, or the same TFDS split): its metrics then say nothing about held-out text.
+  Prepared data (train_data_dir) is compared by the source its metadata names."""
   if config.get('train_data_dir'):
     from electra_jax.data import shards  # pylint: disable=import-outside-toplevel
     trained_on = shards.read_metadata(config.train_data_dir)['source']

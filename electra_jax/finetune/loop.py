@@ -100,7 +100,8 @@ def load_data(c, task, tokenizer) -> Data:
         task, tasks_lib.read_tagged_file(c.eval_file, c.tag_encoding, columns=columns),
         c.eval_file, c.max_eval_examples))]
   elif from_files and task.kind == tasks_lib.SPAN:  # The official JSON files.
-    train = tasks_lib.squad_file_examples(c.train_file)[0][:c.max_train_examples or None]
+    train = tasks_lib.answers_in_place(tasks_lib.squad_file_examples(c.train_file)[0],
+                                       c.train_file)[:c.max_train_examples or None]
     examples, labelled = tasks_lib.squad_file_examples(c.eval_file)
     if not labelled:
       raise UserError(f"config.eval_file '{c.eval_file}' has questions without answers (or "

@@ -278,6 +278,35 @@ def squad_file_examples(path: str) -> tuple[list[dict], bool]:
   return examples, labelled
 
 
+def answers_in_place(examples: list[dict], path: str) -> list[dict]:
+  """The training questions of a SQuAD-format file whose answer (the first, the one trained on)
+  is in the context at its answer_start, and the unanswerable ones. Another answer would train
+  the span head on other text: they are left out with a warning, as the official code leaves
+  out answers it cannot find. Most answers elsewhere means the file's answer_start is not a
+  character offset (bytes, tokens): an error."""
+  answered = [e for e in examples if e['answers']]
+  misplaced = [e for e in answered if not _answer_in_place(e)]
+  if not misplaced:
+    return examples
+  text, start = misplaced[0]['answers'][0]
+  first = (f"question '{misplaced[0]['id']}': answer {text!r} at {start}, the context there "
+           f"{misplaced[0]['context'][start:start + len(text)]!r}")
+  if len(misplaced) > len(answered) / 2:
+    raise UserError(f"file '{path}': {len(misplaced)} of its {len(answered)} answers are not in "
+                    f'the context at their answer_start ({first}); answer_start must count '
+                    "characters of the context, from 0")
+  logging.warning("left %d of the %d answered questions of '%s' out of training: the answer is "
+                  'not in the context at its answer_start (%s)', len(misplaced), len(answered),
+                  path, first)
+  skipped = {id(e) for e in misplaced}
+  return [e for e in examples if id(e) not in skipped]
+
+
+def _answer_in_place(example: dict) -> bool:
+  text, start = example['answers'][0]
+  return example['context'][start:start + len(text)] == text
+
+
 # --- User files (task=files) ------------------------------------------------------------------
 
 _DELIMITED = {'.csv': ',', '.tsv': '\t'}
