@@ -194,6 +194,7 @@ RULES = [
     (lambda argv: _module(argv) == 'electra_jax.evaluate',
      lambda argv, ctx: Plan('evaluate', ['--num_batches=1', f'--eval_files={ctx["corpus"]}']),
      False),
+    (lambda argv: _module(argv) == 'electra_jax.detect', lambda argv, ctx: Plan('detect'), False),
     (lambda argv: _module(argv) == 'electra_jax.finetune', _finetune, False),
     (lambda argv: _module(argv) == 'electra_jax.predict', _predict, False),
     (lambda argv: _module(argv) == 'electra_jax.export', lambda argv, ctx: Plan('export'), False),

@@ -148,6 +148,13 @@ class Objective:
     samples and dropout as the whole batch. `denominators` (from `loss_denominators` of the
     whole batch) make each micro-batch's loss its share of the whole batch's loss.
     """
+    return self.loss(self.masked_step(params, batch, rng, deterministic, example_ids,
+                                      denominators))
+
+  def masked_step(self, params, batch: Mapping[str, jax.Array], rng, deterministic=False,
+                  example_ids=None, denominators=None) -> 'Step':
+    """The Step a call of the objective computes its loss from: the batch masked, and each
+    row's keys for the generator, its samples and the full-size network (see __call__)."""
     input_ids, input_mask = batch['input_ids'], batch['input_mask']
     keys = masking.example_keys(rng, input_ids.shape[0], example_ids)
     mask_keys, gen_keys, sample_keys, disc_keys = jnp.moveaxis(
@@ -160,9 +167,8 @@ class Objective:
     if denominators is None:
       denominators = {'mlm_count': jnp.sum(m.masked_weights),
                       'disc_count': jnp.sum(input_mask.astype(jnp.float32))}
-    step = Step(self, params, batch, m, denominators, deterministic, gen_keys, sample_keys,
+    return Step(self, params, batch, m, denominators, deterministic, gen_keys, sample_keys,
                 disc_keys)
-    return self.loss(step)
 
   def loss(self, s: 'Step'):
     """(loss, metric sums) of one step's inputs; what a subclass implements."""

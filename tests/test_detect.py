@@ -1,0 +1,109 @@
+"""detect: the discriminator's p(replaced) of given texts, as written or corrupted as in training."""
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from electra_jax import checkpoint
+from electra_jax import config as config_lib
+from electra_jax import detect
+from electra_jax import model as model_lib
+from electra_jax import objectives
+from electra_jax import saved_config
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.errors import UserError
+from tests.conftest import REPO_ROOT, tiny_config
+from tests.test_train_cli import last_json, run_cli
+
+PERSUASION = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'eval', 'persuasion.txt')
+TEXTS = ['Anne Elliot walked to the house with her sister and spoke of Captain Wentworth.',
+         'It was a fine morning.']
+
+
+@pytest.fixture(scope='module')
+def workdir(tmp_path_factory):
+  from electra_jax import train  # pylint: disable=import-outside-toplevel
+  path = str(tmp_path_factory.mktemp('detect') / 'run')
+  c = tiny_config(vocab_size=8000, num_layers=1, train_files=PERSUASION, eval_every_steps=0,
+                  num_train_steps=3, save_checkpoints_steps=3, progress_bar=False)
+  train.train_and_evaluate(c, path)
+  return path
+
+
+def built(workdir):
+  c = config_lib.resolve(saved_config.load(workdir))
+  tokenizer = tokenizer_lib.for_config(c)
+  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+  objective = objectives.build(model, c, tokenizer.special_ids, tokenizer.mask_id)
+  return c, tokenizer, objective, checkpoint.read_params(workdir)[0]
+
+
+def test_sampling_corrupts_as_the_training_step_and_discriminates_what_it_made(workdir):
+  c, tokenizer, objective, params = built(workdir)
+  batch, cut = detect.texts_batch(tokenizer, TEXTS, c.max_seq_length)
+  assert cut == [0, 0]
+  rng = jax.random.key(7)
+  out = jax.device_get(detect.discriminate(objective, params, batch, rng))
+  real = batch['input_mask'] == 1
+  # Replaced exactly where the input read differs from the text, and only at real tokens.
+  np.testing.assert_array_equal(out['replaced'], (out['input'] != batch['input_ids']) & real)
+  assert 0 < out['replaced'].sum() <= len(TEXTS) * c.max_predictions_per_seq
+  # The training step's own sums over the same batch and key count the same tokens.
+  _, sums = objective(params, jax.tree.map(jax.numpy.asarray, batch), rng, deterministic=True)
+  flagged = (out['p_replaced'] > 0.5) & real
+  assert out['replaced'].sum() == int(sums['disc_label_positive'])
+  assert flagged.sum() == int(sums['disc_predicted_positive'])
+  assert (flagged & out['replaced']).sum() == int(sums['disc_true_positive'])
+  # As written, the corrupted text gets the probabilities the sampled run gave it.
+  as_written = detect.discriminate(objective, params, dict(batch, input_ids=out['input']))
+  np.testing.assert_allclose(as_written['p_replaced'], out['p_replaced'], atol=1e-6)
+  other = jax.device_get(detect.discriminate(objective, params, batch, jax.random.key(8)))
+  assert (other['input'] != out['input']).any()
+
+
+def test_texts_are_cut_to_the_runs_length_and_empty_ones_refused(workdir):
+  c, tokenizer, _, _ = built(workdir)
+  long_text = ' '.join(['Anne'] * 100)
+  batch, cut = detect.texts_batch(tokenizer, [long_text, 'Emma'], c.max_seq_length)
+  assert cut[0] == len(tokenizer.encode(long_text)) - (c.max_seq_length - 2) > 0 and cut[1] == 0
+  assert batch['input_ids'][0, -1] == tokenizer.sep_id and batch['input_mask'][0].all()
+  with pytest.raises(UserError, match=r"--text='  ' has no tokens"):
+    detect.texts_batch(tokenizer, ['  '], c.max_seq_length)
+
+
+def objective_of(name):
+  c = config_lib.resolve(tiny_config(objective=name, vocab_size=8000))
+  tokenizer = tokenizer_lib.for_config(c)
+  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+  return objectives.build(model, c, tokenizer.special_ids, tokenizer.mask_id)
+
+
+def test_objectives_without_a_replaced_token_probability_are_refused():
+  for name in ('mlm', 'replace_mlm', 'all_tokens_mlm', 'electric'):
+    with pytest.raises(UserError, match=f"objective '{name}' has no discriminator whose logit"):
+      detect.check_detects(objective_of(name), name)
+  for name in ('electra', 'electra_15'):
+    detect.check_detects(objective_of(name), name)
+
+
+def test_the_command_prints_a_table_per_text_and_their_tokens_in_json(workdir):
+  _, tokenizer, objective, params = built(workdir)
+  proc = run_cli('electra_jax.detect', f'--workdir={workdir}', *[f'--text={t}' for t in TEXTS],
+                 '--sample', '--seed=7')
+  result = last_json(proc.stdout)
+  assert (result['step'], result['sample'], result['seed']) == (3, True, 7)
+  batch, _ = detect.texts_batch(tokenizer, TEXTS, 32)
+  out = jax.device_get(detect.discriminate(objective, params, batch, jax.random.key(7)))
+  for i, (text, record) in enumerate(zip(TEXTS, result['texts'])):
+    ids = tokenizer.encode(text)
+    assert record['tokens'] == [tokenizer.id_to_piece(t) for t in ids]
+    span = slice(1, len(ids) + 1)  # Past [CLS], before [SEP].
+    assert record['input'] == [tokenizer.id_to_piece(int(t)) for t in out['input'][i, span]]
+    assert record['replaced'] == out['replaced'][i, span].tolist()
+    np.testing.assert_allclose(record['p_replaced'], out['p_replaced'][i, span], atol=1e-4)
+    assert f'text {i + 1} of 2 (step 3): {sum(record["replaced"])} of {len(ids)} tokens ' \
+           'replaced' in proc.stdout
+  proc = run_cli('electra_jax.detect', f'--workdir={workdir}', check=False)
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+      'error: pass --workdir=DIR (a pretraining run) and --text="..." (one or more)']
