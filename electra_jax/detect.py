@@ -74,10 +74,10 @@ def discriminate(objective, params, batch, rng=None) -> dict:
               replaced=corruption.labels > 0)
 
 
-def _table(tokenizer, text: str, ids, out, row: int, sample: bool, cut: int) -> dict:
+def _table(tokenizer, text: str, batch, out, row: int, sample: bool, cut: int) -> dict:
   """Prints one text's table; returns its JSON record (text tokens only, no [CLS]/[SEP])."""
-  n = int(np.sum(ids[row] != tokenizer.pad_id))
-  span = range(1, n - 1)
+  ids = batch['input_ids']
+  span = range(1, int(batch['input_mask'][row].sum()) - 1)
   tokens = [tokenizer.id_to_piece(int(ids[row, j])) for j in span]
   p = [float(out['p_replaced'][row, j]) for j in span]
   flagged = [x > 0.5 for x in p]
@@ -129,7 +129,7 @@ def main(argv):
   records = []
   for i, text in enumerate(FLAGS.text):
     print(f'text {i + 1} of {len(FLAGS.text)} (step {step}): ', end='')
-    records.append(_table(tokenizer, text, batch['input_ids'], out, i, FLAGS.sample, cut[i]))
+    records.append(_table(tokenizer, text, batch, out, i, FLAGS.sample, cut[i]))
   cli.print_result(dict(workdir=FLAGS.workdir, step=int(step), sample=FLAGS.sample,
                         seed=FLAGS.seed if FLAGS.sample else None, texts=records,
                         wall_time_sec=round(time.time() - start, 2)))
