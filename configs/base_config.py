@@ -113,6 +113,10 @@ def get_config():
   # Probability that an example targets a random length in [5, max_seq_length] instead of
   # max_seq_length (official release: 0.05).
   c.short_seq_prob = 0.05
+  # Let examples run on from one document into the next (False: the paper's packing, an example
+  # ends with its document). For corpora of short documents (reviews, posts, a paragraph
+  # each), whose examples are otherwise mostly padding; transformers' run_mlm packs this way.
+  c.pack_across_documents = False
 
   # --- Masking and objective ---------------------------------------------------------------
   # Fraction of real tokens chosen for prediction (paper: 0.15; 0.25 for Large).

@@ -437,8 +437,27 @@ def test_a_record_per_short_line_earns_the_padding_note_until_read_as_lines(
     assert [note for note in notes if 'padding' in note] == ([] if records_are_lines else [
         f'the examples fill {fill:.0%} of their {SEQ} positions ({num_tokens / n:.0f} tokens '
         'on average: short documents), so most of every step computes padding; if the records '
-        'are lines of longer texts set records_are_lines=True, else lower max_seq_length'])
+        'are lines of longer texts set records_are_lines=True, else pack_across_documents=True '
+        '(examples run on into the next document) or a lower max_seq_length'])
   assert fills[0] < pipeline.LOW_FILL < 0.8 < fills[1]
+  # Packed across documents, the record-per-line examples fill up too, in fewer examples.
+  c = make_config(corpus, train_files=str(tmp_path / 'lines.jsonl'), num_train_steps=10,
+                  pack_across_documents=True)
+  across = pipeline.open_train_examples(c, tiny_tokenizer)
+  assert len(across) < len(lines) and across.num_tokens / (len(across) * SEQ) > 0.8
+  assert pipeline.data_summary(across, c)[1] == []
+
+
+def test_packing_across_documents_runs_examples_on_into_the_next(tiny_tokenizer):
+  docs = [['Anne walked.'], ['Emma spoke.'], ['It rained.']]
+  ids = [tiny_tokenizer.encode(doc[0]) for doc in docs]
+  apart = list(pipeline.iter_examples(docs, tiny_tokenizer, SEQ, 0.0, seed=0))
+  across = list(pipeline.iter_examples(docs, tiny_tokenizer, SEQ, 0.0, seed=0,
+                                       across_documents=True))
+  strip = lambda tokens: [t for t in tokens if t not in (tiny_tokenizer.cls_id,
+                                                         tiny_tokenizer.sep_id)]
+  assert [strip(tokens) for tokens, _ in apart] == ids
+  assert [strip(tokens) for tokens, _ in across] == [sum(ids, [])]
 
 
 # --- Example packing ----------------------------------------------------------------------

@@ -218,6 +218,18 @@ def test_shards_prepared_for_another_vocab_or_length_are_refused(corpus, prepare
                      r'config.max_seq_length=64; set --config.max_seq_length=32'):
     pipeline.make_train_iterator(config_for(corpus, train_data_dir=out, max_seq_length=64),
                                  tokenizer)
+  with pytest.raises(UserError, match=r'prepared with pack_across_documents=False but '
+                     r'config.pack_across_documents=True; set '):
+    pipeline.make_train_iterator(config_for(corpus, train_data_dir=out,
+                                            pack_across_documents=True), tokenizer)
+  # Data prepared before the key existed ended its examples with their documents.
+  metadata = shards.read_metadata(out)
+  assert metadata['pack_across_documents'] is False
+  del metadata['pack_across_documents']
+  shards.check_compatible(metadata, out, config_for(corpus), tokenizer)
+  with pytest.raises(UserError, match=r'prepared with pack_across_documents=False but '):
+    shards.check_compatible(metadata, out, config_for(corpus, pack_across_documents=True),
+                            tokenizer)
   other_vocab = tmp_path / 'other.model'
   shutil.copy(DEMO_MODEL, other_vocab)
   with open(other_vocab, 'ab') as f:

@@ -108,9 +108,10 @@ def _tokenized_documents(documents: Iterable[list[str]],
 
 
 def iter_examples(documents: Iterable[list[str]], tokenizer, max_seq_length: int,
-                  short_seq_prob: float, seed: int) -> Iterator[Example]:
+                  short_seq_prob: float, seed: int,
+                  across_documents: bool = False) -> Iterator[Example]:
   """Streams the examples of `documents` (lists of lines) in corpus order; deterministic given
-  `seed`."""
+  `seed`. across_documents: an example ends at a document's end only if it is the last."""
   if max_seq_length < MIN_RANDOM_LENGTH:
     raise UserError(f'max_seq_length={max_seq_length} is too short for [CLS] A [SEP] B [SEP]; '
                     f'use at least {MIN_RANDOM_LENGTH}')
@@ -119,7 +120,9 @@ def iter_examples(documents: Iterable[list[str]], tokenizer, max_seq_length: int
   for doc in _tokenized_documents(documents, tokenizer):
     for line in doc:
       yield from builder.add_line(line)
-    yield from builder.end_document()
+    if not across_documents:
+      yield from builder.end_document()
+  yield from builder.end_document()
 
 
 def _to_arrays(examples: Sequence[Example], max_seq_length: int,
@@ -140,12 +143,21 @@ def _to_arrays(examples: Sequence[Example], max_seq_length: int,
   }
 
 
+def corpus_examples(corpus: sources.Corpus, tokenizer, config, split: str,
+                    part_done=lambda: None) -> Iterator[Example]:
+  """The examples of `corpus` as `config` packs its 'train' split (short_seq_prob, seed) or
+  its 'eval' split (full length, EVAL_SEED: the same examples in every run)."""
+  short_seq_prob, seed = ((config.short_seq_prob, config.seed) if split == 'train' else
+                          (0.0, EVAL_SEED))
+  return iter_examples(corpus.documents(part_done), tokenizer, config.max_seq_length,
+                       short_seq_prob, seed, bool(config.get('pack_across_documents', False)))
+
+
 def build_train_examples(config, tokenizer) -> dict[str, np.ndarray]:
   """The training corpus (train_files or the TFDS dataset), packed in memory: int32 arrays
   [N, max_seq_length] (FEATURES)."""
   corpus = sources.open_corpus(config, 'train')
-  examples = list(iter_examples(corpus.documents(), tokenizer, config.max_seq_length,
-                                config.short_seq_prob, config.seed))
+  examples = list(corpus_examples(corpus, tokenizer, config, 'train'))
   if not examples:
     raise UserError(f'{corpus.description} produced no examples; check it contains text')
   return _to_arrays(examples, config.max_seq_length)
@@ -259,7 +271,8 @@ def data_summary(examples, config) -> tuple[str, list[str]]:
     notes.append(f'the examples fill {fill:.0%} of their {config.max_seq_length} positions '
                  f'({num_tokens / num_examples:.0f} tokens on average: short documents), so '
                  'most of every step computes padding; if the records are lines of longer '
-                 'texts set records_are_lines=True, else lower max_seq_length')
+                 'texts set records_are_lines=True, else pack_across_documents=True (examples '
+                 'run on into the next document) or a lower max_seq_length')
   return line, notes
 
 
@@ -333,13 +346,12 @@ def make_eval_iterator(config, tokenizer, process_index: int = 0, process_count:
   local_batch = _local_batch_size(config, 'eval_batch_size', process_index, process_count)
   # A bad glob fails here, not at next().
   corpus = sources.open_corpus(config, 'eval') if corpus is None else corpus
-  return _eval_batches(corpus, tokenizer, config.max_seq_length, config.eval_batch_size,
-                       local_batch, process_index, num_batches)
+  return _eval_batches(corpus, tokenizer, config, local_batch, process_index, num_batches)
 
 
-def _eval_batches(corpus, tokenizer, max_seq_length, global_batch, local_batch, process_index,
-                  num_batches):
-  examples = iter_examples(corpus.documents(), tokenizer, max_seq_length, 0.0, EVAL_SEED)
+def _eval_batches(corpus, tokenizer, config, local_batch, process_index, num_batches):
+  examples = corpus_examples(corpus, tokenizer, config, 'eval')
+  global_batch, max_seq_length = config.eval_batch_size, config.max_seq_length
   start = process_index * local_batch
   for step in itertools.count():
     if num_batches and step >= num_batches:
@@ -357,10 +369,8 @@ def count_token_frequencies(config, tokenizer, corpus: sources.Corpus | None = N
   """Counts [vocab_size] of each token over the eval examples' real, non-special tokens (the
   first `num_examples`; 0: all) of `corpus` (default: the config's eval set)."""
   corpus = sources.open_corpus(config, 'eval') if corpus is None else corpus
-  documents = corpus.documents()
-  examples = itertools.islice(
-      iter_examples(documents, tokenizer, config.max_seq_length, 0.0, EVAL_SEED),
-      num_examples or None)
+  examples = itertools.islice(corpus_examples(corpus, tokenizer, config, 'eval'),
+                              num_examples or None)
   counts = np.zeros(tokenizer.vocab_size, np.int64)
   while chunk := list(itertools.islice(examples, 4096)):
     tokens = np.fromiter(itertools.chain.from_iterable(t for t, _ in chunk), np.int64)

@@ -49,8 +49,7 @@ def prepare(config, output: str, examples_per_shard: int = 100_000,
                   disable=not progress, mininterval=1.0 if sys.stderr.isatty() else 30.0,
                   dynamic_ncols=True)
   writer = shards.ShardWriter(output, 'train', tokenizer.vocab_size, examples_per_shard)
-  for tokens, num_first in pipeline.iter_examples(corpus.documents(bar.update), tokenizer,
-                                                  c.max_seq_length, c.short_seq_prob, c.seed):
+  for tokens, num_first in pipeline.corpus_examples(corpus, tokenizer, c, 'train', bar.update):
     writer.write(tokens, num_first)
     if writer.num_examples % 10_000 == 0:
       bar.set_postfix(examples=writer.num_examples, refresh=False)
@@ -61,7 +60,7 @@ def prepare(config, output: str, examples_per_shard: int = 100_000,
   metadata = writer.finish(dict(
       source=corpus.source, vocab_file=vocab_path, vocab_sha256=shards.file_sha256(vocab_path),
       vocab_size=tokenizer.vocab_size, do_lower_case=c.do_lower_case,
-      max_seq_length=c.max_seq_length,
+      max_seq_length=c.max_seq_length, pack_across_documents=c.pack_across_documents,
       short_seq_prob=c.short_seq_prob, seed=c.seed, special_ids=dict(
           pad=tokenizer.pad_id, cls=tokenizer.cls_id, sep=tokenizer.sep_id,
           mask=tokenizer.mask_id)))

@@ -130,19 +130,22 @@ def read_metadata(data_dir: str, split: str = 'train') -> dict:
 
 
 def check_compatible(metadata: dict, data_dir: str, config, tokenizer):
-  """The shards must have been packed with this vocabulary and sequence length."""
+  """The shards must have been packed with this vocabulary, sequence length and packing."""
   if metadata['vocab_sha256'] != file_sha256(tokenizer.vocab_file):
     raise UserError(f"train_data_dir '{data_dir}' was prepared with vocabulary "
                     f"'{metadata['vocab_file']}', which differs from config.vocab_file "
                     f"'{config.vocab_file}'; use that vocabulary or re-run prepare")
-  # Lower-casing changes WordPiece ids only; data prepared before the key existed was lower-cased.
-  keys = ('vocab_size', 'max_seq_length') + (
+  # Lower-casing changes WordPiece ids only. Data prepared before a key existed was lower-cased
+  # and ended every example with its document.
+  before_the_key = dict(do_lower_case=True, pack_across_documents=False)
+  keys = ('vocab_size', 'max_seq_length', 'pack_across_documents') + (
       ('do_lower_case',) if tokenizer_lib.is_wordpiece_vocab(tokenizer.vocab_file) else ())
   for key in keys:
-    if metadata.get(key, True) != config[key]:
-      raise UserError(f"train_data_dir '{data_dir}' was prepared with {key}={metadata[key]} but "
-                      f'config.{key}={config[key]}; set --config.{key}={metadata[key]} or '
-                      're-run prepare')
+    prepared = metadata.get(key, before_the_key.get(key))
+    wanted = config.get(key, before_the_key.get(key))
+    if prepared != wanted:
+      raise UserError(f"train_data_dir '{data_dir}' was prepared with {key}={prepared} but "
+                      f'config.{key}={wanted}; set --config.{key}={prepared} or re-run prepare')
 
 
 class PreparedExamples:
