@@ -101,6 +101,42 @@ def test_hub_style_tagged_records_read_as_the_same_conll_file(tmp_path):
     tasks.read_tagged_file(str(tmp_path / 'ids.parquet'), 'file', columns=ner)
 
 
+def test_skip_bad_rows_drops_tagging_sentences_it_cannot_read_and_counts_them(tmp_path, caplog):
+  """A CoNLL line of another column count (here a word whose tag went missing), or a record
+  whose tags do not match its words, fails naming it and the option; with the option its
+  sentence is dropped, counted in the log, and fine-tuning reads the rest."""
+  (tmp_path / 'train.txt').write_text(CONLL.replace('came VBD B-VP O', 'came'))
+  with pytest.raises(UserError, match=r"train.txt' line 5 has 1 column\(s\) where earlier .*"
+                                      r'or set --config.skip_bad_rows=true to skip such rows'):
+    tasks.read_conll(str(tmp_path / 'train.txt'), skip_bad_rows=False)
+  with caplog.at_level('WARNING'):
+    assert tasks.read_conll(str(tmp_path / 'train.txt'), skip_bad_rows=True) == [
+        (['Jane', 'Fairfax', 'smiled'], ['B-PER', 'I-PER', 'O'])]
+  assert caplog.records[-1].getMessage() == (
+      f"skipped 1 sentence(s) of '{tmp_path / 'train.txt'}' with a line of another column count "
+      '(skip_bad_rows)')
+  with pytest.raises(UserError, match=r'earlier lines have more; write every word with its tag '
+                                      r'\(or none at all: a file to predict\)$'):
+    tasks.read_conll(str(tmp_path / 'train.txt'))  # predict: skipping not offered.
+  with open(tmp_path / 'train.jsonl', 'w', encoding='utf-8') as f:
+    for words, tags in [(['Emma', 'smiled'], ['B-PER', 'O']), (['Harriet', 'wept'], ['B-PER']),
+                        (['Frank', 'Churchill', 'left'], ['B-PER', 'I-PER', 'O'])]:
+      f.write(json.dumps(dict(tokens=words, ner_tags=tags)) + '\n')
+  ner = tasks.FileColumns(label='ner_tags')
+  with pytest.raises(UserError, match=r"record 2: 'ner_tags' is not a list of one tag name per "
+                                      r'word .*or set --config.skip_bad_rows=true'):
+    tasks.read_tagged_file(str(tmp_path / 'train.jsonl'), 'file', columns=ner,
+                           skip_bad_rows=False)
+  from tests.test_finetune import ft_config  # pylint: disable=import-outside-toplevel
+  c = ft_config(task='tagging', train_file=str(tmp_path / 'train.jsonl'),
+                eval_file=str(tmp_path / 'train.txt'), label_column='ner_tags',
+                skip_bad_rows=True)
+  data = loop.load_data(c, tasks.get_task('tagging'), tokenizer_lib.load_tokenizer(VOCAB))
+  assert [e['words'] for e in data.evals[0].examples] == [['Jane', 'Fairfax', 'smiled']]
+  assert data.task.label_names == ('B-PER', 'I-PER', 'O')  # Of the two readable records.
+  assert len(data.train['input_ids']) == 2
+
+
 def test_bioes_encoding_keeps_the_chunks_as_the_official_tagging_code_trains_them(tmp_path):
   assert tasks.to_bioes(['B-PER', 'I-PER', 'O', 'B-LOC', 'I-PER', 'I-PER', 'I-PER']) == [
       'B-PER', 'E-PER', 'O', 'S-LOC', 'B-PER', 'I-PER', 'E-PER']

@@ -48,6 +48,8 @@ def get_config():
   # Files of classification/regression tasks: skip (and count in the log) rows that cannot be
   # read as examples, CSV/TSV rows of more fields than the header or rows without a label or
   # text value (BERT's and transformers' GLUE readers skip such rows), instead of failing.
+  # Tagging files: skip sentences with a line of another column count than the file's first,
+  # and records without a list of words and one tag per word.
   c.skip_bad_rows = False
   # Use at most this many training examples (0: all); for quick runs.
   c.max_train_examples = 0

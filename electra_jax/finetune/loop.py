@@ -93,12 +93,13 @@ def load_data(c, task, tokenizer) -> Data:
                       f'({_file_formats(task)})')
   if task.name == 'tagging':
     columns = tasks_lib.file_columns(c)
-    train_sentences = tasks_lib.read_tagged_file(c.train_file, c.tag_encoding, columns=columns)
+    read = lambda path: tasks_lib.read_tagged_file(path, c.tag_encoding, columns=columns,
+                                                   skip_bad_rows=c.skip_bad_rows)
+    train_sentences = read(c.train_file)
     task = tasks_lib.tagging_task(train_sentences, c.train_file)
     train = tasks_lib.tagging_examples(task, train_sentences, c.train_file, c.max_train_examples)
-    evals = [('', tasks_lib.tagging_examples(
-        task, tasks_lib.read_tagged_file(c.eval_file, c.tag_encoding, columns=columns),
-        c.eval_file, c.max_eval_examples))]
+    evals = [('', tasks_lib.tagging_examples(task, read(c.eval_file), c.eval_file,
+                                             c.max_eval_examples))]
   elif from_files and task.kind == tasks_lib.SPAN:  # The official JSON files.
     train = tasks_lib.answers_in_place(tasks_lib.squad_file_examples(c.train_file)[0],
                                        c.train_file)[:c.max_train_examples or None]

@@ -327,9 +327,9 @@ def _skip_hint(skip_bad_rows: bool | None) -> str:
   return '' if skip_bad_rows is None else ', or set --config.skip_bad_rows=true to skip such rows'
 
 
-def _note_skipped(path: str, count: int, what: str) -> None:
+def _note_skipped(path: str, count: int, what: str, unit: str = 'row(s)') -> None:
   if count:
-    logging.warning("skipped %d row(s) of '%s' %s (skip_bad_rows)", count, path, what)
+    logging.warning("skipped %d %s of '%s' %s (skip_bad_rows)", count, unit, path, what)
 
 
 def read_rows(path: str, fieldnames: tuple = (), skip_bad_rows: bool | None = None) -> list[dict]:
@@ -598,33 +598,40 @@ def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0
 _SPAN_TAG = re.compile(r'^(O|[BIESLU]-.+)$')
 
 
-def read_conll(path: str, need_label: bool = True) -> list[tuple[list[str], list[str] | None]]:
+def read_conll(path: str, need_label: bool = True,
+               skip_bad_rows: bool | None = None) -> list[tuple[list[str], list[str] | None]]:
   """Sentences of a CoNLL-format file: one word per line, its tag in the last whitespace-
   separated column (CoNLL-2003's `word POS chunk NER` reads as word and NER), a blank line
   between sentences, -DOCSTART- lines skipped. Lines of one column are words without tags
-  (a file to predict); a file mixes none of both. Returns [(words, tags or None)]."""
+  (a file to predict); a file mixes none of both: `skip_bad_rows` drops (and counts) the
+  sentences of lines unlike the first, else the first is an error (None: skipping not offered,
+  predict). Returns [(words, tags or None)]."""
   resolved = paths.resolve(path)
   if not paths.is_file(resolved):
     raise UserError(f"file '{path}' not found; pass a CoNLL-format file (one word and its tag "
                     'per line, a blank line between sentences)')
-  sentences, words, tags, tagged = [], [], [], None
+  sentences, words, tags, tagged, bad, skipped = [], [], [], None, False, 0
   for n, line in enumerate(paths.read_text(resolved).splitlines() + [''], 1):
     columns = line.split()
     if columns and columns[0] == '-DOCSTART-':
       continue
     if not columns:
-      if words:
+      if words and not bad:
         sentences.append((words, tags if tagged else None))
-      words, tags = [], []
+      skipped += bad
+      words, tags, bad = [], [], False
       continue
     if tagged is None:
       tagged = len(columns) > 1
     if tagged != (len(columns) > 1):
-      raise UserError(f"file '{path}' line {n} has {len(columns)} column(s) where earlier lines "
-                      f"have {'more' if tagged else 'one'}; write every word with its tag "
-                      '(or none at all: a file to predict)')
+      if not skip_bad_rows:
+        raise UserError(f"file '{path}' line {n} has {len(columns)} column(s) where earlier "
+                        f"lines have {'more' if tagged else 'one'}; write every word with its "
+                        f'tag (or none at all: a file to predict){_skip_hint(skip_bad_rows)}')
+      bad = True
     words.append(columns[0])
     tags.append(columns[-1])
+  _note_skipped(path, skipped, 'with a line of another column count', 'sentence(s)')
   if not sentences:
     raise UserError(f"file '{path}' holds no sentences; write one word (and its tag) per line, "
                     'a blank line between sentences')
@@ -679,10 +686,12 @@ def encode_tags(sentences: list, encoding: str, where: str) -> list:
 
 
 def read_tagged_records(path: str, records: list[dict], columns: FileColumns,
-                        need_label: bool = True) -> list[tuple[list[str], list[str] | None]]:
+                        need_label: bool = True, skip_bad_rows: bool | None = None
+                        ) -> list[tuple[list[str], list[str] | None]]:
   """Sentences of a JSON Lines, Parquet or Arrow file, a record each: its words (column
   text_columns, default tokens, as the Hub's and TFDS's conll2003) and tags (label_column, e.g.
-  ner_tags: names, or ids of a `datasets` ClassLabel list). Returns [(words, tags or None)]."""
+  ner_tags: names, or ids of a `datasets` ClassLabel list); `skip_bad_rows` as read_conll's,
+  for records without a list of words or of one tag per word. Returns [(words, tags or None)]."""
   present = set().union(*records)
   words_column = columns.text[0] if columns.text else 'tokens'
   missing = [name for name, needed in ((words_column, True), (columns.label, need_label))
@@ -692,30 +701,36 @@ def read_tagged_records(path: str, records: list[dict], columns: FileColumns,
                     'name the words and tags columns when fine-tuning: --config.text_columns, '
                     '--config.label_column (e.g. tokens, ner_tags)')
   tagged = columns.label in present
-  sentences = []
+  sentences, skipped = [], 0
   for n, record in enumerate(records, 1):
     words, tags = record.get(words_column), record.get(columns.label) if tagged else None
+    problem = None
     if not (isinstance(words, list) and all(isinstance(w, str) for w in words)):
-      raise UserError(f"file '{path}' record {n}: {words_column!r} is not a list of words")
-    if tagged and not (isinstance(tags, list) and len(tags) == len(words)
-                       and all(isinstance(t, str) for t in tags)):
-      raise UserError(f"file '{path}' record {n}: {columns.label!r} is not a list of one tag name "
-                      'per word (ids need the file\'s ClassLabel names)')
-    if words:
+      problem = f'{words_column!r} is not a list of words'
+    elif tagged and not (isinstance(tags, list) and len(tags) == len(words)
+                         and all(isinstance(t, str) for t in tags)):
+      problem = (f"{columns.label!r} is not a list of one tag name per word (ids need the "
+                 "file's ClassLabel names)")
+    if problem and not skip_bad_rows:
+      raise UserError(f"file '{path}' record {n}: {problem}{_skip_hint(skip_bad_rows)}")
+    skipped += bool(problem)
+    if words and not problem:
       sentences.append((words, tags))
+  _note_skipped(path, skipped, 'without a list of words and of one tag per word')
   if not sentences:
     raise UserError(f"file '{path}' holds no sentences")
   return sentences
 
 
 def read_tagged_file(path: str, encoding: str, need_label: bool = True,
-                     columns: FileColumns = FileColumns()) -> list:
+                     columns: FileColumns = FileColumns(),
+                     skip_bad_rows: bool | None = None) -> list:
   """A CoNLL-format file's sentences (read_conll), or a JSON Lines, Parquet or Arrow file's
   (read_tagged_records), with their tags in `encoding` (encode_tags)."""
   resolved = paths.resolve(path)
   records = _records(resolved) if paths.is_file(resolved) else None
-  sentences = (read_conll(path, need_label) if records is None else
-               read_tagged_records(path, records, columns, need_label))
+  sentences = (read_conll(path, need_label, skip_bad_rows) if records is None else
+               read_tagged_records(path, records, columns, need_label, skip_bad_rows))
   return encode_tags(sentences, encoding, f"file '{path}'")
 
 
