@@ -10,6 +10,7 @@ with the same code and randomness a training step uses; the table then shows eac
 the original, `R` where it differs (a sample equal to the original counts as original). `*`
 marks what the discriminator flags (p > 0.5). Prints a table per text, then one JSON line.
 """
+import functools
 import time
 
 import jax
@@ -60,13 +61,12 @@ def check_detects(objective, name: str):
 def discriminate(objective, params, batch, rng=None) -> dict:
   """The discriminator's p(replaced) [B, S] of `batch` as given (rng None), or of the batch
   corrupted as a training step with `rng` corrupts it (Objective.masked_step, Step.corrupt;
-  no dropout), with the input it read ('input', [B, S]) and its labels ('replaced')."""
+  no dropout), then with the input it read ('input', [B, S]) and its labels ('replaced')."""
   batch = jax.tree.map(jnp.asarray, batch)
   if rng is None:
     logits = objective.apply(params, 'discriminator_logits', None, True, batch['input_ids'],
                              batch['segment_ids'], batch['input_mask'])
-    return dict(p_replaced=jax.nn.sigmoid(logits), input=batch['input_ids'],
-                replaced=jnp.zeros(logits.shape, bool))
+    return dict(p_replaced=jax.nn.sigmoid(logits))
   step = objective.masked_step(params, batch, rng, deterministic=True)
   corruption = step.corrupt()
   logits = step.full_size('discriminator_logits', corruption.corrupted)
@@ -120,12 +120,8 @@ def main(argv):
   check_detects(objective, config.objective)
   params, step = checkpoint.read_params(FLAGS.workdir, FLAGS.step)
   batch, cut = texts_batch(tokenizer, FLAGS.text, config.max_seq_length)
-  if FLAGS.sample:
-    out = jax.jit(lambda p, b, r: discriminate(objective, p, b, r))(
-        params, batch, jax.random.key(FLAGS.seed))
-  else:
-    out = jax.jit(lambda p, b: discriminate(objective, p, b))(params, batch)
-  out = jax.device_get(out)
+  rng = jax.random.key(FLAGS.seed) if FLAGS.sample else None
+  out = jax.device_get(jax.jit(functools.partial(discriminate, objective))(params, batch, rng))
   records = []
   for i, text in enumerate(FLAGS.text):
     print(f'text {i + 1} of {len(FLAGS.text)} (step {step}): ', end='')

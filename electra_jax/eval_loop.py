@@ -39,5 +39,4 @@ def unigram_baseline_accuracy(c, tokenizer, corpus=None, num_batches=None) -> fl
   evaluation of `num_batches` (None or 0: all) reads: a large eval set is not read in full."""
   num_examples = (num_batches or 0) * c.eval_batch_size
   counts = pipeline.count_token_frequencies(c, tokenizer, corpus, num_examples).astype(np.float64)
-  counts[list(tokenizer.special_ids)] = 0
   return float(counts.max() / counts.sum()) if counts.sum() else float('nan')

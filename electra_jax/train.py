@@ -109,8 +109,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   packing_start = time.time()
   examples = pipeline.open_train_examples(c, exp.tokenizer)
   packing_note = pipeline.packing_note(examples, time.time() - packing_start)
-  summary, notes = pipeline.data_summary(examples, c)
-  say(summary, flush=True)
+  data_line, notes = pipeline.data_summary(examples, c)
+  say(data_line, flush=True)
   for note in [packing_note, *notes]:
     if note:
       say(f'note: {note}', flush=True)

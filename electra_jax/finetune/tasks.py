@@ -284,10 +284,12 @@ def answers_in_place(examples: list[dict], path: str) -> list[dict]:
   the span head on other text: they are left out with a warning, as the official code leaves
   out answers it cannot find. Most answers elsewhere means the file's answer_start is not a
   character offset (bytes, tokens): an error."""
-  answered = [e for e in examples if e['answers']]
-  misplaced = [e for e in answered if not _answer_in_place(e)]
+  kept, misplaced = [], []
+  for e in examples:
+    (misplaced if e['answers'] and not _answer_in_place(e) else kept).append(e)
   if not misplaced:
     return examples
+  answered = [e for e in examples if e['answers']]
   text, start = misplaced[0]['answers'][0]
   first = (f"question '{misplaced[0]['id']}': answer {text!r} at {start}, the context there "
            f"{misplaced[0]['context'][start:start + len(text)]!r}")
@@ -298,8 +300,7 @@ def answers_in_place(examples: list[dict], path: str) -> list[dict]:
   logging.warning("left %d of the %d answered questions of '%s' out of training: the answer is "
                   'not in the context at its answer_start (%s)', len(misplaced), len(answered),
                   path, first)
-  skipped = {id(e) for e in misplaced}
-  return [e for e in examples if id(e) not in skipped]
+  return kept
 
 
 def _answer_in_place(example: dict) -> bool:
