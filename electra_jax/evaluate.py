@@ -73,7 +73,7 @@ def _held_out_note(config, corpus) -> str | None:
   """sources.held_out_note, or None where the run's training data is not readable here (its
   paths on the machine that trained): that must not stop an evaluation."""
   try:
-    return sources.held_out_note(config, corpus)
+    return sources.held_out_note(sources.training_source(config), corpus)
   except cli.UserError:
     return None
 

@@ -756,13 +756,18 @@ def test_build_vocab_cli_bad_input_is_one_error_line_and_exit_code_2(tmp_path):
 
 
 def held_out_note(config):
-  return sources.held_out_note(config, sources.open_corpus(config, 'eval'))
+  return sources.held_out_note(sources.training_source(config),
+                               sources.open_corpus(config, 'eval'))
 
 
-def test_an_eval_set_of_training_text_earns_a_note(corpus):
+def test_an_eval_set_of_training_text_earns_a_note(corpus, tiny_tokenizer):
   apart = make_config(corpus)  # small.txt for training, b.txt held out.
   assert held_out_note(apart) is None
   same = make_config(corpus, train_files=f'{corpus}/*.txt', eval_files=str(corpus / 'b.txt'))
+  # Training compares the source its examples carry, read once at start-up.
+  trained_on = pipeline.open_train_examples(same, tiny_tokenizer).source
+  assert trained_on == sources.training_source(same)
+  assert trained_on['files'] == [str(corpus / f) for f in ('a.txt', 'b.txt', 'small.txt')]
   assert held_out_note(same) == (
       f"1 of the eval set's 1 file(s) are training files too ('{corpus}/b.txt'): its metrics are "
       'not of held-out text; point eval_files at text training never reads')

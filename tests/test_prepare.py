@@ -116,6 +116,7 @@ def test_prepare_round_trip_writes_the_streamed_examples_in_order(corpus, prepar
   assert not [f for f in os.listdir(out) if f.endswith('.tmp')]
   examples = pipeline.open_train_examples(config_for(corpus, train_data_dir=out), tokenizer)
   assert len(examples) == n
+  assert examples.source == metadata['source'] == sources.training_source(config_for(corpus))
   read_back = examples.gather(np.arange(n))
   for name in pipeline.FEATURES:
     np.testing.assert_array_equal(read_back[name], streamed[name])

@@ -156,7 +156,10 @@ def corpus_examples(corpus: sources.Corpus, tokenizer, config, split: str,
 def build_train_examples(config, tokenizer) -> dict[str, np.ndarray]:
   """The training corpus (train_files or the TFDS dataset), packed in memory: int32 arrays
   [N, max_seq_length] (FEATURES)."""
-  corpus = sources.open_corpus(config, 'train')
+  return _pack_train_corpus(sources.open_corpus(config, 'train'), tokenizer, config)
+
+
+def _pack_train_corpus(corpus: sources.Corpus, tokenizer, config) -> dict[str, np.ndarray]:
   examples = list(corpus_examples(corpus, tokenizer, config, 'train'))
   if not examples:
     raise UserError(f'{corpus.description} produced no examples; check it contains text')
@@ -206,10 +209,11 @@ class HostRowsMapDataset(grain.MapDataset):
 
 
 class InMemoryExamples:
-  """Examples packed at start-up (streaming from raw text): `gather(indices)` -> features."""
+  """Examples packed at start-up (streaming from raw text): `gather(indices)` -> features.
+  `source`: the corpus's (sources.Corpus.source)."""
 
-  def __init__(self, arrays: dict[str, np.ndarray]):
-    self._arrays = arrays
+  def __init__(self, arrays: dict[str, np.ndarray], source: dict):
+    self._arrays, self.source = arrays, source
 
   def __len__(self) -> int:
     return len(self._arrays['input_ids'])
@@ -277,10 +281,11 @@ def data_summary(examples, config) -> tuple[str, list[str]]:
 
 
 class PreparedExampleBatches:
-  """Examples from prepare's ArrayRecord shards: `gather(indices)` -> features."""
+  """Examples from prepare's ArrayRecord shards: `gather(indices)` -> features. `source`: the
+  corpus they were prepared from, as their metadata records it."""
 
-  def __init__(self, examples: shards.PreparedExamples, max_seq_length: int):
-    self._examples, self._max_seq_length = examples, max_seq_length
+  def __init__(self, examples: shards.PreparedExamples, max_seq_length: int, source: dict):
+    self._examples, self._max_seq_length, self.source = examples, max_seq_length, source
 
   def __len__(self) -> int:
     return len(self._examples)
@@ -302,8 +307,9 @@ def open_train_examples(config, tokenizer):
     metadata = shards.read_metadata(data_dir, 'train')
     shards.check_compatible(metadata, data_dir, config, tokenizer)
     return PreparedExampleBatches(shards.PreparedExamples(data_dir, metadata),
-                                  config.max_seq_length)
-  return InMemoryExamples(build_train_examples(config, tokenizer))
+                                  config.max_seq_length, metadata['source'])
+  corpus = sources.open_corpus(config, 'train')
+  return InMemoryExamples(_pack_train_corpus(corpus, tokenizer, config), corpus.source)
 
 
 def make_train_iterator(config, tokenizer, process_index: int = 0, process_count: int = 1,

@@ -394,15 +394,20 @@ def open_corpus(config, split: str = 'train', files: str | None = None) -> Corpu
       'records_are_lines': reading['records_are_lines']}, parts)
 
 
-def held_out_note(config, held_out: Corpus) -> str | None:
-  """A note when the eval set `held_out` (open_corpus(config, 'eval')) is training text too
-  (the same files, or the same TFDS split): its metrics then say nothing about held-out text.
-  Prepared data (train_data_dir) is compared by the source its metadata names."""
+def training_source(config) -> dict:
+  """The `source` of the config's training data: its corpus's, or for prepared data
+  (train_data_dir) the one its metadata records."""
   if config.get('train_data_dir'):
     from electra_jax.data import shards  # pylint: disable=import-outside-toplevel
-    trained_on = shards.read_metadata(config.train_data_dir)['source']
-  else:
-    trained_on = open_corpus(config, 'train').source
+    return shards.read_metadata(config.train_data_dir)['source']
+  return open_corpus(config, 'train').source
+
+
+def held_out_note(trained_on: dict, held_out: Corpus) -> str | None:
+  """A note when the eval set `held_out` (open_corpus(config, 'eval')) is training text too
+  (the same files, or the same TFDS split): its metrics then say nothing about held-out text.
+  `trained_on`: the training data's source (the train examples' `source`, or
+  training_source(config))."""
   if 'files' in trained_on and 'files' in held_out.source:
     shared = sorted(set(trained_on['files']) & set(held_out.source['files']))
     if shared:
