@@ -32,13 +32,24 @@ from electra_jax.hf import files as hf_files
 from electra_jax.hf import tokenizer_files
 
 
-def _check_output(output: str, overwrite: bool) -> str:
+def _check_output(output: str, overwrite: bool, workdir: str) -> str:
+  """The output directory; refused where writing it would replace the run being exported or
+  anything but an earlier export (--overwrite replaces only what export wrote)."""
   output = paths.absolute(output)
+  if paths.contains(output, workdir):
+    raise UserError(f"--output '{output}' is the workdir or a directory holding it, and "
+                    'the export would replace the run; choose a directory outside it (or '
+                    'inside it, e.g. WORKDIR/hf)')
   if paths.is_file(output):
     raise UserError(f"--output '{output}' is a file; pass a directory path")
-  if paths.listdir(output) and not overwrite:
-    raise UserError(f"--output '{output}' exists and is not empty; pass --overwrite to "
-                    'replace it or choose another directory')
+  if paths.listdir(output):
+    if not overwrite:
+      raise UserError(f"--output '{output}' exists and is not empty; pass --overwrite to "
+                      'replace it or choose another directory')
+    if not paths.exists(paths.join(output, hf_files.SAFETENSORS_FILE)):
+      raise UserError(f"--output '{output}' is not an earlier export (it has no "
+                      f'{hf_files.SAFETENSORS_FILE}), and --overwrite replaces only those; '
+                      'choose another directory or empty it yourself')
   paths.check_writable_dir(paths.parent(output), '--output (its parent)')
   return output
 
@@ -107,7 +118,7 @@ def export_workdir(workdir: str, output: str, what: str = 'discriminator',
     raise UserError(f"--what={what!r} must be 'discriminator', 'generator' or 'both'")
   if not paths.is_dir(workdir):
     raise UserError(f"--workdir '{workdir}' does not exist; pass a training workdir")
-  output = _check_output(output, overwrite)
+  output = _check_output(output, overwrite, workdir)
   config = saved_config.load(workdir)
   layout = {'discriminator': {'discriminator': ''}, 'generator': {'generator': ''},
             'both': {'discriminator': '', 'generator': 'generator'}}[what]
@@ -137,7 +148,7 @@ def export_finetuned(workdir: str, output: str, seed: int | None = None,
   run = saved_run.load(workdir)
   hf_classifier.check_exportable(run.task, run.model_config, run.config.classifier_pooling,
                                  run.config.span_head)
-  output = _check_output(output, overwrite)
+  output = _check_output(output, overwrite, run.workdir)
   seed = run.best_seed() if seed is None else seed
   params, step = run.read_params(seed)
 

@@ -63,6 +63,15 @@ def absolute(path) -> str:
   return os.path.abspath(os.path.expanduser(path))
 
 
+def contains(outer, inner) -> bool:
+  """Whether `inner` is `outer` or lies below it (local paths compared with symlinks
+  resolved)."""
+  outer, inner = absolute(outer), absolute(inner)
+  if not is_remote(outer):
+    outer, inner = os.path.realpath(outer), os.path.realpath(inner)
+  return inner == outer or inner.startswith(outer.rstrip('/') + '/')
+
+
 def get(path) -> epath.Path:
   """`absolute(path)` as an epath.Path; a remote one's storage is checked once (reachable,
   credentials) so a fault is one clear line before anything is read or written."""

@@ -724,6 +724,19 @@ def test_build_vocab_cli_writes_the_model_and_ends_with_a_json_line(corpus, tmp_
   assert os.path.exists(summary['vocab'])
   tk = tok.load_tokenizer(summary['model'], 250)
   assert [tk.id_to_piece(i) for i in range(5)] == list(tok.SPECIAL_TOKENS)
+  # A second vocabulary at the same prefix would change the ids of runs that use the first.
+  with open(summary['model'], 'rb') as f:
+    first = f.read()
+  again = (f'--input={corpus}/small.txt', '--vocab_size=120', f'--output={tmp_path}/out/spm')
+  proc = run_build_vocab(*again)
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+      f"error: --output={tmp_path}/out/spm: '{tmp_path}/out/spm.model' exists, and runs that "
+      'use it would read the new vocabulary; pass another --output, or --overwrite']
+  with open(summary['model'], 'rb') as f:
+    assert f.read() == first
+  proc = run_build_vocab(*again, '--overwrite')
+  assert proc.returncode == 0, proc.stderr
+  assert tok.load_tokenizer(summary['model']).vocab_size == 120
 
 
 def test_build_vocab_cli_reads_json_lines_under_text_key(corpus, tmp_path):

@@ -1,6 +1,8 @@
 """Export to (and the weight conversion from) HF transformers ELECTRA: same numbers, exact
 round trips, the CLI. Starting a run from transformers weights: tests/test_init_from.py."""
 import os
+import pathlib
+import shutil
 
 import jax
 import numpy as np
@@ -268,6 +270,29 @@ def test_export_cli_writes_directories_transformers_loads(exported):
   # The generator directory shares the discriminator's embeddings.
   np.testing.assert_array_equal(gen.electra.embeddings.word_embeddings.weight.detach().numpy(),
                                 disc.electra.embeddings.word_embeddings.weight.detach().numpy())
+
+
+def test_overwrite_replaces_an_earlier_export_but_never_the_run_or_other_files(exported):
+  """--overwrite with --output at the workdir, above it (a symlink too) or at a directory that
+  is not an export (the run's checkpoints) would have deleted the run: refused, nothing
+  touched."""
+  workdir, base = exported['workdir'], exported['base']
+  os.symlink(workdir, base / 'link_to_run')
+  before = sorted(str(p) for p in pathlib.Path(workdir).rglob('*'))
+  for output in (workdir, str(base), str(base / 'link_to_run')):
+    with pytest.raises(UserError, match='is the workdir or a directory holding it'):
+      export.export_workdir(workdir, output, overwrite=True)
+  with pytest.raises(UserError, match='is not an earlier export .* replaces only those'):
+    export.export_workdir(workdir, os.path.join(workdir, 'checkpoints'), overwrite=True)
+  assert sorted(str(p) for p in pathlib.Path(workdir).rglob('*')) == before
+  # Inside the workdir is fine, and a second export replaces the first.
+  inside = os.path.join(workdir, 'hf')
+  export.export_workdir(workdir, inside)
+  (pathlib.Path(inside) / 'stale.txt').write_text('from before')
+  assert export.export_workdir(workdir, inside, overwrite=True)['output'] == inside
+  assert sorted(os.listdir(inside)) == sorted(
+      n for n in os.listdir(exported['output']) if n != 'generator')  # stale.txt is gone.
+  shutil.rmtree(inside)
 
 
 # --- Fine-tuned classifiers ----------------------------------------------------------------------

@@ -12,8 +12,10 @@ import time
 from absl import flags
 
 from electra_jax import cli
+from electra_jax import paths
 from electra_jax.data import sources
 from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.errors import UserError
 
 FLAGS = flags.FLAGS
 
@@ -21,6 +23,11 @@ FLAGS = flags.FLAGS
 def main(argv):
   del argv  # Unused.
   start = time.time()
+  existing = [f for f in (FLAGS.output + '.model', FLAGS.output + '.vocab') if paths.exists(f)]
+  if existing and not FLAGS.overwrite:
+    # A run names its vocabulary by path: a new one there would change its token ids.
+    raise UserError(f"--output={FLAGS.output}: '{existing[0]}' exists, and runs that use it "
+                    'would read the new vocabulary; pass another --output, or --overwrite')
   files = sources.list_files(FLAGS.input)
   print(f'Training a {FLAGS.vocab_size}-token {FLAGS.model_type} vocabulary on {len(files)} '
         f'file(s); writing {FLAGS.output}.model and {FLAGS.output}.vocab', flush=True)
@@ -56,6 +63,7 @@ def _define_flags():
                     'instead of failing.')
   flags.DEFINE_integer('vocab_size', 8000, 'Vocabulary size, including the 5 special tokens.')
   flags.DEFINE_string('output', None, 'Output prefix: writes PREFIX.model and PREFIX.vocab.')
+  flags.DEFINE_bool('overwrite', False, 'Replace an existing PREFIX.model / PREFIX.vocab.')
   flags.DEFINE_enum('model_type', 'unigram', ['unigram', 'bpe'], 'Sentencepiece model type.')
   flags.DEFINE_integer('max_sentences', 2_000_000,
                        'At most this many randomly sampled lines train the vocabulary.')
