@@ -227,12 +227,15 @@ def prepare(config, workdir: str | None, overridden=(), write: bool = True) -> S
   """How a run in `workdir` starts. Writes only a new run's vocabulary into the workdir, after
   the config is known to be valid, and nothing with write=False (--dry_run, which may have no
   workdir). `overridden`: keys given as --config.KEY=VALUE."""
-  if not config.init_from:
-    return Start(config_lib.resolve(config))
   if workdir and checkpoint.has_steps(workdir):
-    return Start(config_lib.resolve(saved_run_config(config, workdir, overridden)),
+    if not config.init_from:
+      return Start(saved_config.resumed_vocabulary(config_lib.resolve(config), workdir))
+    c = config_lib.resolve(saved_run_config(config, workdir, overridden))
+    return Start(saved_config.resumed_vocabulary(c, workdir),
                  notes=[f'config.init_from is ignored: {workdir} already holds checkpoints, so '
                         'the run resumes'])
+  if not config.init_from:
+    return Start(config_lib.resolve(config))
   source = open_source(config.init_from, config.init_generator_from)
   vocab = _vocabulary(config, source, overridden)
   keys = dict(source.keys, do_lower_case=vocab.do_lower_case)

@@ -1,10 +1,16 @@
 """The resolved config a run keeps in WORKDIR/config.json: its one writer and its one reader.
 
+A run also keeps its vocabulary beside it (WORKDIR/spm.model or vocab.txt, written at its
+start): the config loaded here names that copy, so evaluating, exporting, fine-tuning or
+resuming a run reads the ids it was trained with, wherever the file it was started with is now
+(another machine, rebuilt, deleted).
+
 Train, evaluate, export, fine-tuning, init_from and predict all load a saved config here. A
 workdir written before a key existed still loads: a key it lacks takes today's default from
 configs/base_config.py (fine-tuning workdirs: configs/finetune/glue.py; the behaviour the key
 was added with), a key since removed is dropped, a renamed one is read under its new name.
 """
+import copy
 import json
 
 import ml_collections
@@ -14,6 +20,7 @@ from configs.finetune import glue as finetune_config
 from electra_jax import atomic
 from electra_jax import config as config_lib
 from electra_jax import paths
+from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
 
 FILE_NAME = 'config.json'
@@ -27,6 +34,37 @@ def path(workdir) -> str:
 
 def exists(workdir) -> bool:
   return paths.exists(path(workdir))
+
+
+def vocabulary_path(workdir, vocab_file: str) -> str:
+  """Where a run in `workdir` keeps its copy of `vocab_file` (the names init_from and export
+  write)."""
+  name = 'vocab.txt' if tokenizer_lib.is_wordpiece_vocab(vocab_file) else 'spm.model'
+  return paths.join(paths.absolute(workdir), name)
+
+
+def keep_vocabulary(workdir, c: ml_collections.ConfigDict):
+  """Copies the vocabulary `c` names into `workdir` (unless it is that copy already)."""
+  named, kept = paths.absolute(paths.resolve(c.vocab_file)), vocabulary_path(workdir, c.vocab_file)
+  if named != kept:
+    atomic.write_bytes(kept, paths.read_bytes(named))
+
+
+def resumed_vocabulary(c: ml_collections.ConfigDict, workdir) -> ml_collections.ConfigDict:
+  """`c`, resuming the run in `workdir`, with vocab_file its kept copy. A different file at
+  the path `c` names is refused: the run would go on with other token ids."""
+  kept = vocabulary_path(workdir, c.vocab_file)
+  named = paths.absolute(paths.resolve(c.vocab_file))
+  if named == kept or not paths.exists(kept):  # Or a run from before runs kept their copy.
+    return c
+  if paths.exists(named) and paths.read_bytes(named) != paths.read_bytes(kept):
+    raise UserError(f"vocab_file '{c.vocab_file}' is not the vocabulary the run in "
+                    f"'{paths.absolute(workdir)}' was trained with (its copy: {kept}); resume "
+                    f'with --config.vocab_file={kept}, or start the new vocabulary in a new '
+                    '--workdir')
+  c = copy.deepcopy(c)
+  c.vocab_file = kept
+  return c
 
 
 def write(workdir, c: ml_collections.ConfigDict):
@@ -60,6 +98,9 @@ def load(workdir) -> ml_collections.ConfigDict:
       saved.setdefault(new, saved.pop(old))
   c = base_config.get_config()
   c.update({k: v for k, v in saved.items() if k in c})
+  kept = vocabulary_path(workdir, c.vocab_file)
+  if paths.exists(kept):
+    c.vocab_file = kept
   try:
     return config_lib.resolve(c)
   except UserError as e:

@@ -159,6 +159,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   if state is None:
     state = exp.init_state()
   if is_chief:
+    saved_config.keep_vocabulary(workdir, c)
     saved_config.write(workdir, c)
   num_params = sum(x.size for x in jax.tree.leaves(state.params))
   say(f'Writing to {workdir} | objective {c.objective} | {num_params / 1e6:.2f}M parameters | '

@@ -451,6 +451,40 @@ def test_evaluate_restores_the_latest_checkpoint_and_reports_json(trained):
                    proc.stdout, re.M)
 
 
+def test_a_run_keeps_its_vocabulary_and_resumes_with_it_wherever_the_file_went(
+    tmp_path, small_corpus):
+  """The vocabulary is copied into the workdir at the start and is what the saved config names
+  (evaluate, export, detect and fine-tuning read it): another file at the path the run started
+  with (a rebuilt vocabulary) is refused on resume, and a missing one does not stop it."""
+  # pylint: disable=import-outside-toplevel
+  import shutil
+  from electra_jax import config as config_lib, experiment, train
+  from tests.conftest import tiny_config
+  demo_vocab = os.path.join(REPO_ROOT, 'data', 'demo_spm.model')
+  vocab, workdir = tmp_path / 'mine.model', str(tmp_path / 'run')
+  shutil.copy(demo_vocab, vocab)
+  config = lambda steps: tiny_config(
+      vocab_size=8000, vocab_file=str(vocab), train_files=small_corpus, num_train_steps=steps,
+      eval_every_steps=0, save_checkpoints_steps=2, progress_bar=False,
+      allow_config_change='num_train_steps,num_warmup_steps')
+  train.train_and_evaluate(config(2), workdir)
+  kept = os.path.join(workdir, 'spm.model')
+  with open(kept, 'rb') as f, open(demo_vocab, 'rb') as g:
+    assert f.read() == g.read()
+  assert saved_config.load(workdir).vocab_file == kept
+  # The same vocabulary elsewhere plans the same weights (compare's --pretrained).
+  assert experiment.weight_changing_differences(
+      saved_config.load(workdir).to_dict(),
+      config_lib.resolve(config(2).copy_and_resolve_references())) == []
+  vocab.write_bytes(b'another vocabulary')
+  with pytest.raises(UserError, match=f"vocab_file '{vocab}' is not the vocabulary the run in "
+                                      f"'{workdir}' was trained with"):
+    train.train_and_evaluate(config(4), workdir)
+  os.remove(vocab)
+  assert train.train_and_evaluate(config(4), workdir)['step'] == 4
+  assert saved_config.load(workdir).vocab_file == kept
+
+
 def test_unknown_config_key_is_an_error_naming_it(tmp_path):
   proc = run_cli('electra_jax.train', '--config=configs/demo.py', f'--workdir={tmp_path}',
                  '--config.hiden_size=64', check=False)

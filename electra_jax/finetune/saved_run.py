@@ -80,7 +80,7 @@ def _network(workdir: str, c) -> tuple[ml_collections.ConfigDict, object]:
   if not saved_config.exists(directory):
     return pretrained.network_config(c)
   source = ml_collections.ConfigDict(saved_config.load(directory).to_dict())
-  source.vocab_file = paths.join(directory, source.vocab_file)
+  source.vocab_file = paths.join(directory, paths.name(source.vocab_file))
   return source, tokenizer_lib.load_tokenizer(source.vocab_file, source.vocab_size,
                                               source.do_lower_case)
 
