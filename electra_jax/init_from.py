@@ -258,8 +258,8 @@ def prepare(config, workdir: str | None, overridden=(), write: bool = True) -> S
     content = lambda: ''.join(t + '\n' for t in vocab.tokens).encode('utf-8')
   elif source.from_transformers and 'vocab_file' not in overridden:
     content = lambda: paths.read_bytes(vocab.file)
-  keys['vocab_file'] = vocab.file if content is None else paths.join(
-      paths.absolute(workdir or '.'), name)
+  keys['vocab_file'] = (vocab.file if content is None else
+                        saved_config.vocabulary_path(workdir or '.', name))
   c = _merge(config, keys, overridden, source.name)
   _check_layout(c)
   resolved = config_lib.resolve(c)

@@ -37,15 +37,16 @@ def exists(workdir) -> bool:
 
 
 def vocabulary_path(workdir, vocab_file: str) -> str:
-  """Where a run in `workdir` keeps its copy of `vocab_file` (the names init_from and export
-  write)."""
+  """Where a run in `workdir` keeps its copy of `vocab_file` (a WordPiece vocab.txt or a
+  sentencepiece model, named as in transformers' directories)."""
   name = 'vocab.txt' if tokenizer_lib.is_wordpiece_vocab(vocab_file) else 'spm.model'
   return paths.join(paths.absolute(workdir), name)
 
 
 def keep_vocabulary(workdir, c: ml_collections.ConfigDict):
   """Copies the vocabulary `c` names into `workdir` (unless it is that copy already)."""
-  named, kept = paths.absolute(paths.resolve(c.vocab_file)), vocabulary_path(workdir, c.vocab_file)
+  named = paths.absolute(paths.resolve(c.vocab_file))
+  kept = vocabulary_path(workdir, c.vocab_file)
   if named != kept:
     atomic.write_bytes(kept, paths.read_bytes(named))
 
