@@ -120,15 +120,11 @@ def weight_changing_differences(saved: dict, c) -> list[str]:
   every key."""
   skip = set(HARMLESS_KEYS) | set(objectives.get(c.objective).unread_keys(c))
   planned = c.to_dict()
-  if _same_file(saved.get('vocab_file'), planned['vocab_file']):
+  saved_vocab = saved.get('vocab_file')
+  if saved_vocab and paths.same_file(paths.resolve(saved_vocab),
+                                     paths.resolve(planned['vocab_file'])):
     skip.add('vocab_file')  # The run's kept copy (saved_config) of the planned vocabulary.
   return sorted(k for k in planned if saved.get(k) != planned[k] and k not in skip)
-
-
-def _same_file(a: str | None, b: str) -> bool:
-  a, b = paths.resolve(a or ''), paths.resolve(b)
-  return bool(a) and paths.is_file(a) and paths.is_file(b) and (
-      paths.read_bytes(a) == paths.read_bytes(b))
 
 
 def check_resume_config(workdir: str, c) -> list[str]:

@@ -228,12 +228,13 @@ def prepare(config, workdir: str | None, overridden=(), write: bool = True) -> S
   the config is known to be valid, and nothing with write=False (--dry_run, which may have no
   workdir). `overridden`: keys given as --config.KEY=VALUE."""
   if workdir and checkpoint.has_steps(workdir):
-    if not config.init_from:
-      return Start(saved_config.resumed_vocabulary(config_lib.resolve(config), workdir))
-    c = config_lib.resolve(saved_run_config(config, workdir, overridden))
-    return Start(saved_config.resumed_vocabulary(c, workdir),
-                 notes=[f'config.init_from is ignored: {workdir} already holds checkpoints, so '
-                        'the run resumes'])
+    notes = []
+    if config.init_from:
+      config = saved_run_config(config, workdir, overridden)
+      notes.append(f'config.init_from is ignored: {workdir} already holds checkpoints, so the '
+                   'run resumes')
+    return Start(saved_config.resumed_vocabulary(config_lib.resolve(config), workdir),
+                 notes=notes)
   if not config.init_from:
     return Start(config_lib.resolve(config))
   source = open_source(config.init_from, config.init_generator_from)

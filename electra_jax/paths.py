@@ -72,6 +72,11 @@ def contains(outer, inner) -> bool:
   return inner == outer or inner.startswith(outer.rstrip('/') + '/')
 
 
+def same_file(a, b) -> bool:
+  """Whether `a` and `b` are both files holding the same bytes."""
+  return is_file(a) and is_file(b) and read_bytes(a) == read_bytes(b)
+
+
 def get(path) -> epath.Path:
   """`absolute(path)` as an epath.Path; a remote one's storage is checked once (reachable,
   credentials) so a fault is one clear line before anything is read or written."""

@@ -22,6 +22,7 @@ from electra_jax import config as config_lib
 from electra_jax import paths
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
+from electra_jax.hf import tokenizer_files
 
 FILE_NAME = 'config.json'
 # Pretraining keys renamed since workdirs were first written: old name -> new name.
@@ -38,8 +39,9 @@ def exists(workdir) -> bool:
 
 def vocabulary_path(workdir, vocab_file: str) -> str:
   """Where a run in `workdir` keeps its copy of `vocab_file` (a WordPiece vocab.txt or a
-  sentencepiece model, named as in transformers' directories)."""
-  name = 'vocab.txt' if tokenizer_lib.is_wordpiece_vocab(vocab_file) else 'spm.model'
+  sentencepiece model), named as export names it in transformers' directories."""
+  name = (tokenizer_files.WORDPIECE_FILE if tokenizer_lib.is_wordpiece_vocab(vocab_file) else
+          tokenizer_files.SPM_FILE)
   return paths.join(paths.absolute(workdir), name)
 
 
@@ -58,7 +60,7 @@ def resumed_vocabulary(c: ml_collections.ConfigDict, workdir) -> ml_collections.
   named = paths.absolute(paths.resolve(c.vocab_file))
   if named == kept or not paths.exists(kept):  # Or a run from before runs kept their copy.
     return c
-  if paths.exists(named) and paths.read_bytes(named) != paths.read_bytes(kept):
+  if paths.exists(named) and not paths.same_file(named, kept):
     raise UserError(f"vocab_file '{c.vocab_file}' is not the vocabulary the run in "
                     f"'{paths.absolute(workdir)}' was trained with (its copy: {kept}); resume "
                     f'with --config.vocab_file={kept}, or start the new vocabulary in a new '
