@@ -50,28 +50,26 @@ def texts_batch(tokenizer, texts: list[str], max_seq_length: int) -> tuple[dict,
 
 
 def check_detects(objective, name: str):
-  """Only a full-size network with a replaced-token head alone reads as p(replaced)."""
-  layout = objective.layout
-  if not layout.rtd_head or layout.mlm_head or layout.cloze_generator:
-    raise UserError(f"objective '{name}' has no discriminator whose logit is the probability "
-                    'that a token was replaced; detect reads runs of electra, electra_15 or '
-                    'two_stage')
+  """Only a full-size network with a per-token head gives p(replaced)
+  (Objective.replaced_logits): not the MLM-only objectives."""
+  if not objective.layout.rtd_head:
+    detecting = ', '.join(n for n, cls in objectives.OBJECTIVES.items() if cls.layout.rtd_head)
+    raise UserError(f"objective '{name}' has no per-token head that gives the probability that "
+                    f'a token was replaced; detect reads runs of {detecting}')
 
 
 def discriminate(objective, params, batch, rng=None) -> dict:
   """The discriminator's p(replaced) [B, S] of `batch` as given (rng None), or of the batch
-  corrupted as a training step with `rng` corrupts it (Objective.masked_step, Step.corrupt;
-  no dropout), then with the input it read ('input', [B, S]) and its labels ('replaced')."""
+  corrupted as a training step with `rng` corrupts it (Objective.masked_step and
+  detect_corrupted; no dropout), then with the input it read ('input', [B, S]) and where that
+  differs from the text ('replaced': a sample equal to the original is no replacement)."""
   batch = jax.tree.map(jnp.asarray, batch)
   if rng is None:
-    logits = objective.apply(params, 'discriminator_logits', None, True, batch['input_ids'],
-                             batch['segment_ids'], batch['input_mask'])
-    return dict(p_replaced=jax.nn.sigmoid(logits))
+    return dict(p_replaced=jax.nn.sigmoid(objective.replaced_logits(params, batch)))
   step = objective.masked_step(params, batch, rng, deterministic=True)
-  corruption = step.corrupt()
-  logits = step.full_size('discriminator_logits', corruption.corrupted)
-  return dict(p_replaced=jax.nn.sigmoid(logits), input=corruption.corrupted,
-              replaced=corruption.labels > 0)
+  corrupted, logits = objective.detect_corrupted(step)
+  return dict(p_replaced=jax.nn.sigmoid(logits), input=corrupted,
+              replaced=(corrupted != batch['input_ids']) & (batch['input_mask'] > 0))
 
 
 def _table(tokenizer, text: str, batch, out, row: int, sample: bool, cut: int) -> dict:

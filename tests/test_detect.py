@@ -2,7 +2,9 @@
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from electra_jax import checkpoint
@@ -13,7 +15,9 @@ from electra_jax import objectives
 from electra_jax import saved_config
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
+from electra_jax.objectives import base
 from tests.conftest import REPO_ROOT, tiny_config
+from tests.test_model_objective import toy_batch
 from tests.test_train_cli import last_json, run_cli
 
 PERSUASION = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'eval', 'persuasion.txt')
@@ -80,11 +84,78 @@ def objective_of(name):
 
 
 def test_objectives_without_a_replaced_token_probability_are_refused():
-  for name in ('mlm', 'replace_mlm', 'all_tokens_mlm', 'electric'):
-    with pytest.raises(UserError, match=f"objective '{name}' has no discriminator whose logit"):
+  for name in ('mlm', 'replace_mlm'):
+    with pytest.raises(UserError, match=f"objective '{name}' has no per-token head .* detect "
+                       'reads runs of electra, electra_15, all_tokens_mlm, two_stage, '
+                       'electric$'):
       detect.check_detects(objective_of(name), name)
-  for name in ('electra', 'electra_15'):
+  for name in ('electra', 'electra_15', 'all_tokens_mlm', 'electric'):
     detect.check_detects(objective_of(name), name)
+
+
+def random_run(name):
+  """(objective, freshly initialised params, a toy batch) of a 1-layer `name` run."""
+  c = config_lib.resolve(tiny_config(objective=name, vocab_size=32, num_layers=1))
+  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+  params = model_lib.init_params(model, jax.random.key(0), c.max_seq_length,
+                                 c.max_predictions_per_seq)
+  return objectives.build(model, c, (0, 2, 3, 4), 4), params, toy_batch(c)
+
+
+def outputs(objective, params, batch, method, *extra):
+  """The model's `method` on the batch (no dropout), in float64 numpy."""
+  out = objective.model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
+                              batch['input_mask'], *extra, True, method=method)
+  return jax.tree.map(lambda x: np.asarray(x, np.float64), out)
+
+
+def softmax(x):
+  e = np.exp(x - x.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+
+def test_all_tokens_mlm_reads_one_minus_its_probability_of_the_token_it_was_given():
+  """Its network predicts each original token with a copy mechanism (paper section 3.2):
+  p(v) = D 1[v = input] + (1 - D) softmax(mlm)(v), so p(replaced) = 1 - p(input)."""
+  objective, params, batch = random_run('all_tokens_mlm')
+  ids = np.asarray(batch['input_ids'])
+  every = np.broadcast_to(np.arange(ids.shape[1], dtype=np.int32), ids.shape)
+  out = outputs(objective, params, batch, 'discriminator_outputs', every)
+  copy = 1 / (1 + np.exp(out['rtd']))  # The head's logit says "replaced": D is its complement.
+  p_input = copy + (1 - copy) * np.take_along_axis(softmax(out['mlm']), ids[..., None], -1)[..., 0]
+  got = jax.device_get(detect.discriminate(objective, params, batch))['p_replaced']
+  np.testing.assert_allclose(got, 1 - p_input, atol=2e-6)
+  assert 0.05 < got.mean() < 0.95  # Neither certain: the comparison above means something.
+  # --sample reads the corrupted text as the command reads it written out.
+  sampled = jax.device_get(detect.discriminate(objective, params, batch, jax.random.key(3)))
+  assert sampled['replaced'].any()
+  as_written = detect.discriminate(objective, params, dict(batch, input_ids=sampled['input']))
+  np.testing.assert_allclose(as_written['p_replaced'], sampled['p_replaced'], atol=1e-6)
+
+
+def test_electric_reads_the_nce_logit_its_training_step_computes():
+  """Electric's logit is energy + log q(token | context) + log prior odds: on a text as written
+  q reads that text; under --sample, q reads the text before its samples went in, as the
+  training step's own loss does."""
+  objective, params, batch = random_run('electric')
+  ids = np.asarray(batch['input_ids'])
+  energy = outputs(objective, params, batch, 'discriminator_logits')
+  q = np.take_along_axis(softmax(outputs(objective, params, batch, 'cloze_logits')),
+                         ids[..., None], -1)[..., 0]
+  logits = energy + np.log(q) + np.log(objective.mask_prob / (1 - objective.mask_prob))
+  got = jax.device_get(detect.discriminate(objective, params, batch))['p_replaced']
+  np.testing.assert_allclose(got, 1 / (1 + np.exp(-logits)), atol=2e-6)
+  rng = jax.random.key(3)
+  step = objective.masked_step(params, batch, rng, deterministic=True)
+  corrupted, sampled_logits = objective.detect_corrupted(step)
+  labels = base.masked_position_indicator(batch['input_ids'], step.masked) * step.real
+  _, sums = objective(params, batch, rng, deterministic=True)
+  np.testing.assert_allclose(
+      jnp.sum(optax.sigmoid_binary_cross_entropy(sampled_logits, labels) * step.real),
+      sums['disc_loss_sum'], rtol=1e-5)
+  out = jax.device_get(detect.discriminate(objective, params, batch, rng))
+  np.testing.assert_array_equal(out['input'], corrupted)
+  np.testing.assert_allclose(out['p_replaced'], jax.nn.sigmoid(sampled_logits), atol=1e-6)
 
 
 def test_the_command_prints_a_table_per_text_and_their_tokens_in_json(workdir):

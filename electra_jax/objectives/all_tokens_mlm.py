@@ -17,9 +17,7 @@ class AllTokensMLM(base.Objective):
   def loss(self, s: base.Step):
     g = s.corrupt()
     input_ids, real = s.batch['input_ids'], s.real
-    every_position = jnp.broadcast_to(jnp.arange(input_ids.shape[1], dtype=jnp.int32),
-                                      input_ids.shape)
-    out = s.full_size('discriminator_outputs', g.corrupted, every_position)
+    out = s.full_size('discriminator_outputs', g.corrupted, every_position(input_ids))
     log_probs = copy_log_probs(out['mlm'], out['rtd'], g.corrupted)
     losses = -jnp.take_along_axis(log_probs, input_ids[..., None], axis=-1)[..., 0]
     loss = self.gen_weight * g.mlm_loss + base.weighted_mean(losses, real,
@@ -29,6 +27,22 @@ class AllTokensMLM(base.Objective):
     sums.update(metrics.disc_metric_sums(out['rtd'], copy_as_rtd_losses, g.labels, real))
     del sums['disc_loss_sum']  # Not a loss of this objective: the head is read as a copy gate.
     return loss, sums
+
+  def replaced_logits(self, params, batch):
+    """The logit of 1 - p(the input token): the network's probability that the original token
+    is another one, whichever of its copy gate and its MLM says so (the gate alone, which the
+    metrics read, ignores an MLM that predicts the input token)."""
+    ids = batch['input_ids']
+    out = self.apply(params, 'discriminator_outputs', None, True, ids, batch['segment_ids'],
+                     batch['input_mask'], every_position(ids))
+    log_p_input = jnp.take_along_axis(copy_log_probs(out['mlm'], out['rtd'], ids),
+                                      ids[..., None], axis=-1)[..., 0]
+    return jnp.log(-jnp.expm1(log_p_input)) - log_p_input  # log((1 - p) / p)
+
+
+def every_position(input_ids):
+  """[B, S] each row's positions 0..S-1: the MLM head predicts every token."""
+  return jnp.broadcast_to(jnp.arange(input_ids.shape[1], dtype=jnp.int32), input_ids.shape)
 
 
 def copy_log_probs(mlm_logits, replaced_logits, input_ids):

@@ -174,6 +174,20 @@ class Objective:
     """(loss, metric sums) of one step's inputs; what a subclass implements."""
     raise NotImplementedError
 
+  def replaced_logits(self, params, batch: Mapping[str, jax.Array]) -> jax.Array:
+    """[B, S] logits of the full-size network's probability that each token of `batch`, as
+    given, is not the original (detect.py; no dropout): an ELECTRA discriminator's own logit.
+    Objectives whose per-token head means something else override this; those without one
+    (layout.rtd_head False) have no such probability."""
+    return self.apply(params, 'discriminator_logits', None, True, batch['input_ids'],
+                      batch['segment_ids'], batch['input_mask'])
+
+  def detect_corrupted(self, s: 'Step') -> tuple[jax.Array, jax.Array]:
+    """(the input a training step builds from s's batch [B, S], `replaced_logits` of it as
+    that step computes them), for detect.py's --sample."""
+    corrupted = s.corrupt().corrupted
+    return corrupted, self.replaced_logits(s.params, dict(s.batch, input_ids=corrupted))
+
   def apply(self, params, method: str, keys, deterministic, *inputs):
     """model.apply(method) with each row's dropout drawn from its own key in `keys` [B]."""
     variables = {'params': params}
