@@ -229,6 +229,17 @@ def test_the_readme_parser_finds_the_commands():
       'a b', 'c']
 
 
+def test_ci_runs_the_readme_test_command_as_written():
+  """CI runs exactly the README's test command (its set-up command 2): the last command of
+  .ci/run is that line, so neither can change alone."""
+  with open(os.path.join(REPO_ROOT, '.ci', 'run'), encoding='utf-8') as f:
+    ci_command = [line.strip() for line in f if line.strip() and not line.startswith('#')][-1]
+  with open(README, encoding='utf-8') as f:
+    quick_start = f.read().split('## Quick start', 1)[1].split('\n## ', 1)[0]
+  block = quick_start.split('# 2. Run the tests', 1)[1].split('```', 1)[0]
+  assert ci_command in block.splitlines(), (ci_command, block)
+
+
 @pytest.fixture(scope='module')
 def ctx(tmp_path_factory):
   tmp = str(tmp_path_factory.mktemp('readme'))
