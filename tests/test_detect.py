@@ -16,6 +16,7 @@ from electra_jax import saved_config
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
 from electra_jax.objectives import base
+from electra_jax.objectives import metrics
 from tests.conftest import REPO_ROOT, tiny_config
 from tests.test_model_objective import toy_batch
 from tests.test_train_cli import last_json, run_cli
@@ -131,6 +132,24 @@ def test_all_tokens_mlm_reads_one_minus_its_probability_of_the_token_it_was_give
   assert sampled['replaced'].any()
   as_written = detect.discriminate(objective, params, dict(batch, input_ids=sampled['input']))
   np.testing.assert_allclose(as_written['p_replaced'], sampled['p_replaced'], atol=1e-6)
+
+
+@pytest.mark.parametrize('name', ['electra', 'all_tokens_mlm'])
+def test_the_training_metrics_read_the_probability_detect_prints(name):
+  """disc_accuracy and disc_auc of a step are those of detect --sample's p(replaced) against
+  what the step replaced (all_tokens_mlm: 1 - p(input), not its copy gate alone)."""
+  objective, params, batch = random_run(name)
+  rng = jax.random.key(5)
+  _, sums = objective(params, batch, rng, deterministic=True)
+  out = jax.device_get(detect.discriminate(objective, params, batch, rng))
+  p, replaced = out['p_replaced'], out['replaced'].astype(np.float32)
+  real = np.asarray(batch['input_mask'], np.float32)
+  assert 0 < replaced.sum() < real.sum() and np.ptp(p[real > 0]) > 1e-3
+  numerator, pairs = metrics.auc_pair_counts(jnp.asarray(p), replaced, real)
+  np.testing.assert_allclose(sums['auc_numerator'], numerator, rtol=1e-6)
+  np.testing.assert_allclose(sums['auc_pairs'], pairs)
+  np.testing.assert_allclose(sums['disc_correct'], np.sum(((p > 0.5) == replaced) * real))
+  assert ('disc_loss_sum' in sums) == (name == 'electra')  # all_tokens_mlm trains no classifier.
 
 
 def test_electric_reads_the_nce_logit_its_training_step_computes():

@@ -1,9 +1,9 @@
 """All-Tokens MLM (paper section 3.2): MLM(G) plus the full-size network predicting every token
-of G's corrupted input with a copy mechanism, p = D·1[x = input] + (1 − D)·p_MLM; the
-per-token head is read as the copy gate and reported in its replaced/original meaning."""
+of G's corrupted input with a copy mechanism, p = D·1[x = input] + (1 − D)·p_MLM. Its disc_*
+metrics and detect.py read one p(replaced): 1 − p(the token it was given), whichever of its copy
+gate and its MLM says so."""
 import jax
 import jax.numpy as jnp
-import optax
 
 from electra_jax.objectives import base
 from electra_jax.objectives import metrics
@@ -22,27 +22,34 @@ class AllTokensMLM(base.Objective):
     losses = -jnp.take_along_axis(log_probs, input_ids[..., None], axis=-1)[..., 0]
     loss = self.gen_weight * g.mlm_loss + base.weighted_mean(losses, real,
                                                              s.denominators['disc_count'])
-    copy_as_rtd_losses = optax.sigmoid_binary_cross_entropy(out['rtd'], g.labels)
     sums = dict(g.gen_sums, **metrics.full_mlm_metric_sums(log_probs, input_ids, losses, real))
-    sums.update(metrics.disc_metric_sums(out['rtd'], copy_as_rtd_losses, g.labels, real))
-    del sums['disc_loss_sum']  # Not a loss of this objective: the head is read as a copy gate.
+    # No disc_loss: this objective trains no replaced/original classifier.
+    sums.update(metrics.disc_metric_sums(replaced_logit(log_probs, g.corrupted), None, g.labels,
+                                         real))
     return loss, sums
 
   def replaced_logits(self, params, batch):
-    """The logit of 1 - p(the input token): the network's probability that the original token
-    is another one, whichever of its copy gate and its MLM says so (the gate alone, which the
-    metrics read, ignores an MLM that predicts the input token)."""
     ids = batch['input_ids']
     out = self.apply(params, 'discriminator_outputs', None, True, ids, batch['segment_ids'],
                      batch['input_mask'], every_position(ids))
-    log_p_input = jnp.take_along_axis(copy_log_probs(out['mlm'], out['rtd'], ids),
-                                      ids[..., None], axis=-1)[..., 0]
-    return jnp.log(-jnp.expm1(log_p_input)) - log_p_input  # log((1 - p) / p)
+    return replaced_logit(copy_log_probs(out['mlm'], out['rtd'], ids), ids)
 
 
 def every_position(input_ids):
   """[B, S] each row's positions 0..S-1: the MLM head predicts every token."""
   return jnp.broadcast_to(jnp.arange(input_ids.shape[1], dtype=jnp.int32), input_ids.shape)
+
+
+def replaced_logit(log_probs, input_ids):
+  """[B, S] log((1 − p) / p) of p = the network's probability of the token it was given: that
+  the original is another one (the gate alone would ignore an MLM that predicts the input).
+
+  log p is held below −1e-30: float32 rounds p near 1 to 1 or just above it, where the logit
+  would be −inf or NaN; there it is log(1e-30) ≈ −69.
+  """
+  log_p = jnp.take_along_axis(log_probs, input_ids[..., None], axis=-1)[..., 0]
+  log_p = jnp.minimum(log_p, -1e-30)
+  return jnp.log(-jnp.expm1(log_p)) - log_p
 
 
 def copy_log_probs(mlm_logits, replaced_logits, input_ids):

@@ -2,9 +2,9 @@
 
 Metrics come out as sums (numerators and denominators) so that steps, devices and eval batches
 combine exactly; `summarize` turns them into the reported ratios. Groups an objective may
-produce: 'mlm_*' / 'sampled_correct' (the generator), 'disc_*' (the per-token head: RTD, or for
-all_tokens_mlm the same replaced/original reading of the copy head; over the masked positions
-for electra_15), 'full_mlm_*' (the full-size network's MLM or copy-mechanism predictions).
+produce: 'mlm_*' / 'sampled_correct' (the generator), 'disc_*' (p(replaced) of each token: the
+RTD head's, all_tokens_mlm's 1 − p(input), Electric's NCE logit; over the masked positions for
+electra_15), 'full_mlm_*' (the full-size network's MLM or copy-mechanism predictions).
 """
 from typing import Mapping
 
@@ -24,11 +24,12 @@ def generator_metric_sums(gen_logits, masked_lm_ids, masked_weights, mlm_losses,
 
 
 def disc_metric_sums(disc_logits, disc_losses, labels, real):
-  """The per-token head's sums over the tokens weighted by `real` (loss, accuracy, AUC, ...)."""
+  """The per-token head's sums over the tokens weighted by `real` (loss, accuracy, AUC, ...);
+  no loss sum where `disc_losses` is None (an objective without a replaced/original loss)."""
   predicted_replaced = (disc_logits > 0).astype(jnp.float32) * real
   auc_numerator, auc_pairs = auc_pair_counts(disc_logits, labels, real)
-  return {
-      'disc_loss_sum': jnp.sum(disc_losses * real),
+  loss = {} if disc_losses is None else {'disc_loss_sum': jnp.sum(disc_losses * real)}
+  return loss | {
       'disc_count': jnp.sum(real),
       'disc_correct': jnp.sum((predicted_replaced == labels) * real),
       'disc_true_positive': jnp.sum(predicted_replaced * labels * real),
