@@ -71,17 +71,34 @@ def _raise_deferred_load_error(value):
     value.to_dict()  # ... to the first access: raise it now.
 
 
+def _wrong_kind(config, keys_file: str, spec: str) -> str | None:
+  """Why a pretraining config does not suit a fine-tuning command or the reverse (each would
+  fail at its first key the other lacks), or None."""
+  finetuning = keys_file.startswith('configs/finetune/')
+  if not isinstance(config, ml_collections.ConfigDict) or ('task' in config) == finetuning:
+    return None
+  if finetuning:
+    return (f"config file '{spec}' is a pretraining config; fine-tuning takes one of "
+            'configs/finetune/*.py (python -m electra_jax.train runs this one)')
+  return (f"config file '{spec}' is a fine-tuning config; pass a pretraining config such as "
+          'configs/demo.py (python -m electra_jax.finetune runs this one)')
+
+
 def parse_flags(argv, keys_file: str = 'configs/base_config.py'):
   """absl flag parsing with every mistake reported as one `error: ...` line and exit code 2."""
   try:
     rest = flags.FLAGS(argv)
     for name in flags.FLAGS:
       _raise_deferred_load_error(flags.FLAGS[name].value)
-    return rest
   except Exception as e:  # pylint: disable=broad-except
     if '--verbose' in argv or '--verbose=true' in argv:
       raise
     _fail(_flag_error_message(e, argv, keys_file))
+  wrong = 'config' in flags.FLAGS and _wrong_kind(flags.FLAGS.config, keys_file,
+                                                  _config_file_arg(argv))
+  if wrong:
+    _fail(wrong)
+  return rest
 
 
 def load_config(spec: str, overrides=(),
@@ -97,7 +114,6 @@ def load_config(spec: str, overrides=(),
   try:
     flag_values(argv)
     _raise_deferred_load_error(flag_values.config)
-    return flag_values.config
   except Exception as e:  # pylint: disable=broad-except
     raise UserError(_flag_error_message(e, argv, keys_file)) from e
   finally:
@@ -107,6 +123,10 @@ def load_config(spec: str, overrides=(),
     for name in set(sys.modules) - modules:
       if os.path.abspath(getattr(sys.modules[name], '__file__', None) or '') == path:
         del sys.modules[name]
+  wrong = _wrong_kind(flag_values.config, keys_file, spec)
+  if wrong:
+    raise UserError(wrong)
+  return flag_values.config
 
 
 def use_compilation_cache(directory: str | None):

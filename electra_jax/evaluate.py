@@ -31,6 +31,9 @@ def main(argv):
   del argv
   if FLAGS.workdir is None:
     raise cli.UserError('--workdir is required, e.g. --workdir=/tmp/electra_demo')
+  if FLAGS.num_batches < 0:
+    raise cli.UserError(f'--num_batches={FLAGS.num_batches} must be >= 0 (0: the whole eval '
+                        'set)')
   start = time.time()
   if FLAGS.config is None:  # The run's own config.
     config = saved_config.load(FLAGS.workdir)

@@ -14,6 +14,7 @@ import contextlib
 import glob as glob_lib
 import importlib.util
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -55,11 +56,20 @@ def is_remote(path) -> bool:
   return '://' in str(path)
 
 
+# A remote filesystem's URL with a slash missing ('gs:/bucket', 'gs:bucket'), which would
+# otherwise name a local directory 'gs:'.
+_BROKEN_URL = re.compile(r'(gs|gcs|s3|az|abfs|hf|https?):(?!//)')
+
+
 def absolute(path) -> str:
   """The canonical string of a path: a URL without its trailing '/', or an absolute local path."""
   path = str(path).strip()
   if is_remote(path):
     return path.rstrip('/')
+  broken = _BROKEN_URL.match(path)
+  if broken:
+    raise UserError(f"'{path}' is not a {broken[1]}:// URL (a slash is missing); write "
+                    f"{broken[1]}://BUCKET/PATH, or ./{path} for a local directory")
   return os.path.abspath(os.path.expanduser(path))
 
 

@@ -87,15 +87,42 @@ def _read(workdir, kind: str, command: str) -> dict:
                     'command line') from None
 
 
+def _kind(saved: dict) -> str:
+  """Who wrote a config.json: 'fine-tuning' (it names a task), 'pretraining' (a model size,
+  no task) or 'other' (e.g. a transformers model directory's)."""
+  return 'fine-tuning' if 'task' in saved else 'pretraining' if 'model_size' in saved else 'other'
+
+
 def is_finetuning(workdir) -> bool:
-  """`workdir` holds a fine-tuning config (it names a task; a pretraining config has no such
-  key)."""
-  return exists(workdir) and 'task' in _read(workdir, 'training', 'train')
+  """`workdir` holds a fine-tuning config."""
+  return exists(workdir) and _kind(_read(workdir, 'training', 'train')) == 'fine-tuning'
+
+
+def _not_pretraining(workdir, kind: str) -> str:
+  """Why a workdir of `kind` ('fine-tuning' or 'other') is not a pretraining run's."""
+  if kind == 'fine-tuning':
+    return (f"'{paths.absolute(workdir)}' holds a fine-tuning run (python -m "
+            'electra_jax.finetune)')
+  return (f"'{paths.absolute(workdir)}' holds a config.json that python -m electra_jax.train "
+          'did not write (a transformers model directory? start from its weights with '
+          '--config.init_from=DIR)')
+
+
+def check_trains_in(workdir):
+  """Refuses a --workdir for pretraining that holds another kind of run or someone else's
+  config.json: training there would overwrite it."""
+  if exists(workdir):
+    kind = _kind(_read(workdir, 'training', 'train'))
+    if kind != 'pretraining':
+      raise UserError(f'--workdir {_not_pretraining(workdir, kind)}; pass a new --workdir')
 
 
 def load(workdir) -> ml_collections.ConfigDict:
   """The resolved pretraining config saved in `workdir`, or a UserError naming the file."""
   saved = _read(workdir, 'training', 'train')
+  if _kind(saved) != 'pretraining':
+    raise UserError(f'{_not_pretraining(workdir, _kind(saved))}; pass the workdir of a '
+                    'pretraining run (python -m electra_jax.train)')
   for old, new in RENAMED_KEYS.items():
     if old in saved:
       saved.setdefault(new, saved.pop(old))

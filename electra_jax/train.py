@@ -96,6 +96,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   start = init_from.prepare(config, workdir, overridden)
   exp = experiment_lib.Experiment.create(start.config)
   c, mesh = exp.config, exp.mesh
+  saved_config.check_trains_in(workdir)
   workdir = experiment_lib.prepare_workdir(workdir)
   changed = experiment_lib.check_resume_config(workdir, c)
   is_chief = jax.process_index() == 0
@@ -117,6 +118,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   eval_corpus = None  # Opened once: every evaluation reads the files listed now.
   if c.eval_every_steps:  # A bad eval glob or split fails now, not after hours of training.
     eval_corpus = sources.open_corpus(c, 'eval')
+    eval_corpus.check_first_document('eval set')
     note = sources.held_out_note(examples.source, eval_corpus)
     if note:
       say(f'note: {note}', flush=True)

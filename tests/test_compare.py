@@ -85,7 +85,8 @@ def test_overrides_parse_as_the_train_command_parses_them(tmp_path):
   assert (c.hidden_size, c.num_heads) == (256, 4)
   finetune = budget.load_config(os.path.join(REPO_ROOT, 'configs', 'finetune', 'files.py'),
                                 ['save_best_checkpoint=f', 'learning_rate=1e-3'],
-                                '--finetune_override', {}, '--finetune_task')
+                                '--finetune_override', {}, '--finetune_task',
+                                'configs/finetune/glue.py')
   assert finetune.save_best_checkpoint is False and finetune.learning_rate == 1e-3
   from electra_jax.experiments import compare  # pylint: disable=import-outside-toplevel
   assert compare.finetune_config('tagging') == (
@@ -242,6 +243,18 @@ def test_a_different_budget_on_the_same_output_is_refused(sweep):
   assert proc.returncode == 2
   assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
   assert 'holds a comparison with different flops_budget' in proc.stderr
+
+
+def test_other_fine_tuning_on_the_same_output_is_refused_naming_the_runs_to_reuse(sweep):
+  """Only fine-tuning differs: the refusal says how a new --output starts from this one's
+  pretraining (each --pretrained=NAME=WORKDIR)."""
+  flags = [f for f in sweep['flags'] if not f.startswith('--num_seeds')]
+  proc = run_compare(*flags, '--num_seeds=1', env=sweep['env'])
+  assert proc.returncode == 2 and proc.stderr.count('\n') == 1, proc.stderr
+  assert 'holds a comparison with different num_seeds' in proc.stderr
+  reuse = ' '.join(f'--pretrained={n}={os.path.join(sweep["out"], "pretrain", n)}'
+                   for n in ('gen_quarter', 'gen_half'))
+  assert proc.stderr.strip().endswith(f'pass a new --output with {reuse} to reuse its pretraining')
 
 
 def test_pretrained_reuses_a_finished_run_read_only_and_refuses_another_config(sweep, tmp_path):

@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 
@@ -103,6 +104,23 @@ def test_a_saved_config_loads_with_renamed_keys_under_their_new_names(tmp_path):
   assert saved_config.load(str(tmp_path)).text_key == 'body'
   (tmp_path / 'config.json').write_text(json.dumps(dict(saved, text_key='content')))
   assert saved_config.load(str(tmp_path)).text_key == 'content'
+
+
+def test_loading_a_pretraining_config_names_a_fine_tuning_or_transformers_workdir(tmp_path):
+  """evaluate, detect, init_from and fine-tuning's init_checkpoint read a pretraining run: given
+  another kind of directory, they say which kind it is (not that a key of it is invalid)."""
+  saved = config_lib.resolve(demo.get_config()).to_dict()
+  for contents, message in [
+      (dict(task='files', model_size='demo', save_checkpoints_steps=0),
+       'holds a fine-tuning run (python -m electra_jax.finetune); pass the workdir of a '
+       'pretraining run'),
+      (dict(model_type='electra', hidden_size=256),
+       'holds a config.json that python -m electra_jax.train did not write')]:
+    (tmp_path / 'config.json').write_text(json.dumps(contents))
+    with pytest.raises(UserError, match=re.escape(message)):
+      saved_config.load(str(tmp_path))
+  (tmp_path / 'config.json').write_text(json.dumps(saved))
+  assert saved_config.load(str(tmp_path)).to_dict() == saved
 
 
 def test_resolved_config_is_locked_against_typos():

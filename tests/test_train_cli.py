@@ -542,6 +542,53 @@ def test_resume_with_other_model_shapes_is_refused(trained):
   assert proc.returncode == 2 and 'relative_attention_span: 8 -> 0' in proc.stderr
 
 
+def test_train_refuses_a_workdir_holding_another_kind_of_run_and_leaves_it_as_it_was(
+    tmp_path, small_corpus):
+  """A fine-tuning run's workdir, or a transformers directory (an easy slip for
+  --config.init_from), holds a config.json that training there would replace."""
+  for name, saved, message in [
+      ('finetuned', {'task': 'files', 'model_size': 'demo'}, "finetuned' holds a fine-tuning run"),
+      ('hf', {'model_type': 'electra'}, "hf' holds a config.json that python -m electra_jax.train "
+       'did not write')]:
+    workdir = tmp_path / name
+    workdir.mkdir()
+    (workdir / 'config.json').write_text(json.dumps(saved))
+    proc = run_cli('electra_jax.train', '--config=configs/demo.py', *TINY_FLAGS,
+                   f'--config.train_files={small_corpus}', f'--workdir={workdir}', check=False)
+    assert proc.returncode == 2 and proc.stderr.count('\n') == 1, proc.stderr
+    assert message in proc.stderr and 'pass a new --workdir' in proc.stderr
+    assert os.listdir(workdir) == ['config.json']
+    assert json.loads((workdir / 'config.json').read_text()) == saved
+
+
+@pytest.mark.parametrize('module, flags, message', [
+    ('electra_jax.train', ['--config=configs/finetune/files.py', '--workdir=NEW'],
+     "config file 'configs/finetune/files.py' is a fine-tuning config; pass a pretraining"),
+    ('electra_jax.finetune', ['--config=configs/demo.py', '--workdir=NEW'],
+     "config file 'configs/demo.py' is a pretraining config; fine-tuning takes one of"),
+    ('electra_jax.train', ['--config=configs/demo.py', '--workdir=gs:/bucket/run'],
+     "'gs:/bucket/run' is not a gs:// URL (a slash is missing); write gs://BUCKET/PATH"),
+    ('electra_jax.evaluate', ['--workdir=NEW', '--num_batches=-2'],
+     '--num_batches=-2 must be >= 0'),
+])
+def test_command_line_mistakes_are_one_line_before_anything_is_written(module, flags, message,
+                                                                       tmp_path):
+  new = tmp_path / 'new'
+  proc = run_cli(module, *[f.replace('NEW', str(new)) for f in flags], check=False)
+  assert proc.returncode == 2 and proc.stderr.count('\n') == 1, proc.stderr
+  assert message in proc.stderr
+  assert not new.exists() and not os.path.exists(os.path.join(REPO_ROOT, 'gs:'))
+
+
+def test_an_eval_set_with_no_text_is_refused_before_training(tmp_path, small_corpus):
+  (tmp_path / 'empty.txt').write_text('\n\n')
+  proc = run_cli('electra_jax.train', '--config=configs/demo.py', *TINY_FLAGS,
+                 f'--config.train_files={small_corpus}', f'--config.eval_files={tmp_path}/*.txt',
+                 f'--workdir={tmp_path / "run"}', check=False)
+  assert proc.returncode == 2 and 'empty.txt' in proc.stderr, proc.stderr
+  assert 'train step' not in proc.stdout and not os.path.exists(tmp_path / 'run' / 'config.json')
+
+
 @pytest.mark.skipif(importlib.util.find_spec('libtpu') is None, reason='needs libtpu installed')
 def test_no_tpu_runtime_start_where_there_is_no_tpu():
   """With libtpu installed (the tpu and test extras) on a machine without a TPU, a command runs

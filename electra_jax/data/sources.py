@@ -361,6 +361,12 @@ class Corpus:
   source: dict  # What it is, as prepared data's metadata records it.
   _parts: Callable[[], Iterator[Iterable[list[str]]]]
 
+  def check_first_document(self, what: str):
+    """Reads up to the first document, so that an empty or unreadable first file fails now
+    (at start-up) rather than when the corpus is first read (an evaluation hours later)."""
+    if next(self.documents(), None) is None:
+      raise UserError(f'the {what} {self.description} holds no text; point it at text files')
+
   def documents(self, part_done: Callable[[], None] = lambda: None) -> Iterator[list[str]]:
     """Every document in order; `part_done()` after each part's."""
     for part in self._parts():

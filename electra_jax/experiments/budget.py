@@ -77,7 +77,7 @@ def load_config(spec: str, overrides: list[str], flag: str = '--override',
   except UserError as error:
     # Which argument is wrong: the file alone, else the first override that fails alone.
     try:
-      cli.load_config(spec)
+      cli.load_config(spec, keys_file=keys_file)
     except UserError as e:
       raise UserError(f'{file_flag}: {e}') from None
     for override in overrides:

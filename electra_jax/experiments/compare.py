@@ -142,9 +142,16 @@ def prepare_output(output: str, spec: dict) -> str:
       changed = sorted(n for n in set(before) | set(now) if before.get(n) != now.get(n))
       differ[differ.index('configs')] = f"configs ({', '.join(changed) or 'their order'})"
     if differ:
+      reuse = ''
+      if set(differ) <= {'num_seeds', 'finetune_task', 'finetune_args'}:
+        # Only fine-tuning differs: the new --output can start from these pretraining runs.
+        workdirs = {c['name']: paths.join(output, 'pretrain', c['name'])
+                    for c in saved.get('configs', [])} | saved.get('pretrained', {})
+        reuse = (' with ' + ' '.join(f'--pretrained={n}={w}' for n, w in workdirs.items())
+                 + ' to reuse its pretraining')
       raise UserError(f"--output '{output}' holds a comparison with different "
                       f"{', '.join(differ)}; re-run with its arguments "
-                      f'({spec_path}) or pass a new --output')
+                      f'({spec_path}) or pass a new --output{reuse}')
     return output
   if paths.listdir(output):
     raise UserError(f"--output '{output}' is not empty and holds no comparison (no "
