@@ -32,9 +32,31 @@ from electra_jax.hf import files as hf_files
 from electra_jax.hf import tokenizer_files
 
 
+# Every name an export writes (transformers 4.x adds special_tokens_map.json, a slow tokenizer
+# added_tokens.json): --overwrite replaces the whole directory, so it must hold nothing else.
+EXPORT_NAMES = frozenset({
+    'config.json', hf_files.SAFETENSORS_FILE, tokenizer_files.SPM_FILE,
+    tokenizer_files.WORDPIECE_FILE, tokenizer_files.FAST_TOKENIZER_FILE,
+    tokenizer_files.TOKENIZER_CONFIG_FILE, 'special_tokens_map.json', 'added_tokens.json'})
+GENERATOR_DIR = 'generator'  # --what=both: the generator's own export.
+
+
+def _foreign_entries(output: str) -> list[str]:
+  """What in `output` (and its generator/) an export never writes, e.g. ['README.md', 'runs/']."""
+  foreign = []
+  for name in paths.listdir(output):
+    path = paths.join(output, name)
+    if name == GENERATOR_DIR and paths.is_dir(path):
+      foreign += [f'{name}/{n}' for n in paths.listdir(path) if n not in EXPORT_NAMES]
+    elif name not in EXPORT_NAMES:
+      foreign.append(name + '/' if paths.is_dir(path) else name)
+  return foreign
+
+
 def _check_output(output: str, overwrite: bool, workdir: str) -> str:
   """The output directory; refused where writing it would replace the run being exported or
-  anything but an earlier export (--overwrite replaces only what export wrote)."""
+  anything but an earlier export (--overwrite replaces the directory whole, so a file an export
+  never writes would be deleted with it)."""
   output = paths.absolute(output)
   if paths.contains(output, workdir):
     raise UserError(f"--output '{output}' is the workdir or a directory holding it, and "
@@ -50,6 +72,12 @@ def _check_output(output: str, overwrite: bool, workdir: str) -> str:
       raise UserError(f"--output '{output}' is not an earlier export (it has no "
                       f'{hf_files.SAFETENSORS_FILE}), and --overwrite replaces only those; '
                       'choose another directory or empty it yourself')
+    foreign = _foreign_entries(output)
+    if foreign:
+      more = f' and {len(foreign) - 2} more' if len(foreign) > 2 else ''
+      raise UserError(f"--output '{output}' holds {', '.join(foreign[:2])}{more}, which an "
+                      'export never writes, and --overwrite replaces the whole directory; move '
+                      'them out or choose another directory')
   paths.check_writable_dir(paths.parent(output), '--output (its parent)')
   return output
 
@@ -121,7 +149,7 @@ def export_workdir(workdir: str, output: str, what: str = 'discriminator',
   output = _check_output(output, overwrite, workdir)
   config = saved_config.load(workdir)
   layout = {'discriminator': {'discriminator': ''}, 'generator': {'generator': ''},
-            'both': {'discriminator': '', 'generator': 'generator'}}[what]
+            'both': {'discriminator': '', 'generator': GENERATOR_DIR}}[what]
   check_exportable(config, layout)
   params, step = checkpoint.read_params(workdir, step)
   pad_id = tokenizer_lib.for_config(config).pad_id
@@ -183,7 +211,8 @@ def _define_flags():
   flags.DEFINE_integer('step', None, 'Checkpoint step to export (default: the latest).')
   flags.DEFINE_integer('seed', None, 'A fine-tuning workdir: the seed whose best epoch is '
                        'exported (default: the seed that scored best).')
-  flags.DEFINE_bool('overwrite', False, 'Replace a non-empty --output.')
+  flags.DEFINE_bool('overwrite', False, 'Replace an earlier export in --output (refused if it '
+                    'holds files an export never writes).')
 
 
 def main(argv):

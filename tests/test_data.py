@@ -768,6 +768,39 @@ def test_build_vocab_cli_bad_input_is_one_error_line_and_exit_code_2(tmp_path):
                                               'current directory, then the repository root)']
 
 
+WORDS = os.path.join(REPO_ROOT, 'data', 'austen_words.txt')  # 10 lines: 27 to 38 tokens.
+
+
+def test_build_vocab_cli_bad_output_or_vocab_size_is_one_line_and_leaves_no_folder(tmp_path):
+  def error(*flags):
+    proc = run_build_vocab(f'--input={WORDS}', *flags)
+    assert proc.returncode == 2, proc.stderr
+    return proc.stderr.strip().splitlines()
+
+  (tmp_path / 'afile.txt').write_text('mine')
+  assert error('--vocab_size=30', f'--output={tmp_path}/afile.txt/v') == [
+      f"error: --output (its folder) '{tmp_path}/afile.txt' is a file; pass a directory path"]
+  assert error('--vocab_size=30', f'--output={tmp_path}/afile.txt/sub/v') == [
+      f"error: cannot create --output (its folder) '{tmp_path}/afile.txt/sub': Not a directory; "
+      'pick a writable location']
+  assert error('--vocab_size=0', f'--output={tmp_path}/new/v') == [
+      'error: --vocab_size=0 is too small: it must hold the 5 special tokens plus every distinct '
+      'character of the corpus (a few dozen for English text; 8000 is usual)']
+  # sentencepiece's own checks name the corpus' bounds; the new folders go again.
+  assert error('--vocab_size=6', f'--output={tmp_path}/new/sub/v') == [
+      'error: --vocab_size=6 is less than this corpus needs (its characters and the special '
+      'tokens: 27); use 27 or more']
+  assert error('--vocab_size=100', f'--output={tmp_path}/new/sub/v') == [
+      'error: --vocab_size=100 is more than this corpus supports (at most 38); use 38 or '
+      'fewer, or more text']
+  assert sorted(os.listdir(tmp_path)) == ['afile.txt']
+  # An --output naming the .model file is its prefix.
+  proc = run_build_vocab(f'--input={WORDS}', '--vocab_size=38', f'--output={tmp_path}/v.model')
+  assert proc.returncode == 0, proc.stderr
+  assert json.loads(proc.stdout.strip().splitlines()[-1])['vocab'] == f'{tmp_path}/v.vocab'
+  assert sorted(os.listdir(tmp_path)) == ['afile.txt', 'v.model', 'v.vocab']
+
+
 def held_out_note(config):
   return sources.held_out_note(sources.training_source(config),
                                sources.open_corpus(config, 'eval'))

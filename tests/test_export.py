@@ -288,11 +288,50 @@ def test_overwrite_replaces_an_earlier_export_but_never_the_run_or_other_files(e
   # Inside the workdir is fine, and a second export replaces the first.
   inside = os.path.join(workdir, 'hf')
   export.export_workdir(workdir, inside)
-  (pathlib.Path(inside) / 'stale.txt').write_text('from before')
+  (pathlib.Path(inside) / 'config.json').write_text('from before')
   assert export.export_workdir(workdir, inside, overwrite=True)['output'] == inside
   assert sorted(os.listdir(inside)) == sorted(
-      n for n in os.listdir(exported['output']) if n != 'generator')  # stale.txt is gone.
+      n for n in os.listdir(exported['output']) if n != 'generator')
+  assert (pathlib.Path(inside) / 'config.json').read_text() != 'from before'
   shutil.rmtree(inside)
+
+
+def test_overwrite_refuses_an_export_directory_holding_files_an_export_never_writes(exported):
+  """--overwrite replaces the directory whole: a README, notes or a run kept beside an earlier
+  export (here in its generator/ too) would be deleted with it, so it is refused, nothing
+  touched."""
+  output = pathlib.Path(exported['base']) / 'hf_with_notes'
+  shutil.copytree(exported['output'], output)
+  assert not {n for p in (output, output / 'generator') for n in os.listdir(p)} - (
+      export.EXPORT_NAMES | {export.GENERATOR_DIR})  # The names cover what an export writes.
+  for extra in ('README.md', 'my_experiments/notes.txt', 'checkpoints/2/state', 'metrics.jsonl',
+                'generator/notes.txt'):
+    (output / extra).parent.mkdir(parents=True, exist_ok=True)
+    (output / extra).write_text('mine')
+  before = sorted(str(p) for p in output.rglob('*'))
+  with pytest.raises(UserError) as e:
+    export.export_workdir(exported['workdir'], str(output), what='both', overwrite=True)
+  assert str(e.value) == (
+      f"--output '{output}' holds README.md, checkpoints/ and 3 more, which an export never "
+      'writes, and --overwrite replaces the whole directory; move them out or choose another '
+      'directory')
+  assert sorted(str(p) for p in output.rglob('*')) == before
+  assert not [n for n in os.listdir(output.parent) if '.tmp-' in n or '.old-' in n]
+
+
+def test_an_overwrite_that_fails_half_way_leaves_the_earlier_export(exported, monkeypatch):
+  output = pathlib.Path(exported['base']) / 'hf_half'
+  shutil.copytree(exported['output'], output)
+  before = {str(p): p.read_bytes() for p in output.rglob('*') if p.is_file()}
+
+  def broken(*args):
+    raise OSError('disk full')
+
+  monkeypatch.setattr(tokenizer_files, 'write_tokenizer', broken)  # After the weights.
+  with pytest.raises(OSError, match='disk full'):
+    export.export_workdir(exported['workdir'], str(output), what='both', overwrite=True)
+  assert {str(p): p.read_bytes() for p in output.rglob('*') if p.is_file()} == before
+  assert not [n for n in os.listdir(output.parent) if '.tmp-' in n or '.old-' in n]
 
 
 # --- Fine-tuned classifiers ----------------------------------------------------------------------

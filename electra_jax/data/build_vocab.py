@@ -20,17 +20,40 @@ from electra_jax.errors import UserError
 FLAGS = flags.FLAGS
 
 
+def _prefix(output: str) -> str:
+  """--output as a prefix: users often name the file they want, and 'vocab/spm.model' must
+  write vocab/spm.model, not vocab/spm.model.model."""
+  output = paths.absolute(output)
+  for suffix in ('.model', '.vocab'):
+    if output.endswith(suffix) and len(paths.name(output)) > len(suffix):
+      return output[:-len(suffix)]
+  return output
+
+
+def _missing_dirs(folder: str) -> list[str]:
+  """`folder` and the folders above it that do not exist yet, deepest first (none on object
+  stores, which have no empty folders)."""
+  missing = []
+  while not paths.is_remote(folder) and not paths.exists(folder) and paths.parent(folder) != folder:
+    missing.append(folder)
+    folder = paths.parent(folder)
+  return missing
+
+
 def main(argv):
   del argv  # Unused.
   start = time.time()
-  existing = [f for f in (FLAGS.output + '.model', FLAGS.output + '.vocab') if paths.exists(f)]
+  prefix = _prefix(FLAGS.output)
+  existing = [f for f in (prefix + '.model', prefix + '.vocab') if paths.exists(f)]
   if existing and not FLAGS.overwrite:
     # A run names its vocabulary by path: a new one there would change its token ids.
     raise UserError(f"--output={FLAGS.output}: '{existing[0]}' exists, and runs that use it "
                     'would read the new vocabulary; pass another --output, or --overwrite')
   files = sources.list_files(FLAGS.input)
+  new_dirs = _missing_dirs(paths.parent(prefix))
+  paths.check_writable_dir(paths.parent(prefix), '--output (its folder)')
   print(f'Training a {FLAGS.vocab_size}-token {FLAGS.model_type} vocabulary on {len(files)} '
-        f'file(s); writing {FLAGS.output}.model and {FLAGS.output}.vocab', flush=True)
+        f'file(s); writing {prefix}.model and {prefix}.vocab', flush=True)
   # One read of the corpus: a bad line or record fails it with the file named (sentencepiece's
   # own error would not say which).
   read = dict(skip_bad_lines=FLAGS.skip_bad_lines, text_key=FLAGS.text_key, flags='--')
@@ -41,14 +64,23 @@ def main(argv):
     for num_lines, line in enumerate(lines, 1):
       yield line
 
-  model_file = tokenizer_lib.train_sentencepiece(counted(sources.vocabulary_lines(files, **read)),
-                                                 FLAGS.vocab_size, FLAGS.output,
-                                                 FLAGS.model_type, FLAGS.max_sentences)
+  try:
+    model_file = tokenizer_lib.train_sentencepiece(
+        counted(sources.vocabulary_lines(files, **read)), FLAGS.vocab_size, prefix,
+        FLAGS.model_type, FLAGS.max_sentences)
+  except BaseException as e:
+    for folder in new_dirs:  # A failed call leaves no empty folders of its own behind.
+      if paths.listdir(folder):
+        break
+      paths.remove_tree(folder)
+    if isinstance(e, UserError) and str(e).startswith('vocab_size='):
+      raise UserError(f'--{e}') from None  # The flag that sets it.
+    raise
   vocab_size = tokenizer_lib.load_tokenizer(model_file).vocab_size
   print(f'Wrote {model_file} ({vocab_size} tokens) from {num_lines} lines in '
         f'{time.time() - start:.1f}s; use --config.vocab_file={model_file} '
         f'--config.vocab_size={vocab_size}', flush=True)
-  cli.print_result({'model': model_file, 'vocab': FLAGS.output + '.vocab',
+  cli.print_result({'model': model_file, 'vocab': prefix + '.vocab',
                     'vocab_size': vocab_size, 'num_input_files': len(files),
                     'num_lines': num_lines})
 
@@ -62,7 +94,9 @@ def _define_flags():
                     'UTF-8 text (JSON Lines: not objects; record files: records without text) '
                     'instead of failing.')
   flags.DEFINE_integer('vocab_size', 8000, 'Vocabulary size, including the 5 special tokens.')
-  flags.DEFINE_string('output', None, 'Output prefix: writes PREFIX.model and PREFIX.vocab.')
+  flags.DEFINE_string('output', None, 'Output prefix: writes PREFIX.model and PREFIX.vocab '
+                      '(a trailing .model or .vocab is dropped: vocab/spm.model writes '
+                      'vocab/spm.model and vocab/spm.vocab).')
   flags.DEFINE_bool('overwrite', False, 'Replace an existing PREFIX.model / PREFIX.vocab.')
   flags.DEFINE_enum('model_type', 'unigram', ['unigram', 'bpe'], 'Sentencepiece model type.')
   flags.DEFINE_integer('max_sentences', 2_000_000,

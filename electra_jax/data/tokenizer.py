@@ -5,6 +5,7 @@ Fixed ids let the model, the masking code and exported checkpoints agree on [PAD
 so no raw text (not even the literal string "[MASK]") can ever encode to them.
 """
 import os
+import re
 import tempfile
 from typing import Iterable
 
@@ -34,8 +35,10 @@ def train_sentencepiece(lines: Iterable[str], vocab_size: int, output_prefix: st
   two files are written where PREFIX says once training is done.
   """
   if vocab_size <= len(SPECIAL_TOKENS):
-    raise UserError(f'vocab_size={vocab_size} leaves no room for text pieces; use at least '
-                    f'{len(SPECIAL_TOKENS) + 100}')
+    # The true minimum depends on the corpus; sentencepiece names it for sizes above this.
+    raise UserError(f'vocab_size={vocab_size} is too small: it must hold the '
+                    f'{len(SPECIAL_TOKENS)} special tokens plus every distinct character of the '
+                    'corpus (a few dozen for English text; 8000 is usual)')
   output_prefix = paths.absolute(output_prefix)
   paths.make_dirs(paths.parent(output_prefix))
   failures = []  # What reading the lines raised: sentencepiece reports it as its own error.
@@ -64,15 +67,28 @@ def train_sentencepiece(lines: Iterable[str], vocab_size: int, output_prefix: st
     except RuntimeError as e:
       if failures:
         raise failures[0] from None
-      # Typically "Vocabulary size too high (N). Please set it to a value <= M."
-      raise UserError(f'sentencepiece could not build a {vocab_size}-token vocabulary: '
-                      f'{str(e).strip()}') from None
+      raise _size_error(str(e), vocab_size) from None
     _check_special_ids(spm.SentencePieceProcessor(model_file=local_prefix + '.model'),
                        output_prefix + '.model')
     for suffix in ('.vocab', '.model'):  # The model last: its presence means done.
       with open(local_prefix + suffix, 'rb') as f:
         atomic.write_bytes(output_prefix + suffix, f.read())
   return output_prefix + '.model'
+
+
+def _size_error(text: str, vocab_size: int) -> UserError:
+  """sentencepiece's refusal (a C++ source line and expression) as one line whose fix is the
+  size it says the corpus allows."""
+  most = re.search(r'Vocabulary size too high.*value <= (\d+)', text, re.S)
+  if most:
+    return UserError(f'vocab_size={vocab_size} is more than this corpus supports (at most '
+                     f'{most[1]}); use {most[1]} or fewer, or more text')
+  least = re.search(r'smaller than required_chars\. \d+ vs (\d+)', text)
+  if least:
+    return UserError(f'vocab_size={vocab_size} is less than this corpus needs (its characters '
+                     f'and the special tokens: {least[1]}); use {least[1]} or more')
+  return UserError(f'sentencepiece could not build a {vocab_size}-token vocabulary: '
+                   f"{' '.join(text.split())}")
 
 
 def _check_special_ids(processor, vocab_file: str):
