@@ -130,6 +130,31 @@ def test_files_task_errors_are_one_clear_line(tmp_path):
     tasks.get_task('nope')
 
 
+def test_files_not_utf8_or_with_a_quote_left_open_are_one_clear_line(tmp_path):
+  """Latin-1 files (Excel's CSVs on Windows) fail naming the file, as pretraining's text files
+  do; so does a CSV quote never closed, which would read the rest of the file as one field (one
+  unlabelled example). Quoted lines, \r line ends (old Mac Excel) and no last \n still read."""
+  for name, text, offset in [('latin1.csv', 'text,label\ncafé,pos\n', 14),
+                             ('latin1.tsv', 'text\tlabel\ncafé\tpos\n', 14),
+                             ('latin1.jsonl', '{"text": "café", "label": "pos"}\n', 13),
+                             ('latin1.conll', 'café\tO\n', 3)]:
+    path = tmp_path / name
+    path.write_bytes(text.encode('latin-1'))
+    read = tasks.read_conll if name.endswith('.conll') else tasks.read_rows
+    with pytest.raises(UserError, match=rf"^'{path}' is not UTF-8 \(invalid byte at byte offset "
+                                        rf'{offset}\); convert it, e.g. iconv -t UTF-8$'):
+      read(str(path))
+  (tmp_path / 'open.csv').write_text('text,label\nfine,pos\n"Hello, world,pos\nBad day,neg\n')
+  with pytest.raises(UserError, match=r"^file '.*open.csv' line 3 opens a quoted field that no "
+                                      r'later line closes; close the quote \(write a quote '
+                                      r'inside a quoted field twice: ""\)$'):
+    tasks.read_rows(str(tmp_path / 'open.csv'))
+  (tmp_path / 'mac.csv').write_bytes(b'\xef\xbb\xbftext,label\r"two\r\nlines",pos\r'
+                                     b'"a ""quote""",neg')
+  assert tasks.read_rows(str(tmp_path / 'mac.csv')) == [dict(text='two\r\nlines', label='pos'),
+                                                        dict(text='a "quote"', label='neg')]
+
+
 def test_hub_parquet_arrow_and_gzipped_json_lines_files_read_their_named_columns(tmp_path):
   """The Hugging Face Hub's GLUE files (Parquet, int labels, columns like question/sentence)
   read as the same examples as a CSV with our column names; Arrow and JSON Lines .gz too."""
@@ -404,6 +429,21 @@ def test_squad_v2_loads_from_tfds_mock_data(tokenizer):
 def test_missing_tfds_dataset_is_a_user_error(tmp_path):
   with pytest.raises(UserError, match="TFDS dataset 'glue/rte' split 'train' is not available"):
     tasks.tfds_source('glue/rte', 'train', str(tmp_path), download=False)
+
+
+def test_a_broken_tensorflow_datasets_install_is_a_user_error(monkeypatch):
+  """tensorflow-datasets 4.9.10 imports importlib_resources at first use without declaring it
+  (Python >= 3.9): a module missing there is one line saying to reinstall."""
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+
+  def data_source(*args, **kwargs):
+    raise ModuleNotFoundError("No module named 'importlib_resources'")
+
+  monkeypatch.setattr(tfds, 'data_source', data_source)
+  with pytest.raises(UserError, match=r"^task dataset 'glue/rte' needs tensorflow-datasets, which "
+                                      r"failed to import \(No module named 'importlib_resources'"
+                                      r'\); reinstall: pip install -e \. \(or use'):
+    tasks.tfds_source('glue/rte', 'train', None, download=False)
 
 
 # --- Layer-wise learning-rate decay --------------------------------------------------------------
@@ -964,6 +1004,25 @@ def test_predict_reproduces_the_best_epochs_score_and_writes_every_example(finet
       '--output or --overwrite')
 
 
+def test_predict_never_writes_over_its_input_file(finetuned, tmp_path):
+  """--output=the input's folder would write eval.tsv over the input eval.tsv: refused before
+  anything is written, --overwrite or not (that is for old predictions), symlinks resolved."""
+  data = tmp_path / 'data'
+  data.mkdir()
+  original = (finetuned['root'] / 'eval.tsv').read_bytes()
+  (data / 'eval.tsv').write_bytes(original)
+  (tmp_path / 'link').symlink_to(data)
+  proc = subprocess.run([sys.executable, '-m', 'electra_jax.predict',
+                         f'--workdir={finetuned["out"]}', f'--output={tmp_path}/link',
+                         f'--input={data}/eval.tsv', '--overwrite'], cwd=REPO_ROOT,
+                        env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT),
+                        capture_output=True, text=True, timeout=600, check=False)
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == (
+      f"error: --output '{tmp_path}/link' would write eval.tsv over the input file "
+      f"'{data}/eval.tsv'; pass another --output")
+  assert os.listdir(data) == ['eval.tsv'] and (data / 'eval.tsv').read_bytes() == original
+
+
 def test_hub_style_parquet_files_finetune_and_predict_through_the_named_columns(
     finetuned, pretrain_workdir, tmp_path):
   """Columns named as a Hub dataset names them (review, stars as ints): the run saves the
@@ -1491,3 +1550,14 @@ def test_predict_names_the_flag_it_lacks(tmp_path):
   assert proc.stderr.strip().splitlines() == [
       'error: --output missing; pass --workdir=FT_DIR (a fine-tuning run) and --output=DIR '
       '(where the predictions go)']
+
+
+def test_predict_names_only_the_bad_flag(tmp_path):
+  for flag, error in [('--batch_size=0', "--batch_size=0 must be > 0 (or leave it out: the run's "
+                                         'eval_batch_size)'),
+                      ('--max_examples=-1', '--max_examples=-1 must be >= 0 (0: every example)')]:
+    proc = subprocess.run([sys.executable, '-m', 'electra_jax.predict', f'--workdir={tmp_path}',
+                           f'--output={tmp_path}/out', '--input=x.tsv', flag], cwd=REPO_ROOT,
+                          env=dict(os.environ, JAX_PLATFORMS='cpu'), capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [f'error: {error}']

@@ -11,7 +11,6 @@ without label values).
 """
 import csv
 import dataclasses
-import io
 import itertools
 import json
 import re
@@ -166,17 +165,22 @@ def tfds_source(name: str, split: str, data_dir: str | None, download: bool,
                 remedy: str | None = None):
   """A random-access TFDS split (ArrayRecord), or a UserError saying how to get it (`remedy`:
   the caller's way, else fine-tuning's flags)."""
+  # tensorflow-datasets is a dependency, and imports some of its own only when first used: a
+  # broken install fails here or in data_source.
+  broken = ("task dataset '{}' needs tensorflow-datasets, which failed to import ({}); "
+            'reinstall: pip install -e . (or use config.task=files with your own files)')
   try:
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
-  except ImportError:
-    raise UserError(f"task dataset '{name}' needs tensorflow-datasets; pip install -e "
-                    "'.[finetune]' (or use config.task=files with your own files)") from None
-  _import_builders()
+    _import_builders()
+  except ImportError as e:
+    raise UserError(broken.format(name, e)) from None
   from electra_jax.data import tfds_source as tfds_data  # pylint: disable=import-outside-toplevel
   local_dir = tfds_data.local_data_dir(data_dir, name)
   try:
     return tfds.data_source(name, split=split, data_dir=local_dir,
                             download=download and local_dir == (data_dir or None))
+  except ImportError as e:
+    raise UserError(broken.format(name, e)) from None
   except (AssertionError, FileNotFoundError, ValueError, NotImplementedError) as e:
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     remedy = remedy or (f'prepare it with `tfds build {name} --file_format=array_record` or '
@@ -333,6 +337,19 @@ def _note_skipped(path: str, count: int, what: str, unit: str = 'row(s)') -> Non
     logging.warning("skipped %d %s of '%s' %s (skip_bad_rows)", count, unit, path, what)
 
 
+# After a \r that ends a line without a \n (old Mac Excel's CSVs).
+_LONE_CR = re.compile(r'(?<=\r)(?=[^\n])')
+
+
+def _csv_lines(lines, ended: list):
+  r"""read_lines' lines (UTF-8 checked, no byte-order mark, each ending at a \n) split as csv
+  wants them, as a file opened with newline='' splits (at \r\n, \n or \r); `ended` gets an
+  item once the last is read."""
+  for line in lines:
+    yield from _LONE_CR.split(line)
+  ended.append(True)
+
+
 def read_rows(path: str, fieldnames: tuple = (), skip_bad_rows: bool | None = None) -> list[dict]:
   """Rows of a CSV/TSV (header row required), JSON Lines (.gz, .zst too), Parquet or Arrow file
   (the Hugging Face Hub's datasets, `datasets`' save_to_disk) as dicts of strings (None where a
@@ -351,31 +368,38 @@ def read_rows(path: str, fieldnames: tuple = (), skip_bad_rows: bool | None = No
       raise UserError(f"file '{path}' is not .csv, .tsv, JSON Lines (.jsonl, .ndjson, .json; "
                       '.gz, .zst), .parquet or .arrow; rename it or convert it')
     quoting = csv.QUOTE_MINIMAL if delimiter == ',' else csv.QUOTE_NONE
-    # utf-8-sig: a byte-order mark (Excel's) is not part of the first column's name.
-    with io.TextIOWrapper(paths.open_binary(resolved), encoding='utf-8-sig', newline='') as f:
-      first = f.readline()
-      header = next(csv.reader([first], delimiter=delimiter, quoting=quoting), [])
-      headerless = bool(fieldnames) and delimiter == '\t' and (
-          len(header) == len(fieldnames) and not set(header) & set(fieldnames))
-      reader = csv.DictReader(itertools.chain([first], f),
-                              fieldnames=list(fieldnames) if headerless else None,
-                              delimiter=delimiter, quoting=quoting)
-      rows, skipped = [], 0
-      for row in reader:
-        # More fields than the header's would shift every later column, a label read from the
-        # text; empty ones (a trailing delimiter) are dropped.
-        extra = row.pop(None, None)  # DictReader's key for the fields past the header's.
-        if not extra or not any(field.strip() for field in extra):
-          rows.append(row)
-        elif skip_bad_rows:
-          skipped += 1
-        else:
-          fix = ('a TSV field cannot hold a tab (TSVs are read unquoted)' if delimiter == '\t'
-                 else 'quote a field that holds a comma')
-          raise UserError(f"file '{path}' line {reader.line_num} has "
-                          f'{len(reader.fieldnames) + len(extra)} fields, its header '
-                          f'{len(reader.fieldnames)}; {fix}: fix the line, or write the file as '
-                          f'JSON Lines{_skip_hint(skip_bad_rows)}')
+    ended = []  # Gets an item once the last line is read.
+    lines = _csv_lines(sources.read_lines(resolved, flags=None), ended)
+    first = next(lines, '')
+    header = next(csv.reader([first], delimiter=delimiter, quoting=quoting), [])
+    headerless = bool(fieldnames) and delimiter == '\t' and (
+        len(header) == len(fieldnames) and not set(header) & set(fieldnames))
+    reader = csv.DictReader(itertools.chain([first], lines),
+                            fieldnames=list(fieldnames) if headerless else None,
+                            delimiter=delimiter, quoting=quoting)
+    rows, skipped, row_end = [], 0, 1
+    for row in reader:
+      # csv ends a row at the end of a line, or where a quote left open made the rest of the
+      # file one field: at its end (a test file would read as one unlabelled example).
+      if ended:
+        raise UserError(f"file '{path}' line {row_end + 1} opens a quoted field that no later "
+                        'line closes; close the quote (write a quote inside a quoted field '
+                        'twice: "")')
+      row_end = reader.line_num
+      # More fields than the header's would shift every later column, a label read from the
+      # text; empty ones (a trailing delimiter) are dropped.
+      extra = row.pop(None, None)  # DictReader's key for the fields past the header's.
+      if not extra or not any(field.strip() for field in extra):
+        rows.append(row)
+      elif skip_bad_rows:
+        skipped += 1
+      else:
+        fix = ('a TSV field cannot hold a tab (TSVs are read unquoted)' if delimiter == '\t'
+               else 'quote a field that holds a comma')
+        raise UserError(f"file '{path}' line {reader.line_num} has "
+                        f'{len(reader.fieldnames) + len(extra)} fields, its header '
+                        f'{len(reader.fieldnames)}; {fix}: fix the line, or write the file as '
+                        f'JSON Lines{_skip_hint(skip_bad_rows)}')
     _note_skipped(path, skipped, 'with more fields than the header')
     return rows
   return [{k: _cell(v) for k, v in record.items()} for record in records]
@@ -612,7 +636,8 @@ def read_conll(path: str, need_label: bool = True,
     raise UserError(f"file '{path}' not found; pass a CoNLL-format file (one word and its tag "
                     'per line, a blank line between sentences)')
   sentences, words, tags, tagged, bad, skipped = [], [], [], None, False, 0
-  for n, line in enumerate(paths.read_text(resolved).splitlines() + [''], 1):
+  text = ''.join(sources.read_lines(resolved, flags=None))  # UTF-8, or an error naming the file
+  for n, line in enumerate(text.splitlines() + [''], 1):
     columns = line.split()
     if columns and columns[0] == '-DOCSTART-':
       continue
