@@ -55,6 +55,8 @@ def check(condition: bool, message: str):
 
 
 def _validate(c):
+  # First: a too-short sequence also leaves max_predictions_per_seq, derived from it, at 0.
+  check(c.max_seq_length >= 8, f'config.max_seq_length={c.max_seq_length} must be >= 8')
   for key in ('embedding_size', 'hidden_size', 'num_layers', 'num_heads', 'intermediate_size',
               'vocab_size', 'max_seq_length', 'train_batch_size', 'eval_batch_size',
               'num_train_steps', 'log_every_steps', 'max_predictions_per_seq',
@@ -72,7 +74,6 @@ def _validate(c):
   check(c.max_seq_length <= c.max_position_embeddings,
          f'config.max_seq_length={c.max_seq_length} exceeds config.max_position_embeddings='
          f'{c.max_position_embeddings}; lower max_seq_length or raise max_position_embeddings')
-  check(c.max_seq_length >= 8, f'config.max_seq_length={c.max_seq_length} must be >= 8')
   check(0 < c.mask_prob < 1, f'config.mask_prob={c.mask_prob} must be in (0, 1)')
   check(c.max_predictions_per_seq <= c.max_seq_length,
          f'config.max_predictions_per_seq={c.max_predictions_per_seq} exceeds '

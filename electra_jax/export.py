@@ -116,7 +116,7 @@ def check_exportable(config, networks):
   """HF ELECTRA has one layout: an RTD discriminator and a generator sharing embeddings."""
   if not objectives.get(config.objective).exportable:
     supported = tuple(n for n, o in objectives.OBJECTIVES.items() if o.exportable)
-    raise UserError(f'objective {config.objective!r} has no ELECTRA discriminator to export '
+    raise UserError(f'objective {config.objective!r} trains no ELECTRA networks to export '
                     f'(export supports {supported}); fine-tune the workdir directly '
                     'with --config.init_checkpoint=WORKDIR')
   if config.relative_attention_span:
@@ -145,7 +145,8 @@ def export_workdir(workdir: str, output: str, what: str = 'discriminator',
   if what not in ('discriminator', 'generator', 'both'):
     raise UserError(f"--what={what!r} must be 'discriminator', 'generator' or 'both'")
   if not paths.is_dir(workdir):
-    raise UserError(f"--workdir '{workdir}' does not exist; pass a training workdir")
+    state = 'is a file' if paths.exists(workdir) else 'does not exist'
+    raise UserError(f"--workdir '{workdir}' {state}; pass a training workdir")
   output = _check_output(output, overwrite, workdir)
   config = saved_config.load(workdir)
   layout = {'discriminator': {'discriminator': ''}, 'generator': {'generator': ''},

@@ -82,6 +82,7 @@ def test_demo_long_stretches_the_demo_and_its_argument_changes_only_the_objectiv
     (dict(model_size='huge'), "model_size='huge'"),
     (dict(hidden_size=100, num_heads=3), 'hidden_size=100'),
     (dict(max_seq_length=1024), 'max_seq_length=1024'),
+    (dict(max_seq_length=3), 'max_seq_length=3 must be >= 8'),  # Not the key derived from it.
     (dict(dtype='float16'), "dtype='float16'"),
     (dict(mask_token_prob=0.9, random_token_prob=0.2), 'random_token_prob=0.2'),
     (dict(generator_hidden_size=1.5), 'generator_hidden_size=1.5'),

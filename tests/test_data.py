@@ -120,6 +120,11 @@ def test_load_tokenizer_rejects_a_vocab_without_the_special_tokens(corpus, tmp_p
     tok.load_tokenizer(str(tmp_path / 'x.model'))
 
 
+def test_a_vocab_file_that_is_a_directory_is_named_as_one(tmp_path):
+  with pytest.raises(UserError, match=f"vocab_file '{tmp_path}' is a directory; build one"):
+    tok.load_tokenizer(str(tmp_path))
+
+
 def test_train_sentencepiece_vocab_too_large_for_the_corpus_is_a_user_error(corpus, tmp_path):
   with pytest.raises(UserError, match='50000'):
     tok.train_sentencepiece(sources.vocabulary_lines([str(corpus / 'small.txt')]), 50000,

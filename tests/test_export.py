@@ -186,6 +186,9 @@ def test_wordpiece_vocab_exports_as_an_electra_tokenizer(tmp_path):
 def test_export_refuses_missing_workdir_checkpoint_and_non_empty_output(tmp_path):
   with pytest.raises(UserError, match='does not exist'):
     export.export_workdir(str(tmp_path / 'nowhere'), str(tmp_path / 'out'))
+  (tmp_path / 'a_file').write_text('x')
+  with pytest.raises(UserError, match="a_file' is a file; pass a training workdir"):
+    export.export_workdir(str(tmp_path / 'a_file'), str(tmp_path / 'out'))
   (tmp_path / 'empty').mkdir()
   with pytest.raises(UserError, match='config.json'):
     export.export_workdir(str(tmp_path / 'empty'), str(tmp_path / 'out'))

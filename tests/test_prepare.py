@@ -244,6 +244,12 @@ def test_shards_prepared_for_another_vocab_or_length_are_refused(corpus, prepare
     pipeline.make_train_iterator(config_for(corpus, train_data_dir=str(tmp_path)), tokenizer)
   with pytest.raises(UserError, match=r'already holds prepared data'):
     prepare.prepare(config_for(corpus), out, progress=False)
+  run = tmp_path / 'a_run'  # Shards never go in among a run's files.
+  run.mkdir()
+  (run / 'config.json').write_text('{}')
+  with pytest.raises(UserError, match=r"a_run' holds a run \(.*config.json\); pick a new"):
+    prepare.prepare(config_for(corpus), str(run), progress=False)
+  assert os.listdir(run) == ['config.json']
 
 
 def run_prepare(*flags):

@@ -373,9 +373,9 @@ def bad_inputs(tmp_path_factory, cache_dir, small_corpus, reference):
     if workdir is None:  # A workdir holding a previous run's files that must stay as they are.
       workdir = os.path.join(tmp, f'work_{name}')
       os.makedirs(workdir)
-      for f in ('config.json', 'metrics.jsonl'):
+      for f in ('config.json', 'metrics.jsonl'):  # config.json: a pretraining run's (a size).
         with open(os.path.join(workdir, f), 'w', encoding='utf-8') as fh:
-          fh.write(f'{{"previous": "{name}"}}\n')
+          fh.write(f'{{"model_size": "demo", "previous": "{name}"}}\n')
       argv = argv + [f'--workdir={workdir}']
     if os.path.isdir(workdir):
       snapshots[name] = {f: open(os.path.join(workdir, f), 'rb').read()

@@ -18,6 +18,7 @@ from ml_collections import config_flags
 from electra_jax import cli
 from electra_jax import config as config_lib
 from electra_jax import paths
+from electra_jax import saved_config
 from electra_jax.data import pipeline
 from electra_jax.data import shards
 from electra_jax.data import sources
@@ -30,6 +31,9 @@ def _output_dir(output: str) -> str:
   if paths.exists(shards.metadata_path(output)):
     raise UserError(f"--output '{output}' already holds prepared data "
                     f'({shards.metadata_path(output)}); pick a new directory or delete it')
+  if saved_config.exists(output):  # A training or fine-tuning run's workdir.
+    raise UserError(f"--output '{output}' holds a run ({saved_config.path(output)}); pick a new "
+                    'directory for the prepared data')
   return paths.check_writable_dir(output, '--output')
 
 

@@ -164,7 +164,8 @@ def load_tokenizer(vocab_file: str, vocab_size: int | None = None, do_lower_case
   """
   path = paths.resolve(vocab_file)
   if not paths.is_file(path):
-    raise UserError(f"vocab_file '{vocab_file}' not found; build one with python -m "
+    state = 'is a directory' if paths.is_dir(path) else 'not found'
+    raise UserError(f"vocab_file '{vocab_file}' {state}; build one with python -m "
                     'electra_jax.data.build_vocab --input=GLOB --vocab_size=N --output=PREFIX '
                     'and pass --config.vocab_file=PREFIX.model, or pass a BERT vocab.txt')
   if is_wordpiece_vocab(path):
