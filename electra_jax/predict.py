@@ -16,7 +16,6 @@ from absl import flags
 
 from electra_jax import cli
 from electra_jax import distributed
-from electra_jax import paths
 from electra_jax.errors import UserError
 from electra_jax.finetune import predictions
 from electra_jax.finetune import saved_run
@@ -47,19 +46,6 @@ def _define_flags():
   flags.DEFINE_bool('overwrite', False, 'Replace prediction files already in --output.')
 
 
-def _check_inputs_kept(output: str, task, parts: list, inputs: list) -> None:
-  """A UserError if a prediction file would replace an input file (--input=DIR/eval.tsv
-  --output=DIR writes DIR/eval.tsv): --overwrite is for old predictions, not the user's data."""
-  for part in parts:
-    for name in predictions.file_names(task, part):
-      target = paths.join(paths.absolute(output), name)
-      # contains: the same path (symlinks resolved); nothing lies below a file.
-      clash = next((i for i in inputs if paths.contains(target, paths.resolve(i))), None)
-      if clash is not None:
-        raise UserError(f"--output '{output}' would write {name} over the input file '{clash}'; "
-                        'pass another --output')
-
-
 def main(argv):
   if len(argv) > 1:
     raise UserError(f'unexpected arguments {argv[1:]}; pass --workdir=FT_DIR --output=DIR '
@@ -88,10 +74,6 @@ def main(argv):
   parts += [predictions.glue_test_part(run, spec, FLAGS.max_examples) for spec in FLAGS.glue_test]
   if FLAGS.split is not None:
     parts += predictions.split_parts(run, FLAGS.split, FLAGS.max_examples)
-  # A GLUE test file's path follows its NAME= where it has one.
-  inputs = FLAGS.input + FLAGS.glue_test + [s.partition('=')[2] for s in FLAGS.glue_test
-                                            if '=' in s]
-  _check_inputs_kept(FLAGS.output, run.task, parts, inputs)
   result = predictions.predict(run, parts, FLAGS.output, FLAGS.seed, FLAGS.batch_size,
                                FLAGS.overwrite)
   cli.print_result(dict(result, wall_time_sec=round(time.time() - start, 2)))

@@ -38,6 +38,7 @@ class Part:
   examples: list
   labelled: bool
   leaderboard: bool = False  # a GLUE test split, written as the leaderboard wants it
+  source: str | None = None  # the file it was read from (None: a TFDS split)
 
 
 def _limit(examples: list, max_examples: int) -> list:
@@ -84,12 +85,12 @@ def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0)
     sentences = tasks_lib.read_tagged_file(path, run.config.tag_encoding, need_label=False,
                                            columns=tasks_lib.file_columns(run.config))
     examples = tasks_lib.tagging_examples(run.task, sentences, path, max_examples)
-    return Part(name, examples, examples[0]['label'] is not None)
+    return Part(name, examples, examples[0]['label'] is not None, source=path)
   if run.task.kind == tasks_lib.SPAN:
     examples, labelled = tasks_lib.squad_file_examples(path)
-    return Part(name, _limit(examples, max_examples), labelled)
+    return Part(name, _limit(examples, max_examples), labelled, source=path)
   examples = _file_examples(run, path, max_examples)[1]
-  return Part(name, examples, examples[0]['label'] is not None)
+  return Part(name, examples, examples[0]['label'] is not None, source=path)
 
 
 def _file_examples(run: saved_run_lib.FinetunedRun, path: str, max_examples: int,
@@ -143,7 +144,8 @@ def glue_test_part(run: saved_run_lib.FinetunedRun, spec: str, max_examples: int
     repeated = next(i for i, count in collections.Counter(ids).items() if count > 1)
     raise UserError(f"file '{path}' repeats {column} {repeated}; a GLUE test file names each "
                     'example once')
-  return Part(name, examples, examples[0]['label'] is not None, leaderboard=True)
+  return Part(name, examples, examples[0]['label'] is not None, leaderboard=True,
+              source=path)
 
 
 def file_names(task, part: Part) -> list[str]:
@@ -158,11 +160,20 @@ def file_names(task, part: Part) -> list[str]:
 
 def check_output(output: str, task, parts: list, overwrite: bool) -> str:
   """The output directory, created; a UserError if a file it would write exists (and
-  `overwrite` is off) or two parts would write the same file."""
+  `overwrite` is off), is an input file (--input=DIR/eval.tsv --output=DIR: `overwrite` is for
+  old predictions, never the user's data) or two parts would write the same file."""
   names = [n for part in parts for n in file_names(task, part)]
   if len(set(names)) < len(names):
     raise UserError(f'two inputs would write the same files ({sorted(names)}); give the files '
                     'different names')
+  inputs = [part.source for part in parts if part.source is not None]
+  for name in names:
+    target = paths.join(paths.absolute(output), name)
+    # contains: the same path (symlinks resolved); nothing lies below a file.
+    clash = next((i for i in inputs if paths.contains(target, paths.resolve(i))), None)
+    if clash is not None:
+      raise UserError(f"--output '{output}' would write {name} over the input file '{clash}'; "
+                      'pass another --output')
   output = paths.check_writable_dir(output, '--output')
   existing = [n for n in names if paths.exists(paths.join(output, n))]
   if existing and not overwrite:
