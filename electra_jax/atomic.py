@@ -17,8 +17,12 @@ def write_bytes(path, data: bytes):
       target.write_bytes(data)
       return
     tmp = target.with_name(target.name + '.tmp')
-    tmp.write_bytes(data)
-    tmp.replace(target)
+    try:
+      tmp.write_bytes(data)
+      tmp.replace(target)
+    except BaseException:
+      tmp.unlink(missing_ok=True)  # A full disk leaves no half-written file behind.
+      raise
 
 
 def write_text(path, text: str):
@@ -45,12 +49,14 @@ class AppendFile:
       self._text = paths.read_text(self.path) if paths.is_file(self.path) else ''
     else:
       paths.make_dirs(paths.parent(self.path))
-      self._file = open(self.path, 'a', encoding='utf-8')  # pylint: disable=consider-using-with
+      with paths.storage_errors(self.path):
+        self._file = open(self.path, 'a', encoding='utf-8')  # pylint: disable=consider-using-with
 
   def write(self, text: str):
     if self._file is not None:
-      self._file.write(text)
-      self._file.flush()
+      with paths.storage_errors(self.path):  # A full disk: one line naming the file.
+        self._file.write(text)
+        self._file.flush()
       return
     self._text += text
     self._dirty = True
@@ -65,6 +71,7 @@ class AppendFile:
 
   def close(self):
     if self._file is not None:
-      self._file.close()
-      self._file = None
+      file, self._file = self._file, None
+      with paths.storage_errors(self.path):
+        file.close()
     self.flush()

@@ -12,6 +12,8 @@ aside to WORKDIR/corrupt_checkpoints/ (never deleted) in favour of the newest re
 A state holding NaN/inf is never written.
 """
 import logging
+import os
+import re
 import shutil
 import sys
 
@@ -45,6 +47,16 @@ class _ReadOnlyNotices(logging.Filter):
 def _one_line(error: Exception, limit: int = 160) -> str:
   text = (str(error).strip().splitlines() or [''])[0] or type(error).__name__
   return text if len(text) <= limit else text[:limit] + '...'
+
+
+def _save_reason(error: Exception) -> str:
+  """Why a save failed, in the operating system's words where there are some: tensorstore's
+  message for a full disk is a long line with the cause at its end."""
+  code = getattr(error, 'errno', None)
+  match = re.search(r"os_error_code='?(\d+)", str(error))
+  if match:
+    code = int(match.group(1))
+  return os.strerror(code) if isinstance(code, int) and code > 0 else _one_line(error)
 
 
 @jax.jit
@@ -172,7 +184,7 @@ class Checkpointer:
       good = []
     kept = (f'the newest complete checkpoint, step {max(good)}, is intact' if good
             else 'no complete checkpoint exists yet')
-    return UserError(f'saving a checkpoint in {self.directory} failed ({_one_line(error)}); '
+    return UserError(f'saving a checkpoint in {self.directory} failed ({_save_reason(error)}); '
                      f'{kept}. Free disk space or fix the directory, then re-run the same '
                      'command to resume')
 

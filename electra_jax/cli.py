@@ -16,8 +16,32 @@ from ml_collections import config_flags
 from electra_jax import paths
 from electra_jax.errors import UserError
 
-# Libraries under the path layer that log a traceback for each retry or fallback they handle.
-_QUIET_LOGGERS = ('gcsfs', 'fsspec', 'google.auth', 'urllib3')
+# Libraries under the path layer that log a traceback for each retry or fallback they handle;
+# asyncio logs each failed write task of an Orbax save that the save's own error reports.
+_QUIET_LOGGERS = ('gcsfs', 'fsspec', 'google.auth', 'urllib3', 'asyncio')
+
+
+class _OrbaxErrorsOnOneLine(std_logging.Filter):
+  """Orbax logs each failure of its background save threads with a traceback (a full disk:
+  hundreds of lines), and the checkpointer then stops the run with the one-line error that
+  explains it: without --verbose each of Orbax's records keeps its first line."""
+
+  def filter(self, record):
+    if '/orbax/' in record.pathname.replace(os.sep, '/') and record.levelno >= std_logging.ERROR:
+      lines = record.getMessage().strip().splitlines() or ['']
+      record.msg, record.args = lines[0][:300], ()
+      record.exc_info = record.exc_text = record.stack_info = None
+    return True
+
+
+def _quiet_closed_loops(default_hook):
+  """sys.unraisablehook without the 'Event loop is closed' tracebacks that tensorstore's write
+  callbacks raise when a failed Orbax save has already closed its event loop."""
+  def hook(unraisable):
+    if not (isinstance(unraisable.exc_value, RuntimeError)
+            and str(unraisable.exc_value) == 'Event loop is closed'):
+      default_hook(unraisable)
+  return hook
 
 
 def _fail(message: str):
@@ -203,6 +227,8 @@ def run(main, keys_file: str = 'configs/base_config.py'):
       logging.set_verbosity(logging.WARNING)
       for name in _QUIET_LOGGERS:
         std_logging.getLogger(name).setLevel(std_logging.CRITICAL)
+      std_logging.getLogger('absl').addFilter(_OrbaxErrorsOnOneLine())
+      sys.unraisablehook = _quiet_closed_loops(sys.unraisablehook)
     try:
       skip_absent_tpu_runtime()
       use_compilation_cache(flags.FLAGS.compilation_cache_dir)

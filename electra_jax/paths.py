@@ -11,6 +11,7 @@ endpoint, no credentials, permission denied, no such bucket) become one-line Use
 the path and the fix.
 """
 import contextlib
+import errno
 import glob as glob_lib
 import importlib.util
 import os
@@ -201,12 +202,38 @@ def make_dirs(path):
     get(path).mkdir(parents=True, exist_ok=True)
 
 
+def remove_file(path):
+  """Deletes a file (nothing if it does not exist)."""
+  with storage_errors(path):
+    get(path).unlink(missing_ok=True)
+
+
 def remove_tree(path):
   """Deletes a directory and everything under it (nothing if it does not exist)."""
   with storage_errors(path):
     target = get(path)
     if target.exists():
       target.rmtree()
+
+
+@contextlib.contextmanager
+def new_dirs_removed_on_failure(folder):
+  """On an exception inside, removes `folder` and the folders above it that did not exist on
+  entry, where they hold no files: a command refused after creating its output or workdir
+  leaves nothing of its own behind. Object stores have no empty folders: nothing to do."""
+  folder = absolute(folder)
+  missing = []  # Deepest first.
+  while not is_remote(folder) and not os.path.exists(folder) and parent(folder) != folder:
+    missing.append(folder)
+    folder = parent(folder)
+  try:
+    yield
+  except BaseException:
+    for new in missing:
+      if any(files for _, _, files in os.walk(new)):
+        break
+      shutil.rmtree(new, ignore_errors=True)  # Another process may remove it too.
+    raise
 
 
 def rename(source, target):
@@ -373,6 +400,11 @@ def user_error(path, error: BaseException, what: str = '') -> UserError | None:
                                                          TimeoutError)):
     return UserError(f'cannot reach the storage of {where} ({text}); check the network (or '
                      'STORAGE_EMULATOR_HOST)')
+  if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+    return UserError(f'writing {where} failed ({error.strerror}); free disk space (or raise the '
+                     'quota or file size limit), then re-run the same command')
+  if isinstance(error, OSError) and error.errno == errno.EROFS:
+    return UserError(f'{where} is on a read-only filesystem; pick a writable location')
   bucket = _bucket(str(path))
   if isinstance(error, FileNotFoundError) and bucket:
     try:

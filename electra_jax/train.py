@@ -32,6 +32,7 @@ from electra_jax import init_from
 from electra_jax import metric_writer
 from electra_jax import nonfinite
 from electra_jax import parallel
+from electra_jax import paths
 from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import saved_config
 from electra_jax import step_trace
@@ -79,13 +80,15 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
   source). profile_dir, profile_steps: trace those steps with jax.profiler (step_trace.py).
   """
   on_error = []  # Cleanups for a run that fails (e.g. finish pending saves of good states).
-  try:
-    trace = step_trace.StepTrace(profile_dir, profile_steps)
-    return _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden, trace)
-  except Exception:
-    for cleanup in reversed(on_error):
-      cleanup()
-    raise
+  # A run refused at start-up (a bad glob, a full disk) leaves no empty workdir behind.
+  with paths.new_dirs_removed_on_failure(workdir):
+    try:
+      trace = step_trace.StepTrace(profile_dir, profile_steps)
+      return _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden, trace)
+    except Exception:
+      for cleanup in reversed(on_error):
+        cleanup()
+      raise
 
 
 def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,

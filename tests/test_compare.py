@@ -321,6 +321,13 @@ def test_bad_config_path_and_too_small_budget_are_one_line_errors(tmp_path):
   proc = run_compare('--configs=configs/demo.py', '--flops_budget=1e15',
                      '--finetune_task=glue/nope', f'--output={out}')
   assert proc.returncode == 2 and "--finetune_task='glue/nope' is not a task" in proc.stderr
+  # The fine-tuning data is read before any pretraining.
+  proc = run_compare('--configs=configs/demo.py', '--flops_budget=1e15', '--finetune_task=files',
+                     f'--finetune_override=eval_file={tmp_path}/nope.tsv', f'--output={out}')
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+      f"error: --finetune_task=files: file '{tmp_path}/nope.tsv' not found; pass an existing "
+      'CSV/TSV (a header row), JSON Lines, Parquet or Arrow file'], proc.stderr
+  assert not out.exists()
 
 
 @pytest.mark.slow

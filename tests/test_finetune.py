@@ -446,6 +446,23 @@ def test_a_broken_tensorflow_datasets_install_is_a_user_error(monkeypatch):
     tasks.tfds_source('glue/rte', 'train', None, download=False)
 
 
+def test_a_tfds_download_without_a_network_is_one_line(monkeypatch, tmp_path):
+  """Offline, tensorflow-datasets' download fails (after minutes of retries) with requests'
+  ConnectionError, an OSError whose text is a page of URL details."""
+  import requests  # pylint: disable=import-outside-toplevel
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+
+  def data_source(*args, **kwargs):
+    raise requests.exceptions.ConnectionError(
+        "HTTPSConnectionPool(host='dl.fbaipublicfiles.com', port=443): Max retries exceeded")
+
+  monkeypatch.setattr(tfds, 'data_source', data_source)
+  with pytest.raises(UserError, match=r"^downloading TFDS dataset 'glue/sst2' failed \("
+                                      r"HTTPSConnectionPool.*\); check the network, or build it "
+                                      r'where there is one \(`tfds build glue/sst2 '):
+    tasks.tfds_source('glue/sst2', 'train', str(tmp_path), download=True)
+
+
 # --- Layer-wise learning-rate decay --------------------------------------------------------------
 
 def _model(task, num_layers=3):

@@ -287,6 +287,12 @@ def test_shards_prepared_into_the_bucket_give_the_streamed_batches(gcs, bucket_d
   summary = prepare.prepare(config, output, examples_per_shard=100, progress=False)
   assert summary['num_shards'] >= 2
   assert not os.path.exists(paths.CACHE_DIR)  # Written locally only while uploading.
+  from electra_jax.errors import UserError  # pylint: disable=import-outside-toplevel
+  from tests.test_prepare import failing_after  # pylint: disable=import-outside-toplevel
+  with monkeypatch.context() as patch, pytest.raises(UserError, match='the corpus broke'):
+    failing_after(250, patch)  # Two full shards uploaded, then the corpus fails.
+    prepare.prepare(config, f'{BUCKET}/broken', examples_per_shard=100, progress=False)
+  assert paths.files_under(f'{BUCKET}/broken') == []  # The uploaded shards were removed.
   tokenizer = tok.load_tokenizer(config.vocab_file, 8000)
   streamed = pipeline.make_train_iterator(config, tokenizer, start=16)
   config.train_data_dir = output

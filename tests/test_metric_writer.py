@@ -58,3 +58,32 @@ def test_scalars_reach_jsonl_and_tensorboard_and_torch_is_never_imported(tmp_pat
   assert row == dict(step=2, loss=1.5, disc_auc=None, examples=3)  # NaN is null in JSONL.
   with open(tmp_path / 'eval_metrics.jsonl', encoding='utf-8') as f:
     assert [json.loads(line) for line in f] == [dict(step=4, loss=1.25, precision=None)]
+
+
+_FILL = """
+import sys
+from electra_jax import atomic
+from electra_jax.errors import UserError
+try:
+  atomic.write_bytes(sys.argv[1] + '/big.bin', b'x' * 200_000)
+except UserError as e:
+  print(e)
+log = atomic.AppendFile(sys.argv[1] + '/log.jsonl')
+try:
+  for _ in range(2000):
+    log.write('y' * 99 + '\\n')
+except UserError as e:
+  print(e)
+"""
+
+
+def test_a_full_disk_is_one_line_naming_the_file_and_leaves_no_half_written_file(tmp_path):
+  proc = subprocess.run(['bash', '-c', 'ulimit -f 100 && exec "$@"', '--', sys.executable, '-c',
+                         _FILL, str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True,
+                        timeout=120, env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.splitlines() == [
+      f"writing '{tmp_path}/{name}' failed (File too large); free disk space (or raise the "
+      'quota or file size limit), then re-run the same command'
+      for name in ('big.bin', 'log.jsonl')]
+  assert sorted(os.listdir(tmp_path)) == ['log.jsonl']  # No big.bin, and no big.bin.tmp.

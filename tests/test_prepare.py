@@ -280,6 +280,39 @@ def test_prepare_cli_ends_with_json_and_bad_input_is_one_error_line(corpus, prep
                                               'current directory, then the repository root)']
 
 
+def failing_after(num_examples, monkeypatch):
+  """Makes prepare's corpus fail after `num_examples` examples, as a bad line deep in it
+  would."""
+  examples = pipeline.corpus_examples
+
+  def fails(*args, **kwargs):
+    for i, example in enumerate(examples(*args, **kwargs)):
+      if i == num_examples:
+        raise UserError('the corpus broke')
+      yield example
+  monkeypatch.setattr(pipeline, 'corpus_examples', fails)
+
+
+def test_a_failed_prepare_leaves_no_shards_and_no_folder_of_its_own(corpus, tmp_path,
+                                                                    monkeypatch):
+  failing_after(5, monkeypatch)
+  written = []
+  abort = shards.ShardWriter.abort
+  monkeypatch.setattr(shards.ShardWriter, 'abort', lambda self: (
+      written.extend(os.listdir(self._dir)), abort(self)))  # pylint: disable=protected-access
+  with pytest.raises(UserError, match='the corpus broke'):
+    prepare.prepare(config_for(corpus), str(tmp_path / 'new' / 'out'), examples_per_shard=2,
+                    progress=False)
+  assert len(written) == 3  # Shards 0 and 1 full, 2 open: all removed, with the new folders.
+  assert not os.path.exists(tmp_path / 'new')
+  (tmp_path / 'mine').mkdir()
+  (tmp_path / 'mine' / 'notes.txt').write_text('kept')
+  with pytest.raises(UserError, match='the corpus broke'):
+    prepare.prepare(config_for(corpus), str(tmp_path / 'mine'), examples_per_shard=2,
+                    progress=False)
+  assert os.listdir(tmp_path / 'mine') == ['notes.txt']
+
+
 def test_bad_lines_fail_by_default_and_are_skipped_and_counted_when_asked(tmp_path, tokenizer,
                                                                           caplog):
   (tmp_path / 'mixed.txt').write_bytes(b'good line one\nbad \xff line\nbinary \x00 line\n'

@@ -523,13 +523,20 @@ def test_bad_value_is_a_one_line_error_without_traceback(tmp_path):
   assert not os.listdir(tmp_path)  # nothing written
 
 
-def test_missing_eval_files_fail_before_training(tmp_path, small_corpus):
-  proc = run_cli('electra_jax.train', '--config=configs/demo.py', f'--workdir={tmp_path}/w',
+def test_missing_eval_files_fail_before_training_and_leave_no_new_workdir(tmp_path,
+                                                                          small_corpus):
+  proc = run_cli('electra_jax.train', '--config=configs/demo.py', f'--workdir={tmp_path}/new/w',
                  f'--config.train_files={small_corpus}', '--config.eval_files=/nowhere/*.txt',
                  *TINY_FLAGS, check=False)
   assert proc.returncode == 2
   assert "error: no files match '/nowhere/*.txt'" in proc.stderr
-  assert not os.path.exists(tmp_path / 'w' / 'checkpoints')
+  assert not os.path.exists(tmp_path / 'new')  # The folders it created are gone.
+  (tmp_path / 'kept').mkdir()  # A folder the user made stays, empty or not.
+  proc = run_cli('electra_jax.train', '--config=configs/demo.py', f'--workdir={tmp_path}/kept',
+                 f'--config.train_files={small_corpus}', '--config.eval_files=/nowhere/*.txt',
+                 *TINY_FLAGS, check=False)
+  assert proc.returncode == 2
+  assert os.path.isdir(tmp_path / 'kept') and not os.listdir(tmp_path / 'kept')
 
 
 def test_resume_with_other_model_shapes_is_refused(trained):

@@ -30,16 +30,6 @@ def _prefix(output: str) -> str:
   return output
 
 
-def _missing_dirs(folder: str) -> list[str]:
-  """`folder` and the folders above it that do not exist yet, deepest first (none on object
-  stores, which have no empty folders)."""
-  missing = []
-  while not paths.is_remote(folder) and not paths.exists(folder) and paths.parent(folder) != folder:
-    missing.append(folder)
-    folder = paths.parent(folder)
-  return missing
-
-
 def main(argv):
   del argv  # Unused.
   start = time.time()
@@ -50,10 +40,6 @@ def main(argv):
     raise UserError(f"--output={FLAGS.output}: '{existing[0]}' exists, and runs that use it "
                     'would read the new vocabulary; pass another --output, or --overwrite')
   files = sources.list_files(FLAGS.input)
-  new_dirs = _missing_dirs(paths.parent(prefix))
-  paths.check_writable_dir(paths.parent(prefix), '--output (its folder)')
-  print(f'Training a {FLAGS.vocab_size}-token {FLAGS.model_type} vocabulary on {len(files)} '
-        f'file(s); writing {prefix}.model and {prefix}.vocab', flush=True)
   # One read of the corpus: a bad line or record fails it with the file named (sentencepiece's
   # own error would not say which).
   read = dict(skip_bad_lines=FLAGS.skip_bad_lines, text_key=FLAGS.text_key, flags='--')
@@ -64,18 +50,18 @@ def main(argv):
     for num_lines, line in enumerate(lines, 1):
       yield line
 
-  try:
-    model_file = tokenizer_lib.train_sentencepiece(
-        counted(sources.vocabulary_lines(files, **read)), FLAGS.vocab_size, prefix,
-        FLAGS.model_type, FLAGS.max_sentences)
-  except BaseException as e:
-    for folder in new_dirs:  # A failed call leaves no empty folders of its own behind.
-      if paths.listdir(folder):
-        break
-      paths.remove_tree(folder)
-    if isinstance(e, UserError) and str(e).startswith('vocab_size='):
-      raise UserError(f'--{e}') from None  # The flag that sets it.
-    raise
+  with paths.new_dirs_removed_on_failure(paths.parent(prefix)):
+    paths.check_writable_dir(paths.parent(prefix), '--output (its folder)')
+    print(f'Training a {FLAGS.vocab_size}-token {FLAGS.model_type} vocabulary on {len(files)} '
+          f'file(s); writing {prefix}.model and {prefix}.vocab', flush=True)
+    try:
+      model_file = tokenizer_lib.train_sentencepiece(
+          counted(sources.vocabulary_lines(files, **read)), FLAGS.vocab_size, prefix,
+          FLAGS.model_type, FLAGS.max_sentences)
+    except UserError as e:
+      if str(e).startswith('vocab_size='):
+        raise UserError(f'--{e}') from None  # The flag that sets it.
+      raise
   vocab_size = tokenizer_lib.load_tokenizer(model_file).vocab_size
   print(f'Wrote {model_file} ({vocab_size} tokens) from {num_lines} lines in '
         f'{time.time() - start:.1f}s; use --config.vocab_file={model_file} '

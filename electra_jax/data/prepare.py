@@ -37,6 +37,31 @@ def _output_dir(output: str) -> str:
   return paths.check_writable_dir(output, '--output')
 
 
+def _write(corpus, tokenizer, c, output: str, writer: shards.ShardWriter,
+           progress: bool) -> dict:
+  """Packs `corpus` into `writer`'s shards; returns the metadata written last."""
+  print(f'Packing {corpus.description} with {tokenizer} into {output} '
+        f'(max_seq_length {c.max_seq_length}, seed {c.seed})', flush=True)
+  bar = tqdm.tqdm(total=corpus.num_parts, unit=f' {corpus.unit}', file=sys.stderr,
+                  disable=not progress, mininterval=1.0 if sys.stderr.isatty() else 30.0,
+                  dynamic_ncols=True)
+  for tokens, num_first in pipeline.corpus_examples(corpus, tokenizer, c, 'train', bar.update):
+    writer.write(tokens, num_first)
+    if writer.num_examples % 10_000 == 0:
+      bar.set_postfix(examples=writer.num_examples, refresh=False)
+  bar.close()
+  if not writer.num_examples:
+    raise UserError(f'{corpus.description} produced no examples; check it contains text')
+  vocab_path = tokenizer.vocab_file
+  return writer.finish(dict(
+      source=corpus.source, vocab_file=vocab_path, vocab_sha256=shards.file_sha256(vocab_path),
+      vocab_size=tokenizer.vocab_size, do_lower_case=c.do_lower_case,
+      max_seq_length=c.max_seq_length, pack_across_documents=c.pack_across_documents,
+      short_seq_prob=c.short_seq_prob, seed=c.seed, special_ids=dict(
+          pad=tokenizer.pad_id, cls=tokenizer.cls_id, sep=tokenizer.sep_id,
+          mask=tokenizer.mask_id)))
+
+
 def prepare(config, output: str, examples_per_shard: int = 100_000,
             progress: bool = True) -> dict:
   """Writes the packed training examples of `config`'s corpus; returns the metadata."""
@@ -46,28 +71,14 @@ def prepare(config, output: str, examples_per_shard: int = 100_000,
   c = config_lib.resolve(config)
   tokenizer = tokenizer_lib.for_config(c)
   corpus = sources.open_corpus(c, 'train')
-  output = _output_dir(output)
-  print(f'Packing {corpus.description} with {tokenizer} into {output} '
-        f'(max_seq_length {c.max_seq_length}, seed {c.seed})', flush=True)
-  bar = tqdm.tqdm(total=corpus.num_parts, unit=f' {corpus.unit}', file=sys.stderr,
-                  disable=not progress, mininterval=1.0 if sys.stderr.isatty() else 30.0,
-                  dynamic_ncols=True)
-  writer = shards.ShardWriter(output, 'train', tokenizer.vocab_size, examples_per_shard)
-  for tokens, num_first in pipeline.corpus_examples(corpus, tokenizer, c, 'train', bar.update):
-    writer.write(tokens, num_first)
-    if writer.num_examples % 10_000 == 0:
-      bar.set_postfix(examples=writer.num_examples, refresh=False)
-  bar.close()
-  if not writer.num_examples:
-    raise UserError(f'{corpus.description} produced no examples; check it contains text')
-  vocab_path = tokenizer.vocab_file
-  metadata = writer.finish(dict(
-      source=corpus.source, vocab_file=vocab_path, vocab_sha256=shards.file_sha256(vocab_path),
-      vocab_size=tokenizer.vocab_size, do_lower_case=c.do_lower_case,
-      max_seq_length=c.max_seq_length, pack_across_documents=c.pack_across_documents,
-      short_seq_prob=c.short_seq_prob, seed=c.seed, special_ids=dict(
-          pad=tokenizer.pad_id, cls=tokenizer.cls_id, sep=tokenizer.sep_id,
-          mask=tokenizer.mask_id)))
+  with paths.new_dirs_removed_on_failure(output):
+    output = _output_dir(output)
+    writer = shards.ShardWriter(output, 'train', tokenizer.vocab_size, examples_per_shard)
+    try:
+      metadata = _write(corpus, tokenizer, c, output, writer, progress)
+    except BaseException:
+      writer.abort()
+      raise
   seconds = time.time() - start
   print(f'Wrote {metadata["num_examples"]} examples ({metadata["num_tokens"]} tokens) in '
         f'{len(metadata["shards"])} shard(s) to {output} in {seconds:.1f}s; train with '

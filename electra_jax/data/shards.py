@@ -95,6 +95,20 @@ class ShardWriter:
         os.remove(local)
     self._writer, self._count = None, 0
 
+  def abort(self):
+    """Removes the shards written so far: a failed prepare leaves none of its files behind."""
+    if self._writer is not None:
+      self._writer.close()
+      self._writer = None
+    for shard in self._shards:
+      tmp = os.path.join(self._local, shard['file'] + '.tmp')
+      if os.path.exists(tmp):
+        os.remove(tmp)
+      # Uploaded (remote) or renamed by finish (local) under its final name.
+      paths.remove_file(paths.join(self._dir, shard['file']))
+    if self._local != self._dir:
+      shutil.rmtree(self._local, ignore_errors=True)
+
   def finish(self, metadata: dict) -> dict:
     """Closes the last shard, moves shards to their final names, then writes the metadata."""
     self._close_shard()

@@ -63,11 +63,28 @@ def finetune_config(task: str) -> tuple[str, str]:
 def finetune_args(task: str, overrides: list[str]) -> list[str]:
   """The finetune command's flags for the task (checked here, before any pretraining)."""
   config_file, task_name = finetune_config(task)
-  budget.load_config(config_file, overrides, '--finetune_override', _FINETUNE_MANAGED,
-                     '--finetune_task', 'configs/finetune/glue.py')
+  config = budget.load_config(config_file, overrides, '--finetune_override', _FINETUNE_MANAGED,
+                              '--finetune_task', 'configs/finetune/glue.py')
+  config.task = task_name
+  _check_finetune_data(config)
   # The fine-tuned weights are not needed for the comparison: skip saving them by default.
   return [f'--config={config_file}', f'--config.task={task_name}',
           '--config.save_best_checkpoint=false', *[f'--config.{o}' for o in overrides]]
+
+
+def _check_finetune_data(config):
+  """Reads the task's data now (a TFDS task's first rows): a missing file or a bad row fails
+  before any pretraining, not after hours of it."""
+  from electra_jax.finetune import loop, settings, tasks  # pylint: disable=import-outside-toplevel
+  task = tasks.get_task(config.task)
+  # The width only picks default learning rates, which reading the data does not use.
+  c = settings.resolve(config, task, hidden_size=256)
+  with c.unlocked():
+    c.max_train_examples = c.max_eval_examples = 1
+  try:
+    loop.read_examples(c, task)
+  except UserError as e:
+    raise UserError(f'--finetune_task={FLAGS.finetune_task}: {e}') from None
 
 
 def pretrained_workdirs(values: list[str], plans) -> dict:

@@ -86,6 +86,14 @@ def _file_formats(task) -> str:
 
 def load_data(c, task, tokenizer) -> Data:
   """Reads and encodes the train split and every eval split of the task."""
+  task, train, evals = read_examples(c, task)
+  return Data(task=task, train=encode(c, task, tokenizer, train),
+              evals=[EvalSet(prefix, encode(c, task, tokenizer, ex), ex) for prefix, ex in evals])
+
+
+def read_examples(c, task) -> tuple:
+  """(task, train examples, [(eval prefix, eval examples)]): the task's data read, before any
+  tokenizer (a file task's labels come from its train file)."""
   from_files = reads_files(c, task)
   for key in ('train_file', 'eval_file') if from_files else ():
     if not c[key]:
@@ -136,8 +144,7 @@ def load_data(c, task, tokenizer) -> Data:
     train += [dict(e, text_a=e['text_b'], text_b=e['text_a']) for e in train]
   if not train:
     raise UserError(f'task {task.name}: the training split has no examples')
-  return Data(task=task, train=encode(c, task, tokenizer, train),
-              evals=[EvalSet(prefix, encode(c, task, tokenizer, ex), ex) for prefix, ex in evals])
+  return task, train, evals
 
 
 def _num_rows(features: dict) -> int:

@@ -182,11 +182,18 @@ def tfds_source(name: str, split: str, data_dir: str | None, download: bool,
   except ImportError as e:
     raise UserError(broken.format(name, e)) from None
   except (AssertionError, FileNotFoundError, ValueError, NotImplementedError) as e:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     remedy = remedy or (f'prepare it with `tfds build {name} --file_format=array_record` or '
                         'set --config.tfds_download=true and --config.tfds_data_dir=DIR')
-    raise UserError(f"TFDS dataset '{name}' split '{split}' is not available ({first[:200]}); "
-                    f'{remedy}') from None
+    raise UserError(f"TFDS dataset '{name}' split '{split}' is not available "
+                    f'({_first_line(e)}); {remedy}') from None
+  except OSError as e:  # A download without a network (requests' errors are OSErrors).
+    raise UserError(f"downloading TFDS dataset '{name}' failed ({_first_line(e)}); check the "
+                    f'network, or build it where there is one (`tfds build {name} '
+                    '--file_format=array_record`) and point config.tfds_data_dir at it') from None
+
+
+def _first_line(error: Exception) -> str:
+  return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
 
 
 def _text(value) -> str:
