@@ -69,6 +69,14 @@ def _flag_error_message(error: Exception, argv,
             f'({text.splitlines()[-1].strip()}); fix it or pass another file')
   if isinstance(error, flags.Error) and text.startswith('flag --config.'):  # A bad value.
     return f"{text.splitlines()[0].removeprefix('flag ')}; {keys_file} shows the key's type"
+  required = re.match(r'flag --(\w+)=None: Flag --\w+ must have a value other than None', text)
+  if isinstance(error, flags.Error) and required:
+    name = required.group(1)
+    # Arguments that no flag took: `train configs/demo.py` meant --config=configs/demo.py.
+    loose = [a for i, a in enumerate(argv[1:], 1) if not a.startswith('-')
+             and not (argv[i - 1].startswith('--') and '=' not in argv[i - 1])]
+    hint = f" ('{loose[0]}' has no flag name: write --{name}={loose[0]})" if loose else ''
+    return f'--{name} is required; pass --{name}=...{hint}; see --help'
   if isinstance(error, flags.Error):
     return f'{text.splitlines()[0]}; see --help'
   if 'get_config' in text:
