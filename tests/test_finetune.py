@@ -1019,6 +1019,14 @@ def test_predict_reproduces_the_best_epochs_score_and_writes_every_example(finet
   assert again.returncode == 2 and again.stderr.strip().splitlines()[-1] == (
       f"error: --output '{tmp_path}/out' already holds eval.tsv, eval.jsonl; pass another "
       '--output or --overwrite')
+  seeds = sorted(r['seed'] for r in results['runs'])
+  no_seed = subprocess.run([*proc.args[:4], f'--output={tmp_path}/new/out', *proc.args[5:],
+                            '--seed=99'], cwd=REPO_ROOT,
+                           env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT),
+                           capture_output=True, text=True, timeout=600, check=False)
+  assert no_seed.returncode == 2 and no_seed.stderr.strip().splitlines()[-1] == (
+      f'error: --seed=99 is not a run of {finetuned["out"]}; its seeds: {seeds}')
+  assert not (tmp_path / 'new').exists()  # The folders it made for --output are gone.
 
 
 def test_predict_never_writes_over_its_input_file(finetuned, tmp_path):

@@ -260,8 +260,13 @@ def write_part(output: str, task, part: Part, outputs: dict, decoded=None) -> li
 def predict(run: saved_run_lib.FinetunedRun, parts: list, output: str, seed: int | None = None,
             batch_size: int | None = None, overwrite: bool = False, say=print) -> dict:
   """Predicts every part with the run's best (or `seed`'s) checkpoint; returns the summary."""
+  with paths.new_dirs_removed_on_failure(output):  # A refused seed leaves no empty --output.
+    return _predict(run, parts, check_output(output, run.task, parts, overwrite), seed,
+                    batch_size, say)
+
+
+def _predict(run, parts, output, seed, batch_size, say) -> dict:
   task = run.task
-  output = check_output(output, task, parts, overwrite)
   seed = run.best_seed() if seed is None else seed
   predictor = Predictor(run, seed, batch_size or run.config.eval_batch_size)
   say(f'Predicting with {run.workdir} (task {task.name}, seed {seed}, step {predictor.step}) '
