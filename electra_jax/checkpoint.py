@@ -329,16 +329,23 @@ def open_for_reading(workdir: str) -> tuple[Checkpointer, int]:
   return ckpt, step
 
 
-def read_params(workdir: str, step: int | None = None) -> tuple[dict, int]:
-  """(parameters as numpy arrays, step) of a workdir's latest (or `step`) checkpoint, read on
-  one device whatever the mesh it was saved from (export, fine-tuning, init_from)."""
+def check_step(ckpt: Checkpointer, step: int, flag: str | None = None):
+  """UserError unless `step` is a complete checkpoint of `ckpt` (`flag`: the flag naming it)."""
+  steps = sorted(ckpt.all_steps())
+  if step not in steps:
+    named = f'{flag}={step}' if flag else f'step {step}'
+    raise UserError(f'{named} is not a checkpoint in {ckpt.directory}; available: {steps}')
+
+
+def read_params(workdir: str, step: int | None = None,
+                flag: str | None = None) -> tuple[dict, int]:
+  """(parameters as numpy arrays, step) of a workdir's latest (or `step`, named by `flag`)
+  checkpoint, read on one device whatever the mesh it was saved from (export, fine-tuning,
+  init_from)."""
   ckpt, latest = open_for_reading(workdir)
   try:
-    steps = ckpt.all_steps()
     step = latest if step is None else step
-    if step not in steps:
-      raise UserError(f'step {step} is not a checkpoint in {ckpt.directory}; available: '
-                      f'{sorted(steps)}')
+    check_step(ckpt, step, flag)
     state = ckpt.read_state(step)
   finally:
     ckpt.close()

@@ -116,7 +116,7 @@ def main(argv):
   model = model_lib.Electra(model_lib.ModelConfig.from_config(config))
   objective = objectives.build(model, config, tokenizer.special_ids, tokenizer.mask_id)
   check_detects(objective, config.objective)
-  params, step = checkpoint.read_params(FLAGS.workdir, FLAGS.step)
+  params, step = checkpoint.read_params(FLAGS.workdir, FLAGS.step, '--step')
   batch, cut = texts_batch(tokenizer, FLAGS.text, config.max_seq_length)
   rng = jax.random.key(FLAGS.seed) if FLAGS.sample else None
   out = jax.device_get(jax.jit(functools.partial(discriminate, objective))(params, batch, rng))

@@ -46,9 +46,7 @@ def main(argv):
   experiment_lib.check_saved_config_matches(FLAGS.workdir, run.config)
   ckpt, latest = checkpoint.open_for_reading(FLAGS.workdir)
   step = latest if FLAGS.step is None else FLAGS.step
-  if step not in ckpt.all_steps():
-    raise cli.UserError(f'--step={step} is not a checkpoint in {ckpt.directory}; '
-                        f'available: {ckpt.all_steps()}')
+  checkpoint.check_step(ckpt, step, '--step')
   abstract_state = run.abstract_state()
   state = ckpt.restore(step, abstract_state)
   ckpt.close()

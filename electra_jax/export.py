@@ -152,7 +152,7 @@ def export_workdir(workdir: str, output: str, what: str = 'discriminator',
   layout = {'discriminator': {'discriminator': ''}, 'generator': {'generator': ''},
             'both': {'discriminator': '', 'generator': GENERATOR_DIR}}[what]
   check_exportable(config, layout)
-  params, step = checkpoint.read_params(workdir, step)
+  params, step = checkpoint.read_params(workdir, step, '--step')
   pad_id = tokenizer_lib.for_config(config).pad_id
 
   def write(tmp):
@@ -225,17 +225,22 @@ def main(argv):
     raise UserError('pass --workdir=WORKDIR (a training run) and --output=DIR (the transformers '
                     'directory to write); to start a run from transformers weights use '
                     'python -m electra_jax.train --config.init_from=HF_DIR')
-  if saved_run.is_finetuning_workdir(FLAGS.workdir):
+  finetuned = saved_run.is_finetuning_workdir(FLAGS.workdir)
+  if finetuned:
     if FLAGS['what'].present or FLAGS.step is not None:
       raise UserError(f"'{FLAGS.workdir}' is a fine-tuning workdir: it exports its classifier; "
                       'drop --what and --step (--seed=K picks a seed)')
-    result = export_finetuned(FLAGS.workdir, FLAGS.output, FLAGS.seed, FLAGS.overwrite)
-  else:
-    if FLAGS.seed is not None:
-      raise UserError(f'--seed={FLAGS.seed} is for fine-tuning workdirs; '
-                      f"'{FLAGS.workdir}' is a pretraining one (--step=K picks a checkpoint)")
-    result = export_workdir(FLAGS.workdir, FLAGS.output, FLAGS.what, FLAGS.step,
-                            FLAGS.overwrite)
+  elif FLAGS.seed is not None:
+    raise UserError(f'--seed={FLAGS.seed} is for fine-tuning workdirs; '
+                    f"'{FLAGS.workdir}' is a pretraining one (--step=K picks a checkpoint)")
+  # A run refused after --output's folders are made (an unexportable config, a missing step or
+  # seed) leaves none of them behind.
+  with paths.new_dirs_removed_on_failure(paths.parent(FLAGS.output)):
+    if finetuned:
+      result = export_finetuned(FLAGS.workdir, FLAGS.output, FLAGS.seed, FLAGS.overwrite)
+    else:
+      result = export_workdir(FLAGS.workdir, FLAGS.output, FLAGS.what, FLAGS.step,
+                              FLAGS.overwrite)
   print(f"Wrote {result['output']} in {time.time() - start:.1f}s", flush=True)
   cli.print_result(dict(result, wall_time_sec=round(time.time() - start, 2)))
 

@@ -275,6 +275,16 @@ def test_export_cli_writes_directories_transformers_loads(exported):
                                 disc.electra.embeddings.word_embeddings.weight.detach().numpy())
 
 
+def test_a_refused_export_leaves_no_folder_it_made_for_output(exported):
+  new = pathlib.Path(exported['base']) / 'new'
+  proc = run_cli('electra_jax.export', f'--workdir={exported["workdir"]}',
+                 f'--output={new}/a/hf', '--step=7', check=False)
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+      f"error: --step=7 is not a checkpoint in {exported['workdir']}/checkpoints; available: "
+      '[2]'], proc.stderr
+  assert not new.exists()
+
+
 def test_overwrite_replaces_an_earlier_export_but_never_the_run_or_other_files(exported):
   """--overwrite with --output at the workdir, above it (a symlink too) or at a directory that
   is not an export (the run's checkpoints) would have deleted the run: refused, nothing
