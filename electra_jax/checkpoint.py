@@ -23,7 +23,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from electra_jax import paths
-from electra_jax.errors import UserError
+from electra_jax.errors import UserError, first_line
 
 TMP_MARKER = '.orbax-checkpoint-tmp'
 # What marks a complete step on an object store (Orbax's CommitFileTemporaryPath).
@@ -44,11 +44,6 @@ class _ReadOnlyNotices(logging.Filter):
     return not any(n in record.getMessage() for n in self.NOTICES)
 
 
-def _one_line(error: Exception, limit: int = 160) -> str:
-  text = (str(error).strip().splitlines() or [''])[0] or type(error).__name__
-  return text if len(text) <= limit else text[:limit] + '...'
-
-
 def _save_reason(error: Exception) -> str:
   """Why a save failed, in the operating system's words where there are some: tensorstore's
   message for a full disk is a long line with the cause at its end."""
@@ -56,7 +51,7 @@ def _save_reason(error: Exception) -> str:
   match = re.search(r"os_error_code='?(\d+)", str(error))
   if match:
     code = int(match.group(1))
-  return os.strerror(code) if isinstance(code, int) and code > 0 else _one_line(error)
+  return os.strerror(code) if isinstance(code, int) and code > 0 else first_line(error)
 
 
 @jax.jit
@@ -226,7 +221,7 @@ class Checkpointer:
         state, loop_state = self.restore(step, abstract_state, with_loop=True)
         ok, reason = all_finite(state), 'contains NaN/inf'
       except Exception as e:  # pylint: disable=broad-except
-        ok, reason = False, _one_line(e)
+        ok, reason = False, first_line(e)
       if _all_processes_agree(ok):
         for bad_step, bad_reason in failures:
           self._move_aside(bad_step, bad_reason, step)

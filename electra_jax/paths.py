@@ -24,7 +24,7 @@ import urllib.parse
 import fsspec.config
 from etils import epath
 
-from electra_jax.errors import UserError
+from electra_jax.errors import UserError, first_line
 
 # The directory that holds the electra_jax package (a clone's root).
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -343,7 +343,7 @@ def _storage_problem(scheme: str) -> str | None:
     try:
       google.auth.default()
     except google.auth.exceptions.DefaultCredentialsError as e:
-      return (f'no Google Cloud credentials for {scheme}:// paths ({_first_line(e)}); run '
+      return (f'no Google Cloud credentials for {scheme}:// paths ({first_line(e)}); run '
               '`gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS '
               "to a service-account key file (Cloud TPU VMs use the VM's service account)")
   url = urllib.parse.urlparse(endpoint)
@@ -364,12 +364,6 @@ def _importable(module: str) -> bool:
     return False
 
 
-def _first_line(error: BaseException, limit: int = 200) -> str:
-  text = next((line.strip() for line in str(error).splitlines() if line.strip()), '')
-  text = text or type(error).__name__
-  return text if len(text) <= limit else text[:limit] + '...'
-
-
 def _bucket(path: str) -> str | None:
   url = urllib.parse.urlparse(path)
   return f'{url.scheme}://{url.netloc}' if is_remote(path) and url.netloc else None
@@ -386,7 +380,7 @@ def user_error(path, error: BaseException, what: str = '') -> UserError | None:
   if isinstance(error, UserError):
     return error
   where = f"{what} '{path}'" if what else f"'{path}'" if path else 'a storage path'
-  text = _first_line(error)
+  text = first_line(error)
   module = type(error).__module__ or ''
   if (isinstance(error, PermissionError) or _code(error) in (401, 403)
       or text.startswith('Forbidden') or 'PERMISSION_DENIED' in text):

@@ -15,7 +15,7 @@ import os
 import re
 
 from electra_jax import chips
-from electra_jax.errors import UserError
+from electra_jax.errors import UserError, first_line
 
 # The Cloud slice shapes by chip count (the docs pages of chips.py): 3D tori for v4/v5p, 2D for
 # v5e/v6e. Other shapes can be given in the libtpu spelling.
@@ -105,10 +105,8 @@ def devices(chip: chips.TpuChip, topology_name: str) -> list:
       slice_devices = topologies.get_topology_desc(
           topology_name=topology_name, platform='tpu', chip_config_name=chip_config).devices
   except Exception as e:  # pylint: disable=broad-except
-    text = str(e).strip()
     raise UserError(f'libtpu does not accept the topology {topology_name!r} '
-                    f'({text.splitlines()[0] if text else type(e).__name__}); use e.g. '
-                    f'{EXAMPLES}') from None
+                    f'({first_line(e)}); use e.g. {EXAMPLES}') from None
   if len(slice_devices) != num_chips(topology_name):
     raise UserError(f'libtpu gave {len(slice_devices)} devices for {topology_name!r}, not one '
                     f'per chip ({num_chips(topology_name)}); try another libtpu version')

@@ -9,7 +9,7 @@ from typing import Iterator
 
 from electra_jax import paths
 from electra_jax.data import sources
-from electra_jax.errors import UserError
+from electra_jax.errors import UserError, first_line
 
 
 def _build_hint(name: str, data_dir: str | None) -> str:
@@ -78,8 +78,7 @@ def open_text_source(name: str, split: str, text_key: str,
                     f'check --config.tfds_name, or {_build_hint(name, data_dir)}') from None
   except Exception as e:  # pylint: disable=broad-except  # Builder code that cannot load.
     raise UserError(f"cannot load TFDS dataset '{name}': {type(e).__name__}: "
-                    f"{str(e).splitlines()[0] if str(e) else ''}; {_build_hint(name, data_dir)}"
-                    ) from None
+                    f'{first_line(e)}; {_build_hint(name, data_dir)}') from None
   features = sorted(builder.info.features.keys())
   if text_key not in features:
     raise UserError(f"config.text_key={text_key!r} is not a feature of TFDS dataset "
@@ -96,6 +95,6 @@ def open_text_source(name: str, split: str, text_key: str,
                       f'{file_format}, which has no random access without TensorFlow; rebuild '
                       f'it with `tfds build {name} --file_format=array_record`') from None
     raise UserError(f"config.tfds_split={split!r} does not work for TFDS dataset '{name}' "
-                    f'({str(e).splitlines()[0]}); its splits are {sorted(builder.info.splits)}'
+                    f'({first_line(e)}); its splits are {sorted(builder.info.splits)}'
                     ) from None
   return TfdsTextSource(name, split, text_key, data_source)

@@ -19,7 +19,7 @@ from absl import logging
 
 from electra_jax import paths
 from electra_jax.data import sources
-from electra_jax.errors import UserError
+from electra_jax.errors import UserError, first_line
 from electra_jax.finetune import metrics
 
 CLASSIFICATION, REGRESSION, SPAN, TAGGING = 'classification', 'regression', 'span', 'tagging'
@@ -185,15 +185,11 @@ def tfds_source(name: str, split: str, data_dir: str | None, download: bool,
     remedy = remedy or (f'prepare it with `tfds build {name} --file_format=array_record` or '
                         'set --config.tfds_download=true and --config.tfds_data_dir=DIR')
     raise UserError(f"TFDS dataset '{name}' split '{split}' is not available "
-                    f'({_first_line(e)}); {remedy}') from None
+                    f'({first_line(e)}); {remedy}') from None
   except OSError as e:  # A download without a network (requests' errors are OSErrors).
-    raise UserError(f"downloading TFDS dataset '{name}' failed ({_first_line(e)}); check the "
+    raise UserError(f"downloading TFDS dataset '{name}' failed ({first_line(e)}); check the "
                     f'network, or build it where there is one (`tfds build {name} '
                     '--file_format=array_record`) and point config.tfds_data_dir at it') from None
-
-
-def _first_line(error: Exception) -> str:
-  return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
 
 
 def _text(value) -> str:
