@@ -92,7 +92,8 @@ def _in_temp_dir(output: str, write) -> None:
   local = tempfile.mkdtemp(prefix='electra_export_') if remote else staging
   old = None
   try:
-    write(local)
+    with paths.storage_errors(output, '--output'):  # A full disk: one line naming --output.
+      write(local)
     if remote:
       paths.copy_tree(local, staging)
     if paths.exists(output):

@@ -3,6 +3,8 @@ round trips, the CLI. Starting a run from transformers weights: tests/test_init_
 import os
 import pathlib
 import shutil
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -282,6 +284,15 @@ def test_a_refused_export_leaves_no_folder_it_made_for_output(exported):
   assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
       f"error: --step=7 is not a checkpoint in {exported['workdir']}/checkpoints; available: "
       '[2]'], proc.stderr
+  assert not new.exists()
+  # A disk that fills up (no file may pass 100 KB; the embeddings are 500 KB): one line.
+  full = subprocess.run(['bash', '-c', 'ulimit -f 100 && exec "$@"', '--', sys.executable, '-m',
+                         'electra_jax.export', f'--workdir={exported["workdir"]}',
+                         f'--output={new}/a/hf'], cwd=REPO_ROOT, capture_output=True, text=True,
+                        timeout=600, env=dict(os.environ, JAX_PLATFORMS='cpu'))
+  assert full.returncode == 2 and full.stderr.strip().splitlines() == [
+      f"error: writing --output '{new}/a/hf' failed (File too large); free disk space (or raise "
+      'the quota or file size limit), then re-run the same command'], full.stderr
   assert not new.exists()
 
 
