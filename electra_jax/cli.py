@@ -235,8 +235,10 @@ def run(main, keys_file: str = 'configs/base_config.py'):
       logging.set_verbosity(logging.WARNING)
       for name in _QUIET_LOGGERS:
         std_logging.getLogger(name).setLevel(std_logging.CRITICAL)
-      std_logging.getLogger('absl').addFilter(_OrbaxErrorsOnOneLine())
-      sys.unraisablehook = _quiet_closed_loops(sys.unraisablehook)
+      absl_logger = std_logging.getLogger('absl')
+      if not any(isinstance(f, _OrbaxErrorsOnOneLine) for f in absl_logger.filters):
+        absl_logger.addFilter(_OrbaxErrorsOnOneLine())
+        sys.unraisablehook = _quiet_closed_loops(sys.unraisablehook)
     try:
       skip_absent_tpu_runtime()
       use_compilation_cache(flags.FLAGS.compilation_cache_dir)

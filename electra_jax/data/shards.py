@@ -9,6 +9,7 @@ length of `[CLS] A [SEP]`, as little-endian uint16 (int32 for vocabularies over 
 Keeping corpus order means a run on prepared shards sees exactly the batches the same run
 streaming the raw text would.
 """
+import contextlib
 import hashlib
 import json
 import os
@@ -98,7 +99,8 @@ class ShardWriter:
   def abort(self):
     """Removes the shards written so far: a failed prepare leaves none of its files behind."""
     if self._writer is not None:
-      self._writer.close()
+      with contextlib.suppress(Exception):  # Its failure is the one being reported.
+        self._writer.close()
       self._writer = None
     for shard in self._shards:
       tmp = os.path.join(self._local, shard['file'] + '.tmp')
