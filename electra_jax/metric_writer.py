@@ -4,11 +4,12 @@ On an object store (gs://) the JSONL files are uploaded whole (atomic.AppendFile
 every FLUSH_SECONDS, at every checkpoint (flush(), before the save starts) and at the end. Rows
 after the last checkpoint are the ones a resumed run removes anyway, so "resume truncates to
 the checkpoint step" stays exact. TensorBoard event files go straight to the bucket
-(tensorboardX's own gs:// writer, which uploads the event file whole every 30 s).
+(tensorboardX's own gs:// writer, which uploads the event file whole at each flush).
 """
 import json
 import math
 import sys
+import time
 
 from electra_jax import atomic
 from electra_jax import cli
@@ -40,24 +41,59 @@ def truncate_after(path: str, step: int):
     atomic.write_text(path, ''.join(kept))
 
 
-def summary_writer_class():
-  """tensorboardX's SummaryWriter, imported without torch.
+def _tensorboardx():
+  """(tensorboardX's EventsWriter, its Event and Summary protos), imported without torch.
 
-  tensorboardX's writer module imports torch whenever it is installed, only to accept torch
-  tensors: 2 s and a few hundred MB in every train process (benchmarks/RESULTS.md, session 16)
-  for scalars that are Python floats here. While it is imported, `import torch` fails (an
+  tensorboardX's package imports torch whenever it is installed, only to accept torch tensors:
+  2 s and a few hundred MB in every train process (benchmarks/RESULTS.md, session 16) for
+  scalars that are Python floats here. While it is imported, `import torch` fails (an
   ImportError tensorboardX catches); torch stays importable afterwards.
   """
   # pylint: disable=import-outside-toplevel
-  if 'torch' in sys.modules or 'tensorboardX.writer' in sys.modules:
-    from tensorboardX import SummaryWriter
-    return SummaryWriter
-  sys.modules['torch'] = None
-  try:
-    from tensorboardX import SummaryWriter
-  finally:
-    del sys.modules['torch']
-  return SummaryWriter
+  if 'torch' not in sys.modules and 'tensorboardX' not in sys.modules:
+    sys.modules['torch'] = None
+    try:
+      import tensorboardX  # pylint: disable=unused-import
+    finally:
+      del sys.modules['torch']
+  from tensorboardX.event_file_writer import EventsWriter
+  from tensorboardX.proto.event_pb2 import Event
+  from tensorboardX.proto.summary_pb2 import Summary
+  return EventsWriter, Event, Summary
+
+
+class TensorBoardEvents:
+  """Scalars in a TensorBoard event file, written in the caller's thread and flushed at most
+  every `interval` seconds, at flush() and at close(). tensorboardX's SummaryWriter writes
+  from a thread of its own: when a write there failed (a full disk, a failed upload) the
+  thread died and the next add_scalar that found its queue full waited forever, so the run
+  hung; here the failure is one line naming the directory."""
+
+  def __init__(self, directory: str, interval: float = 30.0):
+    events_writer, self._event, self._summary = _tensorboardx()
+    self.directory, self._interval = directory, interval
+    with paths.storage_errors(directory, 'TensorBoard directory'):
+      if not paths.is_remote(directory):
+        paths.make_dirs(directory)
+      self._writer = events_writer(paths.join(directory, 'events'))
+    self._flushed_at = time.monotonic()
+
+  def add_scalars(self, step: int, scalars: dict):
+    values = [self._summary.Value(tag=tag, simple_value=value) for tag, value in scalars.items()]
+    with paths.storage_errors(self.directory, 'TensorBoard directory'):
+      self._writer.write_event(self._event(wall_time=time.time(), step=step,
+                                           summary=self._summary(value=values)))
+    if time.monotonic() - self._flushed_at >= self._interval:
+      self.flush()
+
+  def flush(self):
+    with paths.storage_errors(self.directory, 'TensorBoard directory'):
+      self._writer.flush()
+    self._flushed_at = time.monotonic()
+
+  def close(self):
+    with paths.storage_errors(self.directory, 'TensorBoard directory'):
+      self._writer.close()
 
 
 class MetricWriter:
@@ -74,10 +110,7 @@ class MetricWriter:
       for name in NAMES:
         truncate_after(paths.join(self.workdir, f'{name}.jsonl'), resume_step)
     self._files = {}
-    self._tb = None
-    if enabled:
-      with paths.storage_errors(self.workdir):
-        self._tb = summary_writer_class()(paths.join(self.workdir, 'tensorboard'), flush_secs=30)
+    self._tb = TensorBoardEvents(paths.join(self.workdir, 'tensorboard')) if enabled else None
 
   def write(self, name: str, step: int, record: dict):
     """name 'metrics' -> metrics.jsonl and TensorBoard tag prefix 'train/'."""
@@ -88,16 +121,17 @@ class MetricWriter:
                                             FLUSH_SECONDS)
     self._files[name].write(cli.json_line(dict(step=step, **record)) + '\n')
     prefix = 'train' if name == 'metrics' else name.replace('_metrics', '')
-    for key, value in record.items():
-      # Undefined ratios (e.g. precision with no positive prediction) are null in the JSONL
-      # and left out of TensorBoard, which would otherwise warn on every one.
-      if isinstance(value, (int, float)) and math.isfinite(value):
-        self._tb.add_scalar(f'{prefix}/{key}', value, step)
+    # Undefined ratios (e.g. precision with no positive prediction) are null in the JSONL and
+    # left out of TensorBoard, as are values that are not numbers.
+    self._tb.add_scalars(step, {f'{prefix}/{key}': value for key, value in record.items()
+                                if isinstance(value, (int, float)) and math.isfinite(value)})
 
   def flush(self):
     """Everything logged so far reaches the workdir (called before each checkpoint)."""
     for f in self._files.values():
       f.flush()
+    if self._tb is not None:
+      self._tb.flush()
 
   def close(self):
     for f in self._files.values():

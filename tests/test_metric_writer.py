@@ -62,7 +62,7 @@ def test_scalars_reach_jsonl_and_tensorboard_and_torch_is_never_imported(tmp_pat
 
 _FILL = """
 import sys
-from electra_jax import atomic
+from electra_jax import atomic, metric_writer
 from electra_jax.errors import UserError
 try:
   atomic.write_bytes(sys.argv[1] + '/big.bin', b'x' * 200_000)
@@ -74,16 +74,26 @@ try:
     log.write('y' * 99 + '\\n')
 except UserError as e:
   print(e)
+# tensorboardX's SummaryWriter hung here: its writer thread died, its queue filled.
+events = metric_writer.TensorBoardEvents(sys.argv[1] + '/tensorboard', interval=0)
+try:
+  for step in range(2000):
+    events.add_scalars(step, {'train/loss': 1.0, 'train/disc_auc': 0.5})
+except UserError as e:
+  print(e)
 """
 
 
-def test_a_full_disk_is_one_line_naming_the_file_and_leaves_no_half_written_file(tmp_path):
+def test_a_full_disk_is_one_line_naming_the_file_leaves_no_half_written_file_and_no_hang(
+    tmp_path):
   proc = subprocess.run(['bash', '-c', 'ulimit -f 100 && exec "$@"', '--', sys.executable, '-c',
                          _FILL, str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True,
                         timeout=120, env=dict(os.environ, PYTHONPATH=REPO_ROOT))
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.splitlines() == [
-      f"writing '{tmp_path}/{name}' failed (File too large); free disk space (or raise the "
-      'quota or file size limit), then re-run the same command'
-      for name in ('big.bin', 'log.jsonl')]
-  assert sorted(os.listdir(tmp_path)) == ['log.jsonl']  # No big.bin, and no big.bin.tmp.
+      f"writing {what}'{tmp_path}/{name}' failed (File too large); free disk space (or raise "
+      'the quota or file size limit), then re-run the same command'
+      for what, name in (('', 'big.bin'), ('', 'log.jsonl'),
+                         ('TensorBoard directory ', 'tensorboard'))]
+  # No big.bin, and no big.bin.tmp.
+  assert sorted(os.listdir(tmp_path)) == ['log.jsonl', 'tensorboard']
