@@ -6,6 +6,7 @@ after the last checkpoint are the ones a resumed run removes anyway, so "resume 
 the checkpoint step" stays exact. TensorBoard event files go straight to the bucket
 (tensorboardX's own gs:// writer, which uploads the event file whole at each flush).
 """
+import importlib
 import json
 import math
 import sys
@@ -53,7 +54,7 @@ def _tensorboardx():
   if 'torch' not in sys.modules and 'tensorboardX' not in sys.modules:
     sys.modules['torch'] = None
     try:
-      import tensorboardX  # pylint: disable=unused-import
+      importlib.import_module('tensorboardX')
     finally:
       del sys.modules['torch']
   from tensorboardX.event_file_writer import EventsWriter
