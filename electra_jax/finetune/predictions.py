@@ -166,11 +166,12 @@ def check_output(output: str, task, parts: list, overwrite: bool) -> str:
   if len(set(names)) < len(names):
     raise UserError(f'two inputs would write the same files ({sorted(names)}); give the files '
                     'different names')
-  inputs = [part.source for part in parts if part.source is not None]
+  inputs = {part.source: paths.resolve(part.source) for part in parts if part.source is not None}
+  directory = paths.absolute(output)
   for name in names:
-    target = paths.join(paths.absolute(output), name)
+    target = paths.join(directory, name)
     # contains: the same path (symlinks resolved); nothing lies below a file.
-    clash = next((i for i in inputs if paths.contains(target, paths.resolve(i))), None)
+    clash = next((i for i, found in inputs.items() if paths.contains(target, found)), None)
     if clash is not None:
       raise UserError(f"--output '{output}' would write {name} over the input file '{clash}'; "
                       'pass another --output')
