@@ -145,11 +145,8 @@ def export_workdir(workdir: str, output: str, what: str = 'discriminator',
   """
   if what not in ('discriminator', 'generator', 'both'):
     raise UserError(f"--what={what!r} must be 'discriminator', 'generator' or 'both'")
-  if not paths.is_dir(workdir):
-    state = 'is a file' if paths.exists(workdir) else 'does not exist'
-    raise UserError(f"--workdir '{workdir}' {state}; pass a training workdir")
-  output = _check_output(output, overwrite, workdir)
   config = saved_config.load(workdir)
+  output = _check_output(output, overwrite, workdir)
   layout = {'discriminator': {'discriminator': ''}, 'generator': {'generator': ''},
             'both': {'discriminator': '', 'generator': GENERATOR_DIR}}[what]
   check_exportable(config, layout)

@@ -77,6 +77,10 @@ def write(workdir, c: ml_collections.ConfigDict):
 
 def _read(workdir, kind: str, command: str) -> dict:
   target = path(workdir)
+  if not paths.is_dir(workdir):
+    state = 'is a file' if paths.exists(workdir) else 'does not exist'
+    raise UserError(f"'{paths.absolute(workdir)}' {state}; pass a {kind} workdir (python -m "
+                    f'electra_jax.{command} --workdir=...)')
   if not paths.exists(target):
     raise UserError(f"'{target}' not found; '{workdir}' is not a {kind} workdir (python -m "
                     f'electra_jax.{command} writes config.json there)')

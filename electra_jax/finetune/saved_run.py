@@ -94,10 +94,6 @@ def is_finetuning_workdir(workdir: str) -> bool:
 def load(workdir: str) -> FinetunedRun:
   """The finished fine-tuning run in `workdir`, or a UserError saying what is missing."""
   workdir = paths.absolute(workdir)
-  if not paths.is_dir(workdir):
-    state = 'is a file' if paths.exists(workdir) else 'does not exist'
-    raise UserError(f"--workdir '{workdir}' {state}; pass a fine-tuning workdir "
-                    '(python -m electra_jax.finetune --workdir=...)')
   if checkpoint.has_steps(workdir):
     raise UserError(f"'{workdir}' is a pretraining workdir; predictions come from a fine-tuned "
                     'one (python -m electra_jax.finetune --config.init_checkpoint='
