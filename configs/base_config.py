@@ -149,7 +149,8 @@ def get_config():
   # Pretraining objective (paper's ablations, README "Ablations"): 'electra' (RTD), 'mlm'
   # (BERT: one full-size MLM, no generator), 'electra_15' (RTD loss on masked positions only),
   # 'replace_mlm' (MLM on generator-replaced positions), 'all_tokens_mlm' (predict every token
-  # with a copy mechanism), 'two_stage' (generator alone, then a frozen one feeds RTD).
+  # with a copy mechanism), 'two_stage' (generator alone, then a frozen one feeds RTD),
+  # 'adversarial' (the generator maximises the discriminator's loss by REINFORCE), 'electric'.
   c.objective = 'electra'
   # Weights shared by generator and discriminator: 'embeddings' (token/position/type tables),
   # 'none' (each has its own), 'all' (also every encoder weight; needs generator_hidden_size 1)

@@ -11,7 +11,8 @@ tied vocabulary projection only at the `max_predictions_per_seq` masked slots of
 The parts are those the objective's layout (objectives/) has: a generator or not, the
 full-size network's per-token head and/or MLM head (dense H->E, then E->vocab) at the masked
 slots or, for all_tokens_mlm, every position; Electric's two-tower cloze generator runs two
-encoders and its head at every position. Weight sharing (config.tie) changes no FLOPs:
+encoders and its head at every position; adversarial's generator adds its baseline head at
+the masked slots. Weight sharing (config.tie) changes no FLOPs:
 tied weights are still applied once per network. An objective whose steps differ (two_stage)
 averages them in its `flops_per_step` hook.
 """
@@ -51,6 +52,8 @@ def forward_flops(config) -> dict:
         # dense(H_G -> E), then the tied projection E -> vocab, at the masked slots only.
         'generator_head': 2 * masked * (hg * e + e * v),
     })
+    if layout.generator_baseline:  # adversarial's dense(H_G -> 1) at the masked slots.
+      parts['generator_head'] += 2 * masked * hg
   if layout.cloze_generator:  # Electric: two towers, dense(2 H_G -> E) + vocab everywhere.
     parts['generator_encoder'] *= 2
     parts['generator_attention'] *= 2

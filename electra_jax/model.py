@@ -468,15 +468,22 @@ class Generator(nn.Module):
     self.head = GeneratorHead(cfg)
     self.output_bias = self.param('output_bias', nn.initializers.zeros, (cfg.vocab_size,),
                                   jnp.float32)
+    if cfg.layout.generator_baseline:
+      self.baseline = nn.Dense(1, dtype=cfg.dtype, param_dtype=jnp.float32,
+                               kernel_init=_normal(cfg.initializer_range))
 
   def __call__(self, embedded, attention_mask, masked_positions, embeddings, deterministic):
     return self.predict(self.encoder(embedded, attention_mask, deterministic), masked_positions,
                         embeddings)
 
   def predict(self, hidden, masked_positions, embeddings):
+    """(MLM logits [B, P, vocab], the baseline head's logits [B, P] or None without one)."""
     # Gather the masked positions first: the vocab projection is the costliest matmul.
     hidden = jnp.take_along_axis(hidden, masked_positions[..., None], axis=1)
-    return embeddings.attend(self.head(hidden)) + self.output_bias
+    logits = embeddings.attend(self.head(hidden)) + self.output_bias
+    if not self.cfg.layout.generator_baseline:
+      return logits, None
+    return logits, self.baseline(hidden)[..., 0].astype(jnp.float32)
 
 
 class ClozeGenerator(nn.Module):
@@ -576,6 +583,12 @@ class Electra(nn.Module):
   def generator_logits(self, masked_ids, segment_ids, input_mask, masked_positions,
                        deterministic=True):
     """MLM logits [B, P, vocab] (float32) at `masked_positions` [B, P]."""
+    return self.generator_outputs(masked_ids, segment_ids, input_mask, masked_positions,
+                                  deterministic)[0]
+
+  def generator_outputs(self, masked_ids, segment_ids, input_mask, masked_positions,
+                        deterministic=True):
+    """(MLM logits [B, P, vocab], baseline logits [B, P] or None): Generator.predict."""
     embeddings = self.generator_embeddings if self.cfg.tie == 'none' else self.embeddings
     embedded = embeddings(masked_ids, segment_ids)
     if self.cfg.tie == 'all':

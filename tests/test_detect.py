@@ -88,7 +88,7 @@ def test_objectives_without_a_replaced_token_probability_are_refused():
   for name in ('mlm', 'replace_mlm'):
     with pytest.raises(UserError, match=f"objective '{name}' has no per-token head .* detect "
                        'reads runs of electra, electra_15, all_tokens_mlm, two_stage, '
-                       'electric$'):
+                       'electric, adversarial$'):
       detect.check_detects(objective_of(name), name)
   for name in ('electra', 'electra_15', 'all_tokens_mlm', 'electric'):
     detect.check_detects(objective_of(name), name)
@@ -134,7 +134,7 @@ def test_all_tokens_mlm_reads_one_minus_its_probability_of_the_token_it_was_give
   np.testing.assert_allclose(as_written['p_replaced'], sampled['p_replaced'], atol=1e-6)
 
 
-@pytest.mark.parametrize('name', ['electra', 'all_tokens_mlm'])
+@pytest.mark.parametrize('name', ['electra', 'all_tokens_mlm', 'adversarial'])
 def test_the_training_metrics_read_the_probability_detect_prints(name):
   """disc_accuracy and disc_auc of a step are those of detect --sample's p(replaced) against
   what the step replaced (all_tokens_mlm: 1 - p(input), not its copy gate alone)."""
@@ -149,7 +149,8 @@ def test_the_training_metrics_read_the_probability_detect_prints(name):
   np.testing.assert_allclose(sums['auc_numerator'], numerator, rtol=1e-6)
   np.testing.assert_allclose(sums['auc_pairs'], pairs)
   np.testing.assert_allclose(sums['disc_correct'], np.sum(((p > 0.5) == replaced) * real))
-  assert ('disc_loss_sum' in sums) == (name == 'electra')  # all_tokens_mlm trains no classifier.
+  # all_tokens_mlm trains no classifier.
+  assert ('disc_loss_sum' in sums) == (name != 'all_tokens_mlm')
 
 
 def test_electric_reads_the_nce_logit_its_training_step_computes():

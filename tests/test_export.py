@@ -37,6 +37,8 @@ CONFIGS = {
                                  intermediate_size=40, generator_hidden_size=1 / 3),
     'E32_H16_gen_full': dict(embedding_size=32, hidden_size=16, num_heads=4,
                              generator_hidden_size=1.0),
+    # A generator with adversarial's baseline head, which transformers' class has no slot for.
+    'adversarial': dict(objective='adversarial'),
 }
 
 

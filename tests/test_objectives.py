@@ -240,6 +240,7 @@ def test_flops_match_a_hand_count_for_every_objective():
   mlm_head = lambda slots: 2 * slots * (32 * E + E * V)
   expected = {
       'electra': 3 * (gen + disc + rtd_head),
+      'adversarial': 3 * (gen + 2 * B * P * 16 + disc + rtd_head),  # + the baseline H_G -> 1.
       'electra_15': 3 * (gen + disc + rtd_head),
       'mlm': 3 * (disc + mlm_head(B * P)),
       'replace_mlm': 3 * (gen + disc + mlm_head(B * P)),
@@ -260,7 +261,7 @@ def test_flops_match_a_hand_count_for_every_objective():
 @pytest.mark.parametrize('overrides', [
     dict(objective='mlm'), dict(objective='replace_mlm'), dict(objective='all_tokens_mlm'),
     dict(objective='electra_15'), dict(TWO_STAGE), dict(tie='all', generator_hidden_size=1.0),
-    dict(objective='electric'), dict(tie='gdes')])
+    dict(objective='electric'), dict(tie='gdes'), dict(objective='adversarial')])
 def test_what_finetuning_keeps_matches_the_finetuning_model_for_every_objective(overrides):
   # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import heads, pretrained

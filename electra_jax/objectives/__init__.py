@@ -4,6 +4,7 @@ Each objective is one module (a base.Objective subclass) holding everything abou
 params layout, loss and metrics, config checks, optimizer hook, FLOPs and whether export
 supports it. A new objective is one module plus one line in OBJECTIVES.
 """
+from electra_jax.objectives import adversarial
 from electra_jax.objectives import all_tokens_mlm
 from electra_jax.objectives import base
 from electra_jax.objectives import electra
@@ -21,6 +22,7 @@ OBJECTIVES: dict[str, type[base.Objective]] = {cls.name: cls for cls in (
     all_tokens_mlm.AllTokensMLM,
     two_stage.TwoStage,
     electric.Electric,
+    adversarial.Adversarial,
 )}
 
 

@@ -32,11 +32,14 @@ class Layout:
   mlm_head: bool   # the full-size network's masked-LM head ('mlm_head')
   # The generator is Electric's two-tower cloze model (every position, on the unmasked input).
   cloze_generator: bool = False
+  # The generator has a one-logit head per masked position (adversarial's REINFORCE baseline).
+  generator_baseline: bool = False
 
 
 class Corruption(NamedTuple):
   """The generator's half of a step: its MLM loss and sums, and the input it corrupted."""
   gen_logits: jax.Array  # [B, P, V] at the masked positions
+  baseline_logits: Any   # [B, P] the generator's baseline head (layout.generator_baseline) or None
   mlm_loss: jax.Array    # mean MLM loss over the whole batch's masked positions
   gen_sums: dict         # metrics.generator_metric_sums
   corrupted: jax.Array   # [B, S] the input with the generator's samples at masked positions
@@ -228,10 +231,11 @@ class Step:
     input_ids = self.batch['input_ids']
     if o.uniform_generator:  # The official uniform_generator: all logits 0, no network.
       gen_logits = jnp.zeros(m.masked_lm_ids.shape + (o.vocab_size,), jnp.float32)
+      baseline_logits = None
     else:
-      gen_logits = o.apply(self.params, 'generator_logits', self.gen_keys, self.deterministic,
-                           m.masked_ids, self.batch['segment_ids'], self.batch['input_mask'],
-                           m.masked_positions)
+      gen_logits, baseline_logits = o.apply(
+          self.params, 'generator_outputs', self.gen_keys, self.deterministic, m.masked_ids,
+          self.batch['segment_ids'], self.batch['input_mask'], m.masked_positions)
     mlm_losses = optax.softmax_cross_entropy_with_integer_labels(gen_logits, m.masked_lm_ids)
     # The samples are constants for the rest of the step: no gradient reaches G through them.
     sampled = sample_replacements(self.sample_keys, jax.lax.stop_gradient(gen_logits),
@@ -243,7 +247,7 @@ class Step:
     mlm_loss = weighted_mean(mlm_losses, m.masked_weights, self.denominators['mlm_count'])
     gen_sums = metrics.generator_metric_sums(gen_logits, m.masked_lm_ids, m.masked_weights,
                                              mlm_losses, sampled)
-    return Corruption(gen_logits, mlm_loss, gen_sums, corrupted, labels)
+    return Corruption(gen_logits, baseline_logits, mlm_loss, gen_sums, corrupted, labels)
 
   def full_mlm(self, logits, targets, weights, denominator):
     """The full-size network's cross-entropy: (mean loss, full_mlm_* sums)."""

@@ -90,7 +90,8 @@ def summarize(sums: Mapping[str, np.ndarray], gen_weight: float, disc_weight: fl
   """Metric sums -> the reported ratios (floats), for the groups the objective produced.
 
   loss = gen_weight · mlm_loss + disc_weight · disc_loss + full_mlm_loss (terms present only).
-  For two_stage that is the ELECTRA loss in both stages (each stage optimises one term).
+  For two_stage that is the ELECTRA loss in both stages (each stage optimises one term), for
+  adversarial too (its generator optimises generator_reward, not mlm_loss).
   """
   s = {k: np.asarray(v, np.float64) for k, v in sums.items()}
   ratio = lambda a, b: float(s[a] / s[b]) if s[b] > 0 else float('nan')
@@ -111,6 +112,9 @@ def summarize(sums: Mapping[str, np.ndarray], gen_weight: float, disc_weight: fl
                                     'sampled_count' if 'sampled_count' in s else 'mlm_count')
   if 'full_mlm_count' in s:
     out['full_mlm_accuracy'] = ratio('full_mlm_correct', 'full_mlm_count')
+  if 'reward_sum' in s:  # adversarial: what its generator maximises, and its baseline's fit.
+    out['generator_reward'] = ratio('reward_sum', 'mlm_count')
+    out['baseline_loss'] = ratio('baseline_loss_sum', 'mlm_count')
   if 'disc_count' in s:
     out.update({
         'disc_accuracy': ratio('disc_correct', 'disc_count'),
@@ -133,6 +137,8 @@ def progress_line(metrics: dict) -> str:
   for key, short in (('mlm_accuracy', 'mlm_acc'), ('full_mlm_accuracy', 'full_mlm_acc')):
     if key in metrics:
       parts.append(f'{short} {metrics[key]:.3f}')
+  if 'generator_reward' in metrics:
+    parts.append(f'reward {metrics["generator_reward"]:.3f}')
   if 'disc_auc' in metrics:
     parts.append(f'disc_auc {metrics["disc_auc"]:.4f}')
   return ' | '.join(parts)
