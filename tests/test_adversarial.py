@@ -7,7 +7,6 @@ import numpy as np
 import optax
 import pytest
 
-from electra_jax import masking
 from electra_jax import objectives
 from electra_jax import parallel
 from electra_jax.errors import UserError
@@ -18,19 +17,15 @@ from electra_jax.objectives import sampling
 from electra_jax import config as config_lib
 from tests.conftest import tiny_config, tiny_trainer
 from tests.test_model_objective import toy_batch
+from tests.test_objective_registry import MASK, SPECIAL, masked_by_hand
 from tests.test_objectives import build
-
-SPECIAL, MASK = (0, 2, 3, 4), 4
 
 
 def by_hand(c, model, params, batch, rng):
   """The step's parts written out from the model's methods: masked slots, the generator's
   logits and baseline, its Gumbel samples in the input, the discriminator's losses."""
   ids, seg, mask = batch['input_ids'], batch['segment_ids'], batch['input_mask']
-  keys = jax.vmap(lambda k: jax.random.split(k, 4))(masking.example_keys(rng, ids.shape[0]))
-  m = masking.mask_batch(keys[:, 0], ids, mask, special_ids=SPECIAL, mask_id=MASK,
-                         vocab_size=c.vocab_size, mask_prob=c.mask_prob,
-                         max_predictions=c.max_predictions_per_seq)
+  keys, m = masked_by_hand(c, batch, rng)
   run = lambda method, *args: model.apply({'params': params}, *args, True, method=method)
   gen_logits, baseline_logits = run('generator_outputs', m.masked_ids, seg, mask,
                                     m.masked_positions)

@@ -24,13 +24,19 @@ TWO_STAGE = dict(objective='two_stage', tie='none', generator_hidden_size=1.0,
                  two_stage_generator_steps=3, num_warmup_steps=1)
 
 
+def masked_by_hand(c, batch, rng):
+  """(each row's 4 keys [B, 4]: mask, generator, samples, full-size network; the masked batch)."""
+  ids = batch['input_ids']
+  keys = jax.vmap(lambda k: jax.random.split(k, 4))(masking.example_keys(rng, ids.shape[0]))
+  return keys, masking.mask_batch(keys[:, 0], ids, batch['input_mask'], special_ids=SPECIAL,
+                                  mask_id=MASK, vocab_size=c.vocab_size, mask_prob=c.mask_prob,
+                                  max_predictions=c.max_predictions_per_seq)
+
+
 def reference_loss(name, c, model, params, batch, rng, step=None):
   """The objective's loss by hand: mask, generator, Gumbel sample, the full-size network."""
   ids, seg, mask = batch['input_ids'], batch['segment_ids'], batch['input_mask']
-  keys = jax.vmap(lambda k: jax.random.split(k, 4))(masking.example_keys(rng, ids.shape[0]))
-  m = masking.mask_batch(keys[:, 0], ids, mask, special_ids=SPECIAL, mask_id=MASK,
-                         vocab_size=c.vocab_size, mask_prob=c.mask_prob,
-                         max_predictions=c.max_predictions_per_seq)
+  keys, m = masked_by_hand(c, batch, rng)
   run = lambda method, *args: model.apply({'params': params}, *args, True, method=method)
   real, w = mask.astype(jnp.float32), m.masked_weights
   mean = lambda x, weights: jnp.sum(x * weights) / (jnp.sum(weights) + 1e-6)
