@@ -29,7 +29,10 @@ def by_hand(c, model, params, batch, rng):
   run = lambda method, *args: model.apply({'params': params}, *args, True, method=method)
   gen_logits, baseline_logits = run('generator_outputs', m.masked_ids, seg, mask,
                                     m.masked_positions)
-  sampled = jax.vmap(sampling.gumbel_sample, (0, 0, None))(keys[:, 2], gen_logits, 1.0)
+  t, target = c.temperature, jax.nn.one_hot(m.masked_lm_ids, c.vocab_size)
+  # The official sampling: logits / T - 1000 * one_hot(target) under disallow_correct.
+  disallowed = gen_logits - 1000.0 * t * target * c.disallow_correct
+  sampled = jax.vmap(sampling.gumbel_sample, (0, 0, None))(keys[:, 2], disallowed, t)
   at = jax.nn.one_hot(m.masked_positions, ids.shape[1]) * m.masked_weights[..., None]
   corrupted = jnp.where(at.sum(1) > 0, jnp.einsum('bps,bp->bs', at, sampled), ids)
   real = mask.astype(jnp.float32)
@@ -37,14 +40,20 @@ def by_hand(c, model, params, batch, rng):
   disc_losses = optax.sigmoid_binary_cross_entropy(
       run('discriminator_logits', corrupted.astype(jnp.int32), seg, mask), labels)
   rewards = jnp.take_along_axis(disc_losses, m.masked_positions, axis=1)
-  return dict(w=m.masked_weights, gen_logits=gen_logits, baseline_logits=baseline_logits,
-              sampled=sampled, rewards=rewards,
+  return dict(w=m.masked_weights, q=jax.nn.softmax(disallowed / t),
+              baseline_logits=baseline_logits, sampled=sampled, rewards=rewards,
               disc_loss=jnp.sum(disc_losses * real) / (jnp.sum(real) + 1e-6))
 
 
-@pytest.fixture(scope='module')
-def tiny():
-  c, model, params, obj = build(objective='adversarial', num_layers=1, vocab_size=32)
+# The paper's sampling, and a temperature with the official disallow_correct: REINFORCE's
+# log-probability must be the sampled distribution's, not G's plain softmax.
+SAMPLING = [dict(), dict(temperature=2.0, disallow_correct=True)]
+
+
+@pytest.fixture(scope='module', params=SAMPLING, ids=['softmax', 'T2_disallow_correct'])
+def tiny(request):
+  c, model, params, obj = build(objective='adversarial', num_layers=1, vocab_size=32,
+                                **request.param)
   return c, model, params, obj, toy_batch(c), jax.random.key(3)
 
 
@@ -53,10 +62,9 @@ def test_loss_is_reinforce_with_a_learned_baseline_plus_rtd(tiny):
   assert 'baseline' in params['generator']
   h = by_hand(c, model, params, batch, rng)
   w, n = h['w'], jnp.sum(h['w']) + 1e-6
-  log_p = jnp.take_along_axis(jax.nn.log_softmax(h['gen_logits']), h['sampled'][..., None],
-                              -1)[..., 0]
+  log_q = jnp.log(jnp.take_along_axis(h['q'], h['sampled'][..., None], -1)[..., 0])
   baseline = -jax.nn.log_sigmoid(h['baseline_logits'])
-  policy = -jnp.sum(w * (h['rewards'] - baseline) * log_p) / n
+  policy = -jnp.sum(w * (h['rewards'] - baseline) * log_q) / n
   fit = jnp.sum(w * optax.sigmoid_binary_cross_entropy(h['baseline_logits'],
                                                        jnp.exp(-h['rewards']))) / n
   want = c.gen_weight * (policy + fit) + c.disc_weight * h['disc_loss']
@@ -75,8 +83,9 @@ def test_gradients_reach_each_part_only_through_its_own_loss(tiny):
   h = by_hand(c, model, params, batch, rng)
   w, n = h['w'], jnp.sum(h['w']) + 1e-6
   advantage = h['rewards'] + jax.nn.log_sigmoid(h['baseline_logits'])
-  # The generator's output bias: REINFORCE's -(R - b)(onehot(sample) - p), no MLE term.
-  score = jax.nn.one_hot(h['sampled'], c.vocab_size) - jax.nn.softmax(h['gen_logits'])
+  # The generator's output bias: REINFORCE's -(R - b) d log q(sample) = -(R - b)(onehot(sample)
+  # - q) / T, q the distribution sampled from; no MLE term.
+  score = (jax.nn.one_hot(h['sampled'], c.vocab_size) - h['q']) / c.temperature
   want_bias = -c.gen_weight * jnp.einsum('bp,bpv->v', w * advantage, score) / n
   np.testing.assert_allclose(grads['generator']['output_bias'], want_bias, atol=1e-6,
                              rtol=1e-4)
@@ -86,7 +95,9 @@ def test_gradients_reach_each_part_only_through_its_own_loss(tiny):
   np.testing.assert_allclose(grads['generator']['baseline']['bias'][0], want_baseline,
                              rtol=1e-4)
   # The discriminator: exactly ELECTRA's gradient (the rewards carry none back to it).
-  electra_c = config_lib.resolve(tiny_config(num_layers=1, vocab_size=32))
+  electra_c = config_lib.resolve(tiny_config(
+      num_layers=1, vocab_size=32, temperature=c.temperature,
+      disallow_correct=c.disallow_correct))
   electra_model = type(model)(type(model.cfg).from_config(electra_c))
   electra = objectives.build(electra_model, electra_c, SPECIAL, MASK)
   without = dict(params, generator={k: v for k, v in params['generator'].items()
@@ -146,13 +157,37 @@ def test_the_train_step_moves_the_baseline_and_reports_the_reward():
                             before)
 
 
-def test_exports_both_networks_without_the_baseline_and_refuses_no_generator(tiny):
+def test_micro_batches_sum_to_the_whole_batchs_gradient(tiny):
+  """Gradient accumulation: each micro-batch's loss is its share of the whole batch's (the
+  policy and baseline terms over the whole batch's masked-slot count)."""
+  _, _, params, obj, batch, rng = tiny
+  whole = jax.grad(lambda p: obj(p, batch, rng, deterministic=True)[0])(params)
+  denominators = obj.loss_denominators(batch)
+  summed = None
+  for first in (0, 1):
+    rows = jnp.arange(first, batch['input_ids'].shape[0], 2)
+    micro = {k: v[rows] for k, v in batch.items()}
+    grads = jax.grad(lambda p, m=micro, r=rows: obj(
+        p, m, rng, deterministic=True, example_ids=r, denominators=denominators)[0])(params)
+    summed = grads if summed is None else jax.tree.map(jnp.add, summed, grads)
+  for got, want in zip(jax.tree.leaves(summed), jax.tree.leaves(whole)):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_exports_both_networks_without_the_baseline(tiny):
   c, _, params, _, _, _ = tiny
   state = hf_weights.params_to_hf(params, c, 'generator')
   assert 'generator_lm_head.bias' in state and not any('baseline' in k for k in state)
   back = hf_weights.hf_to_params(state, c, 'generator')
   np.testing.assert_array_equal(back['generator']['output_bias'],
                                 params['generator']['output_bias'])
-  with pytest.raises(UserError, match="uniform_generator=True has no generator for objective "
-                                      "'adversarial'"):
-    config_lib.resolve(tiny_config(objective='adversarial', uniform_generator=True))
+
+
+@pytest.mark.parametrize('overrides, message', [
+    (dict(uniform_generator=True),
+     "uniform_generator=True has no generator for objective 'adversarial'"),
+    (dict(tie='all', generator_hidden_size=1.0),
+     "config.tie='all' runs the generator on the discriminator's encoder")])
+def test_configs_it_cannot_train_are_refused(overrides, message):
+  with pytest.raises(UserError, match=message):
+    config_lib.resolve(tiny_config(objective='adversarial', **overrides))

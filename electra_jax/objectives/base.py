@@ -262,10 +262,22 @@ def sample_replacements(keys, gen_logits, targets, temperature: float, disallow_
   disallow_correct: the official release's `logits / T - 1000 * one_hot(target)`, so the
   generator (almost) never samples the original token and every masked position is replaced.
   """
-  if disallow_correct:
-    gen_logits = gen_logits - 1000.0 * temperature * jax.nn.one_hot(
-        targets, gen_logits.shape[-1], dtype=gen_logits.dtype)
-  return jax.vmap(sampling.gumbel_sample, (0, 0, None))(keys, gen_logits, temperature)
+  return jax.vmap(sampling.gumbel_sample, (0, 0, None))(
+      keys, _disallowing(gen_logits, targets, temperature, disallow_correct), temperature)
+
+
+def sample_log_probs(gen_logits, sampled, targets, temperature: float, disallow_correct: bool):
+  """log q(sampled) [B, P] under the distribution sample_replacements draws from."""
+  logits = _disallowing(gen_logits, targets, temperature, disallow_correct) / temperature
+  log_q = jax.nn.log_softmax(logits.astype(jnp.float32))
+  return jnp.take_along_axis(log_q, sampled[..., None], -1)[..., 0]
+
+
+def _disallowing(gen_logits, targets, temperature: float, disallow_correct: bool):
+  if not disallow_correct:
+    return gen_logits
+  return gen_logits - 1000.0 * temperature * jax.nn.one_hot(
+      targets, gen_logits.shape[-1], dtype=gen_logits.dtype)
 
 
 def is_generator(top_level_key: str) -> bool:
