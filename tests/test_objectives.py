@@ -333,3 +333,27 @@ def test_hf_export_refuses_what_hf_electra_cannot_hold():
   with pytest.raises(UserError, match="config.tie='none'"):
     export.check_exportable(resolve(tie='none'), {'generator': ''})
   export.check_exportable(resolve(objective='electra_15'), {'discriminator': ''})
+
+
+def test_readmes_ablation_table_gives_each_configs_flops():
+  """README's "Ablations" table: its TFLOP/step column is flops.model_flops_per_step of the
+  config each row names (rows such as gen_size_{1_8,1_4} name one config per value)."""
+  import importlib  # pylint: disable=import-outside-toplevel
+  import re  # pylint: disable=import-outside-toplevel
+  with open(os.path.join(REPO_ROOT, 'README.md'), encoding='utf-8') as f:
+    rows = [line for line in f if line.startswith('| `configs/ablations/')]
+  checked = set()
+  for row in rows:
+    cells = [cell.strip() for cell in row.strip().strip('|').split('|')]
+    path = cells[0].strip('`')
+    stem, braces = re.fullmatch(r'configs/ablations/([\w]*)(?:\{([\w,]+)\})?\w*\.py', path).groups()
+    names = [stem + part for part in braces.split(',')] if braces else [stem]
+    values = [float(v.split()[0]) for v in cells[-1].split('/')]
+    assert len(values) == len(names), row
+    for name, value in zip(names, values):
+      c = importlib.import_module(f'configs.ablations.{name}').get_config()
+      assert round(flops.model_flops_per_step(c) / 1e12, 2) == value, (name, value)
+      checked.add(name)
+  every = {n[:-3] for n in os.listdir(os.path.join(REPO_ROOT, 'configs', 'ablations'))
+           if n.endswith('.py') and n != '__init__.py'}
+  assert checked == every, every - checked
