@@ -24,7 +24,6 @@ import optax
 from electra_jax.errors import UserError
 from electra_jax.objectives import base
 from electra_jax.objectives import electra
-from electra_jax.objectives import metrics
 
 
 class Adversarial(electra.Electra):
@@ -42,12 +41,8 @@ class Adversarial(electra.Electra):
                       "which objective 'adversarial' would then train to raise the "
                       "discriminator's own loss; use tie='embeddings' or 'none'")
 
-  def loss(self, s: base.Step):
-    g, m = s.corrupt(), s.masked
-    weights, denominator = self.rtd_weights(s)
-    disc_logits = s.full_size('discriminator_logits', g.corrupted)
-    disc_losses = optax.sigmoid_binary_cross_entropy(disc_logits, g.labels)
-    disc_loss = base.weighted_mean(disc_losses, weights, denominator)
+  def generator_loss(self, s: base.Step, g: base.Corruption, disc_losses):
+    m = s.masked
     # The token D saw at each masked slot (a position drawn twice holds its first sample).
     sampled = jnp.take_along_axis(g.corrupted, m.masked_positions, axis=1)
     rewards = jnp.take_along_axis(disc_losses, m.masked_positions, axis=1)
@@ -55,13 +50,10 @@ class Adversarial(electra.Electra):
                                   self.disallow_correct)
     policy, baseline = policy_gradient_losses(log_q, rewards, g.baseline_logits)
     count = s.denominators['mlm_count']
-    gen_term = (base.weighted_mean(policy, m.masked_weights, count)
+    gen_loss = (base.weighted_mean(policy, m.masked_weights, count)
                 + base.weighted_mean(baseline, m.masked_weights, count))
-    loss = self.gen_weight * gen_term + self.disc_weight * disc_loss
-    return loss, dict(g.gen_sums, **metrics.disc_metric_sums(disc_logits, disc_losses, g.labels,
-                                                              weights),
-                      reward_sum=jnp.sum(jax.lax.stop_gradient(rewards) * m.masked_weights),
-                      baseline_loss_sum=jnp.sum(baseline * m.masked_weights))
+    return gen_loss, dict(reward_sum=jnp.sum(rewards * m.masked_weights),
+                          baseline_loss_sum=jnp.sum(baseline * m.masked_weights))
 
 
 def policy_gradient_losses(log_q, rewards, baseline_logits):
