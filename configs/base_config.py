@@ -131,6 +131,11 @@ def get_config():
   # Draw the chosen positions with replacement (a position may be drawn twice and count twice
   # in the MLM loss), as the official release does; False: a distinct subset.
   c.mask_with_replacement = False
+  # Choose whole words rather than tokens (BERT's whole-word masking): words in random order,
+  # each taken whole if it still fits in the sequence's mask_prob budget. A word is a token
+  # and the ones continuing it (WordPiece `##...`; sentencepiece pieces without the word-start
+  # mark). Sequences then hold slightly fewer predictions than the budget.
+  c.whole_word_masking = False
   # Weight of the generator's MLM loss.
   c.gen_weight = 1.0
   # Weight of the discriminator's replaced-token-detection loss (paper: 50).

@@ -82,6 +82,9 @@ def _validate(c):
          and c.mask_token_prob + c.random_token_prob <= 1,
          f'config.mask_token_prob={c.mask_token_prob} + config.random_token_prob='
          f'{c.random_token_prob} must be probabilities summing to at most 1')
+  check(not (c.whole_word_masking and c.mask_with_replacement),
+         'config.whole_word_masking=True chooses distinct words; it cannot draw positions with '
+         'replacement: set --config.mask_with_replacement=False')
   check(c.temperature > 0, f'config.temperature={c.temperature} must be > 0')
   check(c.dtype in DTYPES, f'config.dtype={c.dtype!r} must be one of {DTYPES}')
   check(c.remat in REMAT, f'config.remat={c.remat!r} must be one of {REMAT}')

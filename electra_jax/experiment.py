@@ -53,7 +53,8 @@ class Experiment:
                                  c.grad_accum_steps)
     parallel.check_batch_divides(c.eval_batch_size, mesh, 'eval_batch_size')
     model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
-    objective = objectives.build(model, c, special.special_ids, special.mask_id)
+    word_kinds = tokenizer.word_kinds() if tokenizer and c.whole_word_masking else None
+    objective = objectives.build(model, c, special.special_ids, special.mask_id, word_kinds)
     tx, schedule = optim.make_optimizer(c)
     return cls(c, tokenizer, mesh, model, objective, tx, schedule)
 

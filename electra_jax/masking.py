@@ -2,7 +2,8 @@
 
 Each sequence gets exactly clip(round(n_real * mask_prob), 1, max_predictions) positions chosen
 uniformly among its real, non-special tokens: a distinct subset, or (with_replacement, as the
-official release draws them) independent draws that may repeat a position. Randomness is drawn
+official release draws them) independent draws that may repeat a position. With whole-word
+masking the choice is of words instead (`mask_batch`'s `word_kinds`). Randomness is drawn
 per example, from a key derived from the example's index in the global batch (`example_keys`),
 so the result depends neither on how the batch is split over devices nor on
 gradient-accumulation micro-batches.
@@ -12,6 +13,8 @@ from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
+
+from electra_jax.data import words
 
 
 class MaskedBatch(NamedTuple):
@@ -34,16 +37,19 @@ def example_keys(rng, batch_size: int, example_ids=None):
 def mask_batch(rng, input_ids, input_mask, *, special_ids: Sequence[int], mask_id: int,
                vocab_size: int, mask_prob: float, max_predictions: int,
                mask_token_prob: float = 0.85, random_token_prob: float = 0.0,
-               with_replacement: bool = False) -> MaskedBatch:
+               with_replacement: bool = False, word_kinds=None) -> MaskedBatch:
   """Chooses positions to predict and corrupts them ([MASK] / random token / keep).
 
   `rng` is one key (row b then uses fold_in(rng, b)) or a [B] array of per-example keys.
+  `word_kinds`: None, or whole-word masking with this [vocab_size] int8 table of each token's
+  place in a word (data/words.py; tokenizer.word_kinds()).
   """
   keys = rng if rng.ndim else example_keys(rng, input_ids.shape[0])
   one = functools.partial(
       _mask_example, special_ids=tuple(special_ids), mask_id=mask_id, vocab_size=vocab_size,
       mask_prob=mask_prob, max_predictions=max_predictions, mask_token_prob=mask_token_prob,
-      random_token_prob=random_token_prob, with_replacement=with_replacement)
+      random_token_prob=random_token_prob, with_replacement=with_replacement,
+      word_kinds=word_kinds)
   return jax.vmap(one)(keys, input_ids, input_mask)
 
 
@@ -77,13 +83,20 @@ def num_predictions(input_ids, input_mask, *, special_ids: Sequence[int], mask_p
 
 def _mask_example(rng, input_ids, input_mask, *, special_ids, mask_id, vocab_size, mask_prob,
                   max_predictions, mask_token_prob, random_token_prob,
-                  with_replacement) -> MaskedBatch:
+                  with_replacement, word_kinds) -> MaskedBatch:
   """mask_batch for one sequence [S]."""
   select_rng, replace_rng, random_rng = jax.random.split(rng, 3)
   candidates, num_to_predict = _prediction_slots(input_ids, input_mask, special_ids, mask_prob,
                                                  max_predictions)
   used = jnp.arange(max_predictions) < num_to_predict
-  if with_replacement:
+  if word_kinds is not None:
+    chosen = whole_words(select_rng, candidates, jnp.asarray(word_kinds)[input_ids],
+                         num_to_predict)
+    # Slot order is the sequence's; every chosen token fits (at most num_to_predict).
+    top_scores, positions = jax.lax.top_k(jnp.where(chosen, -jnp.arange(input_ids.shape[0]),
+                                                    -input_ids.shape[0] - 1), max_predictions)
+    weights = top_scores > -input_ids.shape[0] - 1
+  elif with_replacement:
     # The official release's draw: every slot an independent uniform candidate.
     logits = jnp.where(candidates, 0.0, -jnp.inf)
     positions = jax.random.categorical(select_rng, logits, shape=(max_predictions,))
@@ -114,6 +127,37 @@ def _mask_example(rng, input_ids, input_mask, *, special_ids, mask_id, vocab_siz
                                  write[None])[0]
   return MaskedBatch(masked_ids, positions, original.astype(jnp.int32),
                      weights.astype(jnp.float32), write.astype(jnp.float32))
+
+
+def whole_words(rng, candidates, kinds, budget):
+  """[S] bool: the tokens of whole words chosen in random order, each taken if it still fits
+  in `budget` tokens and skipped otherwise (BERT's whole-word masking), until the budget is
+  full. A word is a candidate token and the candidates that continue it (`kinds` [S]: each
+  token's words.START / CONTINUES / ALONE); one cut by a special token ends there."""
+  seq_len = candidates.shape[0]
+  previous = lambda x, fill: jnp.concatenate([jnp.full(1, fill), x[:-1]])
+  continues = ((kinds == words.CONTINUES) & previous(candidates, False)
+               & (previous(kinds, words.ALONE) != words.ALONE))
+  starts = candidates & ~continues
+  word = jnp.where(candidates, jnp.cumsum(starts) - 1, seq_len)  # seq_len: no word.
+  length = jnp.zeros(seq_len, jnp.int32).at[word].add(1, mode='drop')
+  # Words in random order (real words first, then the empty slots).
+  order = jnp.argsort(jnp.where(length > 0, jax.random.uniform(rng, (seq_len,)), 2.0))
+  ordered_length = length[order]
+
+  def undecided(carry):
+    i, total, _ = carry
+    return (i < seq_len) & (total < budget) & (ordered_length[jnp.minimum(i, seq_len - 1)] > 0)
+
+  def consider(carry):
+    i, total, taken = carry
+    fits = total + ordered_length[i] <= budget
+    return i + 1, total + jnp.where(fits, ordered_length[i], 0), taken.at[i].set(fits)
+
+  _, _, taken = jax.lax.while_loop(undecided, consider,
+                                   (0, jnp.int32(0), jnp.zeros(seq_len, bool)))
+  chosen_word = jnp.zeros(seq_len, bool).at[order].set(taken)
+  return candidates & chosen_word[jnp.minimum(word, seq_len - 1)]
 
 
 def repeats_earlier_slot(positions, weights):

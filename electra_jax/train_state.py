@@ -50,7 +50,7 @@ def make_train_step(objective: Callable, tx: optax.GradientTransformation,
     if grad_accum_steps == 1:
       (_, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, rng)
       return grads, sums
-    denominators = objective.loss_denominators(batch)
+    denominators = objective.loss_denominators(batch, rng)
     batch_size = batch['input_ids'].shape[0]
     k = grad_accum_steps
     # [B, ...] -> [k, B/k, ...] with micro-batch i = rows i, i+k, ...; global row ids alike.

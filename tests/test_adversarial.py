@@ -162,7 +162,7 @@ def test_micro_batches_sum_to_the_whole_batchs_gradient(tiny):
   policy and baseline terms over the whole batch's masked-slot count)."""
   _, _, params, obj, batch, rng = tiny
   whole = jax.grad(lambda p: obj(p, batch, rng, deterministic=True)[0])(params)
-  denominators = obj.loss_denominators(batch)
+  denominators = obj.loss_denominators(batch, rng)
   summed = None
   for first in (0, 1):
     rows = jnp.arange(first, batch['input_ids'].shape[0], 2)

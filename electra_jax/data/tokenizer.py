@@ -15,6 +15,7 @@ import sentencepiece as spm
 from electra_jax import atomic
 from electra_jax import paths
 from electra_jax.data import wordpiece
+from electra_jax.data import words
 from electra_jax.errors import UserError
 
 SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
@@ -140,6 +141,13 @@ class SentencePieceTokenizer:
 
   def id_to_piece(self, i: int) -> str:
     return self.processor.id_to_piece(int(i))
+
+  def word_kinds(self) -> np.ndarray:
+    """[vocab_size] int8 words.START / CONTINUES / ALONE of each id: a piece without the
+    word-start mark `▁` continues a word."""
+    pieces = [self.processor.id_to_piece(i) for i in range(self.vocab_size)]
+    return words.word_kinds(
+        pieces, lambda piece: not piece.startswith('▁') and piece not in SPECIAL_TOKENS)
 
   def __repr__(self) -> str:
     return f'SentencePieceTokenizer({self.model_file!r}, vocab_size={self.vocab_size})'

@@ -14,6 +14,7 @@ import io
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 from electra_jax import paths
+from electra_jax.data import words
 from electra_jax.errors import UserError
 
 SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
@@ -98,6 +99,12 @@ class WordPieceTokenizer:
 
   def id_to_piece(self, i: int) -> str:
     return self._id_to_token.get(int(i), '[UNK]')
+
+  def word_kinds(self):
+    """[vocab_size] int8 words.START / CONTINUES / ALONE of each id: `##` tokens continue a
+    word."""
+    pieces = [self.id_to_piece(i) for i in range(self.vocab_size)]
+    return words.word_kinds(pieces, lambda piece: piece.startswith('##'))
 
   def __repr__(self) -> str:
     cased = '' if self.lower_case else ', cased'

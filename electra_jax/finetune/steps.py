@@ -60,7 +60,8 @@ class TaskObjective:
   reduction: str = 'mean'
   span_head: str = 'xlnet'
 
-  def loss_denominators(self, batch) -> dict:
+  def loss_denominators(self, batch, rng) -> dict:
+    del rng
     return {'examples': jnp.float32(batch['input_ids'].shape[0])}
 
   def __call__(self, params, batch, rng, deterministic=False, example_ids=None,

@@ -31,6 +31,7 @@ def get(name: str) -> type[base.Objective]:
   return OBJECTIVES[name]
 
 
-def build(model, c, special_ids, mask_id) -> base.Objective:
-  """The config's objective over `model` (model.Electra) and the tokenizer's special ids."""
-  return get(c.objective).from_config(model, c, special_ids, mask_id)
+def build(model, c, special_ids, mask_id, word_kinds=None) -> base.Objective:
+  """The config's objective over `model` (model.Electra) and the tokenizer's special ids (and
+  its word_kinds(), for config.whole_word_masking)."""
+  return get(c.objective).from_config(model, c, special_ids, mask_id, word_kinds)

@@ -11,10 +11,12 @@ from typing import Any, ClassVar, Mapping, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from electra_jax import masking
 from electra_jax import row_keys
+from electra_jax.data import words
 from electra_jax.errors import UserError
 from electra_jax.objectives import metrics
 from electra_jax.objectives import sampling
@@ -71,11 +73,18 @@ class Objective:
   gen_weight: float = 1.0
   disc_weight: float = 50.0
   two_stage_generator_steps: int = 0
+  # Whole-word masking: each vocabulary token's data/words.py kind as int8 bytes (hashable,
+  # as the objective's fields are); None: token masking.
+  word_kinds: bytes | None = dataclasses.field(default=None, repr=False)
   # The optimizer step being taken; None outside training (evaluation).
   step: Any = None
 
   @classmethod
-  def from_config(cls, model, c, special_ids, mask_id):
+  def from_config(cls, model, c, special_ids, mask_id, word_kinds=None):
+    """`word_kinds`: the vocabulary's tokenizer.word_kinds(), for config.whole_word_masking
+    (None there: every token a word, as for a plan made without the vocabulary)."""
+    if c.whole_word_masking and word_kinds is None:
+      word_kinds = np.full(c.vocab_size, words.START, np.int8)
     return cls(model=model, special_ids=tuple(special_ids), mask_id=mask_id,
                vocab_size=c.vocab_size, mask_prob=c.mask_prob,
                max_predictions=c.max_predictions_per_seq, mask_token_prob=c.mask_token_prob,
@@ -83,7 +92,9 @@ class Objective:
                mask_with_replacement=c.mask_with_replacement, temperature=c.temperature,
                disallow_correct=c.disallow_correct, uniform_generator=c.uniform_generator,
                gen_weight=c.gen_weight, disc_weight=c.disc_weight,
-               two_stage_generator_steps=c.two_stage_generator_steps)
+               two_stage_generator_steps=c.two_stage_generator_steps,
+               word_kinds=(np.asarray(word_kinds, np.int8).tobytes() if c.whole_word_masking
+                           else None))
 
   @classmethod
   def layout_for(cls, c) -> Layout:
@@ -132,15 +143,34 @@ class Objective:
     del step
     return params
 
-  def loss_denominators(self, batch: Mapping[str, jax.Array]) -> dict:
-    """The whole batch's masked-position and real-token counts (no randomness involved)."""
-    return {
-        'mlm_count': masking.num_predictions(
-            batch['input_ids'], batch['input_mask'], special_ids=self.special_ids,
-            mask_prob=self.mask_prob, max_predictions=self.max_predictions,
-            with_replacement=self.mask_with_replacement),
-        'disc_count': jnp.sum(batch['input_mask'].astype(jnp.float32)),
-    }
+  def loss_denominators(self, batch: Mapping[str, jax.Array], rng) -> dict:
+    """The whole batch's masked-position and real-token counts under the step's key `rng`
+    (only whole-word masking's count depends on it: which words fit the budget)."""
+    if self.word_kinds is None:
+      mlm_count = masking.num_predictions(
+          batch['input_ids'], batch['input_mask'], special_ids=self.special_ids,
+          mask_prob=self.mask_prob, max_predictions=self.max_predictions,
+          with_replacement=self.mask_with_replacement)
+    else:
+      mask_keys = self._row_keys(rng, batch['input_ids'].shape[0], None)[0]
+      mlm_count = jnp.sum(self._mask(mask_keys, batch).masked_weights)
+    return {'mlm_count': mlm_count,
+            'disc_count': jnp.sum(batch['input_mask'].astype(jnp.float32))}
+
+  @staticmethod
+  def _row_keys(rng, batch_size, example_ids):
+    """[4, B] keys: each row's for its masking, generator, samples and full-size network."""
+    keys = masking.example_keys(rng, batch_size, example_ids)
+    return jnp.moveaxis(jax.vmap(lambda k: jax.random.split(k, 4))(keys), 1, 0)
+
+  def _mask(self, mask_keys, batch) -> masking.MaskedBatch:
+    word_kinds = None if self.word_kinds is None else np.frombuffer(self.word_kinds, np.int8)
+    return masking.mask_batch(
+        mask_keys, batch['input_ids'], batch['input_mask'], special_ids=self.special_ids,
+        mask_id=self.mask_id, vocab_size=self.vocab_size, mask_prob=self.mask_prob,
+        max_predictions=self.max_predictions, mask_token_prob=self.mask_token_prob,
+        random_token_prob=self.random_token_prob, with_replacement=self.mask_with_replacement,
+        word_kinds=word_kinds)
 
   def __call__(self, params, batch: Mapping[str, jax.Array], rng, deterministic=False,
                example_ids=None, denominators=None):
@@ -158,18 +188,12 @@ class Objective:
                   example_ids=None, denominators=None) -> 'Step':
     """The Step a call of the objective computes its loss from: the batch masked, and each
     row's keys for the generator, its samples and the full-size network (see __call__)."""
-    input_ids, input_mask = batch['input_ids'], batch['input_mask']
-    keys = masking.example_keys(rng, input_ids.shape[0], example_ids)
-    mask_keys, gen_keys, sample_keys, disc_keys = jnp.moveaxis(
-        jax.vmap(lambda k: jax.random.split(k, 4))(keys), 1, 0)
-    m = masking.mask_batch(
-        mask_keys, input_ids, input_mask, special_ids=self.special_ids, mask_id=self.mask_id,
-        vocab_size=self.vocab_size, mask_prob=self.mask_prob,
-        max_predictions=self.max_predictions, mask_token_prob=self.mask_token_prob,
-        random_token_prob=self.random_token_prob, with_replacement=self.mask_with_replacement)
+    mask_keys, gen_keys, sample_keys, disc_keys = self._row_keys(
+        rng, batch['input_ids'].shape[0], example_ids)
+    m = self._mask(mask_keys, batch)
     if denominators is None:
       denominators = {'mlm_count': jnp.sum(m.masked_weights),
-                      'disc_count': jnp.sum(input_mask.astype(jnp.float32))}
+                      'disc_count': jnp.sum(batch['input_mask'].astype(jnp.float32))}
     return Step(self, params, batch, m, denominators, deterministic, gen_keys, sample_keys,
                 disc_keys)
 

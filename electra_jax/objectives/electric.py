@@ -92,6 +92,6 @@ class Electric(base.Objective):
     return corrupted, self._nce_logits(s.full_size('discriminator_logits', corrupted), cloze,
                                        corrupted)
 
-  def loss_denominators(self, batch):
-    return dict(super().loss_denominators(batch), cloze_count=jnp.sum(masking.candidate_mask(
+  def loss_denominators(self, batch, rng):
+    return dict(super().loss_denominators(batch, rng), cloze_count=jnp.sum(masking.candidate_mask(
         batch['input_ids'], batch['input_mask'], self.special_ids).astype(jnp.float32)))

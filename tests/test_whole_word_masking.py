@@ -1,0 +1,159 @@
+"""Whole-word masking (config.whole_word_masking): words, not tokens, are chosen; each in
+random order is taken whole while it fits the sequence's budget, as BERT's whole-word masking
+does."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from electra_jax import config as config_lib
+from electra_jax import experiment
+from electra_jax import masking
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.data import wordpiece
+from electra_jax.data import words
+from electra_jax.errors import UserError
+from tests.conftest import tiny_config
+from tests.test_model_objective import toy_batch
+from tests.test_objectives import build
+
+S, C, A = words.START, words.CONTINUES, words.ALONE
+
+
+def word_spans(candidates, kinds):
+  """The words of one sequence written out with a loop: lists of positions."""
+  spans = []
+  for t, (candidate, kind) in enumerate(zip(candidates, kinds)):
+    if not candidate:
+      continue
+    joins = (kind == C and t > 0 and candidates[t - 1] and kinds[t - 1] != A)
+    if joins:
+      spans[-1].append(t)
+    else:
+      spans.append([t])
+  return spans
+
+
+def test_wordpiece_and_sentencepiece_word_kinds(tmp_path):
+  vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'play', '##ing', ',', '##,', '"', 'x']
+  (tmp_path / 'vocab.txt').write_text('\n'.join(vocab) + '\n')
+  kinds = wordpiece.WordPieceTokenizer(str(tmp_path / 'vocab.txt')).word_kinds()
+  assert kinds.tolist() == [S, S, S, S, S, S, C, A, A, A, S]
+
+  spm = tokenizer_lib.load_tokenizer('data/demo_spm.model')
+  kinds = spm.word_kinds()
+  assert kinds.shape == (spm.vocab_size,) and kinds.dtype == np.int8
+  of = lambda text: [(spm.id_to_piece(i), int(kinds[i])) for i in spm.encode(text)]
+  assert of('truth, "wife" Bennet\'s') == [
+      ('▁truth', S), (',', A), ('▁"', A), ('w', C), ('if', C), ('e', C), ('"', A),
+      ('▁Bennet', S), ("'", A), ('s', C)]
+  assert all(kinds[i] == S for i in spm.special_ids + (spm.unk_id,))
+
+
+def test_words_are_segmented_at_starts_punctuation_and_special_tokens():
+  candidates = np.array([0, 1, 1, 1, 0, 1, 1, 1, 1, 1], bool)  # 0 and 4: [CLS], [SEP]
+  kinds = np.array([S, S, C, C, S, C, A, C, S, C], np.int8)
+  # A continuation after [SEP] or after punctuation starts a word of its own.
+  assert word_spans(candidates, kinds) == [[1, 2, 3], [5], [6], [7], [8, 9]]
+  for seed in range(20):
+    chosen = np.asarray(masking.whole_words(jax.random.key(seed), jnp.asarray(candidates),
+                                            jnp.asarray(kinds), 3))
+    for span in word_spans(candidates, kinds):
+      assert len(set(chosen[span])) == 1, (seed, chosen)
+
+
+@pytest.mark.parametrize('budget', [1, 4, 9])
+def test_choice_is_whole_words_within_budget_and_greedy(budget):
+  """Every word is chosen whole or not at all, the total fits the budget, and every word left
+  out is longer than the room left (the skip-and-continue rule); all words get chosen."""
+  rng = np.random.default_rng(budget)
+  ever_chosen = set()
+  for seed in range(60):
+    candidates = rng.random(40) < 0.9
+    kinds = rng.choice([S, C, C, A], 40).astype(np.int8)
+    chosen = np.asarray(jax.jit(masking.whole_words, static_argnums=3)(
+        jax.random.key(seed), jnp.asarray(candidates), jnp.asarray(kinds), budget))
+    assert not np.any(chosen & ~candidates)
+    total = int(chosen.sum())
+    assert total <= budget
+    for span in word_spans(candidates, kinds):
+      taken = chosen[span]
+      assert taken.all() or not taken.any(), (seed, span, chosen)
+      if not taken.any():
+        assert len(span) > budget - total, (seed, span, total)
+      else:
+        ever_chosen.add(len(span))
+  assert min(ever_chosen) == 1 and (budget == 1 or max(ever_chosen) > 1)
+
+
+def test_batch_masking_marks_every_token_of_the_chosen_words():
+  c = config_lib.resolve(tiny_config(whole_word_masking=True, max_predictions_per_seq=6))
+  batch = toy_batch(c)
+  ids = np.asarray(batch['input_ids'])
+  kinds = np.random.default_rng(0).choice([S, C, A], c.vocab_size).astype(np.int8)
+  m = masking.mask_batch(jax.random.key(0), batch['input_ids'], batch['input_mask'],
+                         special_ids=(0, 2, 3, 4), mask_id=4, vocab_size=c.vocab_size,
+                         mask_prob=c.mask_prob, max_predictions=6, word_kinds=kinds)
+  candidates = np.asarray(masking.candidate_mask(batch['input_ids'], batch['input_mask'],
+                                                 (0, 2, 3, 4)))
+  for b in range(ids.shape[0]):
+    w = np.asarray(m.masked_weights[b]).astype(bool)
+    positions = np.asarray(m.masked_positions[b])[w]
+    assert len(set(positions)) == len(positions)  # distinct positions
+    np.testing.assert_array_equal(np.asarray(m.masked_lm_ids[b])[w], ids[b, positions])
+    chosen = np.zeros(ids.shape[1], bool)
+    chosen[positions] = True
+    spans = word_spans(candidates[b], kinds[ids[b]])
+    assert any(chosen[s].all() for s in spans)
+    for span in spans:
+      assert chosen[span].all() or not chosen[span].any()
+    assert len(positions) <= min(max(round(np.asarray(batch['input_mask'][b]).sum()
+                                           * c.mask_prob), 1), 6)
+
+
+def test_micro_batches_share_the_whole_batchs_masks_and_denominator():
+  """The masked count depends on the draw: grad accumulation's denominator is the whole
+  batch's count under the step's key, so micro-batch gradients still sum to the whole's."""
+  c, _, params, obj = build(whole_word_masking=True, num_layers=1, vocab_size=32)
+  kinds = np.full(32, C, np.int8)
+  kinds[5:10] = S  # Words of about five tokens: some do not fit the budget.
+  obj = obj.__class__.from_config(obj.model, c, (0, 2, 3, 4), 4, kinds)
+  batch, rng = toy_batch(c), jax.random.key(5)
+  denominators = obj.loss_denominators(batch, rng)
+  whole_step = obj.masked_step(params, batch, rng, deterministic=True)
+  assert float(denominators['mlm_count']) == float(jnp.sum(whole_step.masked.masked_weights))
+  # Fewer than token masking's count.
+  token_count = build(num_layers=1, vocab_size=32, abstract=True)[3].loss_denominators(batch,
+                                                                                       rng)
+  assert float(denominators['mlm_count']) < float(token_count['mlm_count'])
+  whole = jax.grad(lambda p: obj(p, batch, rng, deterministic=True)[0])(params)
+  summed = None
+  for first in (0, 1):
+    rows = jnp.arange(first, batch['input_ids'].shape[0], 2)
+    micro = {k: v[rows] for k, v in batch.items()}
+    grads = jax.grad(lambda p, m=micro, r=rows: obj(
+        p, m, rng, deterministic=True, example_ids=r, denominators=denominators)[0])(params)
+    summed = grads if summed is None else jax.tree.map(jnp.add, summed, grads)
+  for got, want in zip(jax.tree.leaves(summed), jax.tree.leaves(whole)):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_experiment_reads_the_vocabularys_words_only_when_asked():
+  on = experiment.Experiment.create(_demo(whole_word_masking=True))
+  kinds = tokenizer_lib.for_config(on.config).word_kinds()
+  assert np.array_equal(np.frombuffer(on.objective.word_kinds, np.int8), kinds)
+  assert experiment.Experiment.create(_demo()).objective.word_kinds is None
+  planned = experiment.Experiment.create(_demo(whole_word_masking=True), read_vocab=False)
+  assert not np.frombuffer(planned.objective.word_kinds, np.int8).any()  # each token a word
+
+
+def _demo(**overrides):
+  from configs import demo  # pylint: disable=import-outside-toplevel
+  c = demo.get_config()
+  c.update(overrides)
+  return c
+
+
+def test_whole_words_cannot_be_drawn_with_replacement():
+  with pytest.raises(UserError, match='mask_with_replacement=False'):
+    config_lib.resolve(tiny_config(whole_word_masking=True, mask_with_replacement=True))
