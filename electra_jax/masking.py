@@ -154,8 +154,11 @@ def whole_words(rng, candidates, kinds, budget):
     fits = total + ordered_length[i] <= budget
     return i + 1, total + jnp.where(fits, ordered_length[i], 0), taken.at[i].set(fits)
 
-  _, _, taken = jax.lax.while_loop(undecided, consider,
-                                   (0, jnp.int32(0), jnp.zeros(seq_len, bool)))
+  # The words before the first that does not fit are all taken: a cumulative sum, leaving the
+  # loop the few words that may fill the rest of the budget.
+  prefix = (jnp.cumsum(ordered_length) <= budget) & (ordered_length > 0)
+  start = (jnp.sum(prefix), jnp.sum(jnp.where(prefix, ordered_length, 0)), prefix)
+  _, _, taken = jax.lax.while_loop(undecided, consider, start)
   chosen_word = jnp.zeros(seq_len, bool).at[order].set(taken)
   return candidates & chosen_word[jnp.minimum(word, seq_len - 1)]
 
