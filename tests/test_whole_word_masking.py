@@ -13,6 +13,7 @@ from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.data import wordpiece
 from electra_jax.data import words
 from electra_jax.errors import UserError
+from electra_jax.objectives import metrics
 from tests.conftest import tiny_config
 from tests.test_model_objective import toy_batch
 from tests.test_objectives import build
@@ -136,6 +137,25 @@ def test_micro_batches_share_the_whole_batchs_masks_and_denominator():
     summed = grads if summed is None else jax.tree.map(jnp.add, summed, grads)
   for got, want in zip(jax.tree.leaves(summed), jax.tree.leaves(whole)):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_masked_fraction_reports_the_predictions_made():
+  """Token masking: round(n · mask_prob) a sequence; whole words fill less of the budget."""
+  c, _, params, token_obj = build(num_layers=1, vocab_size=32)
+  batch, rng = toy_batch(c), jax.random.key(5)
+  real = float(jnp.sum(batch['input_mask']))
+  want = float(token_obj.loss_denominators(batch, rng)['mlm_count']) / real
+  fraction = lambda obj: metrics.summarize(jax.device_get(obj(params, batch, rng)[1]), 1.0,
+                                           50.0)['masked_fraction']
+  assert fraction(token_obj) == pytest.approx(want)
+  assert 0.12 < want < 0.18
+  c = config_lib.resolve(tiny_config(whole_word_masking=True, num_layers=1, vocab_size=32))
+  kinds = np.full(32, C, np.int8)
+  kinds[5:10] = S
+  word_obj = token_obj.__class__.from_config(token_obj.model, c, (0, 2, 3, 4), 4, kinds)
+  assert fraction(word_obj) == pytest.approx(
+      float(word_obj.loss_denominators(batch, rng)['mlm_count']) / real)
+  assert fraction(word_obj) < want
 
 
 def test_experiment_reads_the_vocabularys_words_only_when_asked():

@@ -181,8 +181,10 @@ class Objective:
     samples and dropout as the whole batch. `denominators` (from `loss_denominators` of the
     whole batch) make each micro-batch's loss its share of the whole batch's loss.
     """
-    return self.loss(self.masked_step(params, batch, rng, deterministic, example_ids,
-                                      denominators))
+    s = self.masked_step(params, batch, rng, deterministic, example_ids, denominators)
+    loss, sums = self.loss(s)
+    # Predictions made, for the reported masked_fraction (whole-word masking makes fewer).
+    return loss, dict(sums, masked_count=jnp.sum(s.masked.masked_weights))
 
   def masked_step(self, params, batch: Mapping[str, jax.Array], rng, deterministic=False,
                   example_ids=None, denominators=None) -> 'Step':

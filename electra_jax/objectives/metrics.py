@@ -123,6 +123,8 @@ def summarize(sums: Mapping[str, np.ndarray], gen_weight: float, disc_weight: fl
         'disc_auc': ratio('auc_numerator', 'auc_pairs'),
         'replaced_fraction': ratio('disc_label_positive', 'disc_count'),
     })
+  if 'masked_count' in s:  # The share of real tokens chosen for prediction.
+    out['masked_fraction'] = float(s['masked_count'] / max(num_tokens(s), 1))
   return out
 
 
