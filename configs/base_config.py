@@ -134,7 +134,8 @@ def get_config():
   # Choose whole words rather than tokens (BERT's whole-word masking): words in random order,
   # each taken whole if it still fits in the sequence's mask_prob budget. A word is a token
   # and the ones continuing it (WordPiece `##...`; sentencepiece pieces without the word-start
-  # mark). Sequences then hold slightly fewer predictions than the budget.
+  # mark); punctuation is a word of its own. A sequence whose words left are all too long for
+  # the rest of its budget holds fewer predictions (metric masked_fraction).
   c.whole_word_masking = False
   # Weight of the generator's MLM loss.
   c.gen_weight = 1.0
