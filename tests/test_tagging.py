@@ -10,7 +10,7 @@ import pytest
 
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
-from electra_jax.finetune import features, loop, metrics, tasks
+from electra_jax.finetune import features, loop, metrics, predictions, tasks
 from tests.conftest import REPO_ROOT
 from tests.test_finetune import pretrain_workdir  # noqa: F401  pylint: disable=unused-import
 # pylint: disable-next=unused-import
@@ -60,6 +60,19 @@ def test_conll_files_read_as_sentences_of_words_and_tag_ids(tmp_path):
   (tmp_path / 'one.txt').write_text('Emma O\n')
   with pytest.raises(UserError, match='single tag'):
     tasks.tagging_task(tasks.read_conll(str(tmp_path / 'one.txt')))
+
+
+def test_prediction_files_keep_words_in_any_script_as_written(tmp_path):
+  """The .jsonl beside the .conll is UTF-8 text a person reads: `Zoë`, `東京`, not \\u escapes."""
+  task = tasks.Task(name='file', kind=tasks.TAGGING, main_metric='f1', num_epochs=1,
+                    label_names=('O', 'B-LOC'))
+  words = ['Zoë', 'flew', 'to', '東京']
+  part = predictions.Part('test', [dict(words=words, label=[0, 0, 0, 1], index=0)], True)
+  predictions.write_part(str(tmp_path), task, part, {}, decoded=[['O', 'O', 'O', 'B-LOC']])
+  text = (tmp_path / 'test.jsonl').read_text(encoding='utf-8')
+  assert '"Zoë"' in text and '"東京"' in text
+  assert json.loads(text)['words'] == words
+  assert (tmp_path / 'test.conll').read_text(encoding='utf-8').startswith('Zoë\tO\n')
 
 
 def test_hub_style_tagged_records_read_as_the_same_conll_file(tmp_path):

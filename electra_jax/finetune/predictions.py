@@ -209,6 +209,12 @@ def _class_text(task, part: Part, class_id: int) -> str:
   return task.label_names[class_id]
 
 
+def _json(value, **dump_args) -> str:
+  """JSON with text as written (the files are UTF-8): a tagged word or an answer in any script
+  reads as itself, not as \\u escapes."""
+  return json.dumps(value, ensure_ascii=False, **dump_args)
+
+
 def write_part(output: str, task, part: Part, outputs: dict, decoded=None) -> list:
   """Writes the part's files (each whole, atomically; SQuAD's and a tagger's from `decoded`,
   loop.decode's); returns their paths."""
@@ -219,10 +225,10 @@ def write_part(output: str, task, part: Part, outputs: dict, decoded=None) -> li
     atomic.write_text(written[-1], text)
 
   if task.kind == tasks_lib.SPAN:
-    write(f'{part.name}_predictions.json', json.dumps(decoded.answers, indent=2) + '\n')
+    write(f'{part.name}_predictions.json', _json(decoded.answers, indent=2) + '\n')
     if decoded.no_answer is not None:
-      write(f'{part.name}_null_odds.json', json.dumps(decoded.no_answer, indent=2) + '\n')
-      write(f'{part.name}_best_spans.json', json.dumps(decoded.best_spans, indent=2) + '\n')
+      write(f'{part.name}_null_odds.json', _json(decoded.no_answer, indent=2) + '\n')
+      write(f'{part.name}_best_spans.json', _json(decoded.best_spans, indent=2) + '\n')
     return written
   if task.kind == tasks_lib.TAGGING:
     conll, details = [], []
@@ -231,7 +237,7 @@ def write_part(output: str, task, part: Part, outputs: dict, decoded=None) -> li
       detail = dict(index=example['index'], words=example['words'], prediction=tags)
       if example['label'] is not None:
         detail['label'] = [task.label_names[t] for t in example['label']]
-      details.append(json.dumps(detail))
+      details.append(_json(detail))
     write(f'{part.name}.conll', '\n'.join(conll))
     write(f'{part.name}.jsonl', '\n'.join(details) + '\n')
     return written
@@ -252,7 +258,7 @@ def write_part(output: str, task, part: Part, outputs: dict, decoded=None) -> li
       detail['prediction'] = round(value, 6)
       if example['label'] is not None:
         detail['label'] = round(example['label'] * task.label_scale, 6)
-    details.append(json.dumps(detail))
+    details.append(_json(detail))
   write(f'{part.name}.tsv', '\n'.join(lines) + '\n')
   write(f'{part.name}.jsonl', '\n'.join(details) + '\n')
   return written
