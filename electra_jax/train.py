@@ -197,10 +197,9 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
 
   train_metrics, eval_metrics, last_eval_step = {}, {}, None
   # The metric sums since the last log, on the devices (host values at a log); a resumed run
-  # continues its checkpoint's window exactly.
+  # continues its checkpoint's window exactly (on the host until the first call).
   window, zeros = _window_from_json(loop_state), None
-  if window is not None:
-    window = parallel.replicated_arrays(window, mesh)
+  resumed_window = window is not None
   window_start, window_steps = time.time(), 0  # For throughput: steps of this process only.
   bar = tqdm.tqdm(total=c.num_train_steps, initial=step, unit='step', file=sys.stderr,
                   disable=not (is_chief and c.progress_bar), dynamic_ncols=True,
@@ -270,10 +269,13 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   while step < c.num_train_steps:
     batches = next(train_iter)  # Global arrays, built while the previous call ran.
     num_steps = batches['input_ids'].shape[0]
-    if window is None:  # A new log window.
+    if window is None or resumed_window:  # A new log window, or the checkpoint's.
       if zeros is None:
         zeros = ts.window_zeros(exp.train_step(), abstract_state, batches, base_rng)
-      window = parallel.replicated_arrays(zeros, mesh)
+      # A window saved by an earlier version lacks the sums added since (masked_count): 0.
+      window = parallel.replicated_arrays(
+          zeros if window is None else {k: window.get(k, v) for k, v in zeros.items()}, mesh)
+      resumed_window = False
     traced_seconds = trace.seconds
     trace.before(step + 1, step + num_steps)
     compiles = num_steps not in call_lengths

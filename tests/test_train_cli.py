@@ -636,3 +636,23 @@ def test_jax_plugins_are_found_where_jax_looks(tmp_path, monkeypatch):
   monkeypatch.syspath_prepend(str(tmp_path))
   monkeypatch.delitem(sys.modules, 'jax_plugins', raising=False)
   assert 'fake_gpu' in cli._jax_plugins()  # pylint: disable=protected-access
+
+
+def test_a_checkpoint_whose_window_lacks_a_newer_metric_resumes(tmp_path, small_corpus):
+  """A stop mid-window saves the window's sums; a checkpoint written before a sum existed
+  (masked_count) resumes with that sum starting at 0, not a pytree-structure error."""
+  workdir = str(tmp_path / 'run')
+  flags = ['--config=configs/demo.py', f'--config.train_files={small_corpus}', *TINY_FLAGS,
+           '--config.num_train_steps=6', '--config.eval_every_steps=0', f'--workdir={workdir}']
+  run_cli('electra_jax.train', *flags, '--stop_after_steps=5')
+  loop_file = os.path.join(workdir, 'checkpoints', '5', 'loop', 'metadata')  # Orbax's JSON
+  with open(loop_file, encoding='utf-8') as f:
+    loop = json.load(f)
+  del loop['window']['masked_count']  # As an earlier version saved it.
+  with open(loop_file, 'w', encoding='utf-8') as f:
+    json.dump(loop, f)
+  resumed = run_cli('electra_jax.train', *flags)
+  assert last_json(resumed.stdout)['status'] == 'completed'
+  [row] = [r for r in read_jsonl(os.path.join(workdir, 'metrics.jsonl')) if r['step'] == 6]
+  # Step 5's sums carried over (two steps' tokens), step 6's predictions alone counted.
+  assert np.isfinite(row['loss']) and 0.03 < row['masked_fraction'] < 0.1
