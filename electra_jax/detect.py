@@ -114,7 +114,7 @@ def main(argv):
   config = config_lib.resolve(saved_config.load(FLAGS.workdir))
   tokenizer = tokenizer_lib.for_config(config)
   model = model_lib.Electra(model_lib.ModelConfig.from_config(config))
-  objective = objectives.build(model, config, tokenizer.special_ids, tokenizer.mask_id)
+  objective = objectives.build_for_vocabulary(model, config, tokenizer)
   check_detects(objective, config.objective)
   params, step = checkpoint.read_params(FLAGS.workdir, FLAGS.step, '--step')
   batch, cut = texts_batch(tokenizer, FLAGS.text, config.max_seq_length)

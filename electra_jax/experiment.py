@@ -47,14 +47,16 @@ class Experiment:
     special ids of the sentencepiece layout): any vocab_size, for synthetic data and plans."""
     c = config_lib.resolve(config)
     tokenizer = tokenizer_lib.for_config(c) if read_vocab else None
-    special = tokenizer or tokenizer_lib.SentencePieceTokenizer
     mesh = parallel.make_mesh(devices, c.fsdp_axis_size)
     parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size',
                                  c.grad_accum_steps)
     parallel.check_batch_divides(c.eval_batch_size, mesh, 'eval_batch_size')
     model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
-    word_kinds = tokenizer.word_kinds() if tokenizer and c.whole_word_masking else None
-    objective = objectives.build(model, c, special.special_ids, special.mask_id, word_kinds)
+    if tokenizer is None:  # The sentencepiece layout's ids; words of a stand-in vocabulary.
+      layout = tokenizer_lib.SentencePieceTokenizer
+      objective = objectives.build(model, c, layout.special_ids, layout.mask_id)
+    else:
+      objective = objectives.build_for_vocabulary(model, c, tokenizer)
     tx, schedule = optim.make_optimizer(c)
     return cls(c, tokenizer, mesh, model, objective, tx, schedule)
 

@@ -91,7 +91,7 @@ def _mask_example(rng, input_ids, input_mask, *, special_ids, mask_id, vocab_siz
   used = jnp.arange(max_predictions) < num_to_predict
   if word_kinds is not None:
     chosen = whole_words(select_rng, candidates, jnp.asarray(word_kinds)[input_ids],
-                         num_to_predict)
+                         num_to_predict, max_predictions)
     # Slot order is the sequence's; every chosen token fits (at most num_to_predict).
     top_scores, positions = jax.lax.top_k(jnp.where(chosen, -jnp.arange(input_ids.shape[0]),
                                                     -input_ids.shape[0] - 1), max_predictions)
@@ -129,11 +129,18 @@ def _mask_example(rng, input_ids, input_mask, *, special_ids, mask_id, vocab_siz
                      weights.astype(jnp.float32), write.astype(jnp.float32))
 
 
-def whole_words(rng, candidates, kinds, budget):
+def whole_words(rng, candidates, kinds, budget, max_budget: int):
   """[S] bool: the tokens of whole words chosen in random order, each taken if it still fits
-  in `budget` tokens and skipped otherwise (BERT's whole-word masking), until the budget is
-  full. A word is a candidate token and the candidates that continue it (`kinds` [S]: each
-  token's words.START / CONTINUES / ALONE); one cut by a special token ends there."""
+  in `budget` tokens (at most the static `max_budget`) and skipped otherwise, until the budget
+  is full: BERT's whole-word masking. A word is a candidate token and the candidates that
+  continue it (`kinds` [S]: each token's words.START / CONTINUES / ALONE); one cut by a special
+  token ends there. Word k of the sequence is drawn at jax.random.uniform(rng, [S])[k]: the
+  words are taken in increasing order of their draws.
+
+  No while loop (XLA:GPU runs one from the host, splitting the step's CUDA graph; see
+  metrics.tie_bounds): the words before the first that does not fit are a cumulative sum, and
+  after it each of at most `max_budget` unrolled rounds takes the next word that still fits.
+  """
   seq_len = candidates.shape[0]
   previous = lambda x, fill: jnp.concatenate([jnp.full(1, fill), x[:-1]])
   continues = ((kinds == words.CONTINUES) & previous(candidates, False)
@@ -144,21 +151,18 @@ def whole_words(rng, candidates, kinds, budget):
   # Words in random order (real words first, then the empty slots).
   order = jnp.argsort(jnp.where(length > 0, jax.random.uniform(rng, (seq_len,)), 2.0))
   ordered_length = length[order]
-
-  def undecided(carry):
-    i, total, _ = carry
-    return (i < seq_len) & (total < budget) & (ordered_length[jnp.minimum(i, seq_len - 1)] > 0)
-
-  def consider(carry):
-    i, total, taken = carry
-    fits = total + ordered_length[i] <= budget
-    return i + 1, total + jnp.where(fits, ordered_length[i], 0), taken.at[i].set(fits)
-
-  # The words before the first that does not fit are all taken: a cumulative sum, leaving the
-  # loop the few words that may fill the rest of the budget.
-  prefix = (jnp.cumsum(ordered_length) <= budget) & (ordered_length > 0)
-  start = (jnp.sum(prefix), jnp.sum(jnp.where(prefix, ordered_length, 0)), prefix)
-  _, _, taken = jax.lax.while_loop(undecided, consider, start)
+  taken = (jnp.cumsum(ordered_length) <= budget) & (ordered_length > 0)
+  room = budget - jnp.sum(jnp.where(taken, ordered_length, 0))
+  last = jnp.sum(taken)  # The first word that did not fit (or past the words).
+  rank = jnp.arange(seq_len)
+  # Each round takes a word of at least one token from the room left: at most `room` rounds,
+  # and room <= budget <= max_budget.
+  for _ in range(max_budget):
+    fits = (rank > last) & (ordered_length > 0) & (ordered_length <= room)
+    found, next_word = jnp.any(fits), jnp.argmax(fits)
+    taken = taken | (fits & (rank == next_word))
+    room = room - jnp.where(found, ordered_length[next_word], 0)
+    last = jnp.where(found, next_word, seq_len)
   chosen_word = jnp.zeros(seq_len, bool).at[order].set(taken)
   return candidates & chosen_word[jnp.minimum(word, seq_len - 1)]
 

@@ -35,11 +35,26 @@ def word_spans(candidates, kinds):
   return spans
 
 
+def chosen_by_hand(rng, candidates, kinds, budget):
+  """BERT's loop: the words (word_spans) in increasing order of their draws (word k's is
+  uniform(rng, [S])[k]), each taken if it fits what is left of the budget."""
+  draws = np.asarray(jax.random.uniform(rng, (len(candidates),)))
+  spans = word_spans(candidates, kinds)
+  chosen, total = np.zeros(len(candidates), bool), 0
+  for k in sorted(range(len(spans)), key=lambda k: draws[k]):
+    if total + len(spans[k]) <= budget:
+      chosen[spans[k]] = True
+      total += len(spans[k])
+  return chosen
+
+
 def test_wordpiece_and_sentencepiece_word_kinds(tmp_path):
-  vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'play', '##ing', ',', '##,', '"', 'x']
-  (tmp_path / 'vocab.txt').write_text('\n'.join(vocab) + '\n')
+  vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'play', '##ing', ',', '##,', '"', 'x',
+           '°', '##°', '£']
+  (tmp_path / 'vocab.txt').write_text('\n'.join(vocab) + '\n', encoding='utf-8')
   kinds = wordpiece.WordPieceTokenizer(str(tmp_path / 'vocab.txt')).word_kinds()
-  assert kinds.tolist() == [S, S, S, S, S, S, C, A, A, A, S]
+  # BERT splits punctuation off words, not symbols (`5°c` is one word there).
+  assert kinds.tolist() == [S, S, S, S, S, S, C, A, A, A, S, S, C, S]
 
   spm = tokenizer_lib.load_tokenizer('data/demo_spm.model')
   kinds = spm.word_kinds()
@@ -48,7 +63,9 @@ def test_wordpiece_and_sentencepiece_word_kinds(tmp_path):
   assert of('truth, "wife" Bennet\'s') == [
       ('▁truth', S), (',', A), ('▁"', A), ('w', C), ('if', C), ('e', C), ('"', A),
       ('▁Bennet', S), ("'", A), ('s', C)]
-  assert all(kinds[i] == S for i in spm.special_ids + (spm.unk_id,))
+  assert all(kinds[i] == S for i in spm.special_ids)
+  # [UNK] stands for characters inside words too: `naïve` is one word.
+  assert of('naïve') == [('▁na', S), ('[UNK]', C), ('ve', C)]
 
 
 def test_words_are_segmented_at_starts_punctuation_and_special_tokens():
@@ -58,9 +75,27 @@ def test_words_are_segmented_at_starts_punctuation_and_special_tokens():
   assert word_spans(candidates, kinds) == [[1, 2, 3], [5], [6], [7], [8, 9]]
   for seed in range(20):
     chosen = np.asarray(masking.whole_words(jax.random.key(seed), jnp.asarray(candidates),
-                                            jnp.asarray(kinds), 3))
+                                            jnp.asarray(kinds), 3, 3))
     for span in word_spans(candidates, kinds):
       assert len(set(chosen[span])) == 1, (seed, chosen)
+
+
+def test_choice_is_berts_loop_over_words_in_random_order():
+  """Exactly the words BERT's loop takes, over random sequences (special tokens, punctuation,
+  long words, budgets a sequence cannot fill) and per-row budgets under one static bound."""
+  rng = np.random.default_rng(7)
+  rows, seq_len = 96, 24
+  candidates = rng.random((rows, seq_len)) < 0.85
+  kinds = rng.choice([S, C, C, C, C, A], (rows, seq_len)).astype(np.int8)
+  budgets = rng.integers(1, 9, rows).astype(np.int32)
+  keys = jax.random.split(jax.random.key(3), rows)
+  chosen = np.asarray(jax.jit(jax.vmap(masking.whole_words, (0, 0, 0, 0, None)),
+                              static_argnums=4)(keys, candidates, kinds, budgets, 8))
+  for b in range(rows):
+    np.testing.assert_array_equal(
+        chosen[b], chosen_by_hand(keys[b], candidates[b], kinds[b], budgets[b]), err_msg=b)
+  # Rows that could not fill their budget are among them (words too long for the rest).
+  assert (chosen.sum(1) < np.minimum(budgets, candidates.sum(1))).any()
 
 
 @pytest.mark.parametrize('budget', [1, 4, 9])
@@ -72,8 +107,8 @@ def test_choice_is_whole_words_within_budget_and_greedy(budget):
   for seed in range(60):
     candidates = rng.random(40) < 0.9
     kinds = rng.choice([S, C, C, A], 40).astype(np.int8)
-    chosen = np.asarray(jax.jit(masking.whole_words, static_argnums=3)(
-        jax.random.key(seed), jnp.asarray(candidates), jnp.asarray(kinds), budget))
+    chosen = np.asarray(jax.jit(masking.whole_words, static_argnums=(3, 4))(
+        jax.random.key(seed), jnp.asarray(candidates), jnp.asarray(kinds), budget, budget))
     assert not np.any(chosen & ~candidates)
     total = int(chosen.sum())
     assert total <= budget
@@ -164,7 +199,8 @@ def test_experiment_reads_the_vocabularys_words_only_when_asked():
   assert np.array_equal(np.frombuffer(on.objective.word_kinds, np.int8), kinds)
   assert experiment.Experiment.create(_demo()).objective.word_kinds is None
   planned = experiment.Experiment.create(_demo(whole_word_masking=True), read_vocab=False)
-  assert not np.frombuffer(planned.objective.word_kinds, np.int8).any()  # each token a word
+  np.testing.assert_array_equal(np.frombuffer(planned.objective.word_kinds, np.int8),
+                                words.stand_in_kinds(planned.config.vocab_size))
 
 
 def _demo(**overrides):

@@ -144,10 +144,11 @@ class SentencePieceTokenizer:
 
   def word_kinds(self) -> np.ndarray:
     """[vocab_size] int8 words.START / CONTINUES / ALONE of each id: a piece without the
-    word-start mark `▁` continues a word."""
+    word-start mark `▁` continues a word, [UNK] too (`naïve` is `▁na [UNK] ve`)."""
+    control = set(SPECIAL_TOKENS) - {SPECIAL_TOKENS[UNK_ID]}
     pieces = [self.processor.id_to_piece(i) for i in range(self.vocab_size)]
-    return words.word_kinds(
-        pieces, lambda piece: not piece.startswith('▁') and piece not in SPECIAL_TOKENS)
+    return words.word_kinds(pieces,
+                            lambda piece: not piece.startswith('▁') and piece not in control)
 
   def __repr__(self) -> str:
     return f'SentencePieceTokenizer({self.model_file!r}, vocab_size={self.vocab_size})'

@@ -35,3 +35,9 @@ def build(model, c, special_ids, mask_id, word_kinds=None) -> base.Objective:
   """The config's objective over `model` (model.Electra) and the tokenizer's special ids (and
   its word_kinds(), for config.whole_word_masking)."""
   return get(c.objective).from_config(model, c, special_ids, mask_id, word_kinds)
+
+
+def build_for_vocabulary(model, c, tokenizer) -> base.Objective:
+  """build() with `tokenizer`'s special ids and, for config.whole_word_masking, its words."""
+  word_kinds = tokenizer.word_kinds() if c.whole_word_masking else None
+  return build(model, c, tokenizer.special_ids, tokenizer.mask_id, word_kinds)

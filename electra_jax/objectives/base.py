@@ -82,9 +82,9 @@ class Objective:
   @classmethod
   def from_config(cls, model, c, special_ids, mask_id, word_kinds=None):
     """`word_kinds`: the vocabulary's tokenizer.word_kinds(), for config.whole_word_masking
-    (None there: every token a word, as for a plan made without the vocabulary)."""
+    (None there: words.stand_in_kinds, for a plan or synthetic data without the vocabulary)."""
     if c.whole_word_masking and word_kinds is None:
-      word_kinds = np.full(c.vocab_size, words.START, np.int8)
+      word_kinds = words.stand_in_kinds(c.vocab_size)
     return cls(model=model, special_ids=tuple(special_ids), mask_id=mask_id,
                vocab_size=c.vocab_size, mask_prob=c.mask_prob,
                max_predictions=c.max_predictions_per_seq, mask_token_prob=c.mask_token_prob,
@@ -183,8 +183,9 @@ class Objective:
     """
     s = self.masked_step(params, batch, rng, deterministic, example_ids, denominators)
     loss, sums = self.loss(s)
-    # Predictions made, for the reported masked_fraction (whole-word masking makes fewer).
-    return loss, dict(sums, masked_count=jnp.sum(s.masked.masked_weights))
+    # Distinct positions predicted, for the reported masked_fraction (whole-word masking may
+    # choose fewer than the budget).
+    return loss, dict(sums, masked_count=jnp.sum(s.masked.write_weights))
 
   def masked_step(self, params, batch: Mapping[str, jax.Array], rng, deterministic=False,
                   example_ids=None, denominators=None) -> 'Step':
