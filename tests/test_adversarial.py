@@ -16,7 +16,7 @@ from electra_jax.objectives import metrics
 from electra_jax.objectives import sampling
 from electra_jax import config as config_lib
 from tests.conftest import tiny_config, tiny_trainer
-from tests.test_model_objective import toy_batch
+from tests.test_model_objective import assert_micro_batches_sum_to_the_whole, toy_batch
 from tests.test_objective_registry import MASK, SPECIAL, masked_by_hand
 from tests.test_objectives import build
 
@@ -161,17 +161,7 @@ def test_micro_batches_sum_to_the_whole_batchs_gradient(tiny):
   """Gradient accumulation: each micro-batch's loss is its share of the whole batch's (the
   policy and baseline terms over the whole batch's masked-slot count)."""
   _, _, params, obj, batch, rng = tiny
-  whole = jax.grad(lambda p: obj(p, batch, rng, deterministic=True)[0])(params)
-  denominators = obj.loss_denominators(batch, rng)
-  summed = None
-  for first in (0, 1):
-    rows = jnp.arange(first, batch['input_ids'].shape[0], 2)
-    micro = {k: v[rows] for k, v in batch.items()}
-    grads = jax.grad(lambda p, m=micro, r=rows: obj(
-        p, m, rng, deterministic=True, example_ids=r, denominators=denominators)[0])(params)
-    summed = grads if summed is None else jax.tree.map(jnp.add, summed, grads)
-  for got, want in zip(jax.tree.leaves(summed), jax.tree.leaves(whole)):
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+  assert_micro_batches_sum_to_the_whole(obj, params, batch, rng)
 
 
 def test_exports_both_networks_without_the_baseline(tiny):

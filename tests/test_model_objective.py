@@ -38,6 +38,23 @@ def toy_batch(c, seed=0, token_range=(5, None)):
               segment_ids=jnp.zeros_like(ids))
 
 
+def assert_micro_batches_sum_to_the_whole(obj, params, batch, rng):
+  """Two micro-batches (rows 0, 2, ... and 1, 3, ...), each with its rows' global ids and the
+  whole batch's loss_denominators, have gradients summing to the whole batch's: what
+  train_state's grad_accum_steps relies on."""
+  whole = jax.grad(lambda p: obj(p, batch, rng, deterministic=True)[0])(params)
+  denominators = obj.loss_denominators(batch, rng)
+  summed = None
+  for first in (0, 1):
+    rows = jnp.arange(first, batch['input_ids'].shape[0], 2)
+    micro = {k: v[rows] for k, v in batch.items()}
+    grads = jax.grad(lambda p, m=micro, r=rows: obj(
+        p, m, rng, deterministic=True, example_ids=r, denominators=denominators)[0])(params)
+    summed = grads if summed is None else jax.tree.map(jnp.add, summed, grads)
+  for got, want in zip(jax.tree.leaves(summed), jax.tree.leaves(whole)):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
 def grads_of(objective, params, batch):
   return jax.jit(jax.grad(lambda p: objective(p, batch, jax.random.key(1))[0]))(params)
 
