@@ -92,10 +92,9 @@ def _mask_example(rng, input_ids, input_mask, *, special_ids, mask_id, vocab_siz
   if word_kinds is not None:
     chosen = whole_words(select_rng, candidates, jnp.asarray(word_kinds)[input_ids],
                          num_to_predict, max_predictions)
-    # Slot order is the sequence's; every chosen token fits (at most num_to_predict).
-    top_scores, positions = jax.lax.top_k(jnp.where(chosen, -jnp.arange(input_ids.shape[0]),
-                                                    -input_ids.shape[0] - 1), max_predictions)
-    weights = top_scores > -input_ids.shape[0] - 1
+    # In the sequence's order; every chosen token has a slot (at most num_to_predict).
+    positions = jnp.nonzero(chosen, size=max_predictions, fill_value=0)[0]
+    weights = jnp.arange(max_predictions) < jnp.sum(chosen)
   elif with_replacement:
     # The official release's draw: every slot an independent uniform candidate.
     logits = jnp.where(candidates, 0.0, -jnp.inf)
