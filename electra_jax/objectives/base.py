@@ -154,8 +154,7 @@ class Objective:
     else:
       mask_keys = self._row_keys(rng, batch['input_ids'].shape[0], None)[0]
       mlm_count = jnp.sum(self._mask(mask_keys, batch).masked_weights)
-    return {'mlm_count': mlm_count,
-            'disc_count': jnp.sum(batch['input_mask'].astype(jnp.float32))}
+    return _counts(batch, mlm_count)
 
   @staticmethod
   def _row_keys(rng, batch_size, example_ids):
@@ -195,8 +194,7 @@ class Objective:
         rng, batch['input_ids'].shape[0], example_ids)
     m = self._mask(mask_keys, batch)
     if denominators is None:
-      denominators = {'mlm_count': jnp.sum(m.masked_weights),
-                      'disc_count': jnp.sum(batch['input_mask'].astype(jnp.float32))}
+      denominators = _counts(batch, jnp.sum(m.masked_weights))
     return Step(self, params, batch, m, denominators, deterministic, gen_keys, sample_keys,
                 disc_keys)
 
@@ -311,6 +309,11 @@ def is_generator(top_level_key: str) -> bool:
   """Whether a top-level params key is the generator's own ('generator', and with tie='none'
   'generator_embeddings'); shared embeddings belong to the discriminator."""
   return top_level_key.startswith('generator')
+
+
+def _counts(batch, mlm_count) -> dict:
+  """The losses' denominators: masked positions (`mlm_count`) and real tokens."""
+  return {'mlm_count': mlm_count, 'disc_count': jnp.sum(batch['input_mask'].astype(jnp.float32))}
 
 
 def weighted_mean(values, weights, denominator=None):
