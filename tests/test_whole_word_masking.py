@@ -68,6 +68,17 @@ def test_wordpiece_and_sentencepiece_word_kinds(tmp_path):
   assert of('naïve') == [('▁na', S), ('[UNK]', C), ('ve', C)]
 
 
+def test_cjk_ideographs_are_words_of_their_own():
+  # As BERT's tokenizer puts spaces around each ideograph; a sentencepiece piece of several
+  # (text without spaces) is one word, and the next piece starts another; kana are not split.
+  pieces = ['▁中国', '人', 'abc', '▁the', '##中', '(', 'の', 'は', '𠀀x']
+  kinds = words.word_kinds(pieces, lambda piece: not piece.startswith('▁'))
+  assert kinds.tolist() == [A, A, C, S, A, A, C, C, A]
+  assert words.is_cjk_ideograph('中') and not words.is_cjk_ideograph('の')
+  assert word_spans(np.ones(len(pieces), bool), kinds) == [[0], [1], [2], [3], [4], [5],
+                                                             [6, 7], [8]]
+
+
 def test_words_are_segmented_at_starts_punctuation_and_special_tokens():
   candidates = np.array([0, 1, 1, 1, 0, 1, 1, 1, 1, 1], bool)  # 0 and 4: [CLS], [SEP]
   kinds = np.array([S, S, C, C, S, C, A, C, S, C], np.int8)

@@ -4,6 +4,9 @@ A word is a token and the tokens continuing it: WordPiece's `##ing`, a sentencep
 without the word-start mark `▁` (and sentencepiece's [UNK], which stands for characters inside
 a word as often as for a word). Punctuation is a word of its own, as BERT's tokenizer splits
 it: `truth,` and `"I` are two words each; symbols such as `°` or `£` are not punctuation there.
+So is a token holding a CJK ideograph: BERT's tokenizer puts spaces around each, so Chinese is
+masked character by character there; a sentencepiece model of text without spaces would
+otherwise make each clause one word, longer than the masking budget, never masked.
 """
 import unicodedata
 
@@ -22,13 +25,24 @@ def is_punctuation(ch: str) -> bool:
           or unicodedata.category(ch).startswith('P'))
 
 
+# BERT's tokenization._is_chinese_char: the CJK Unified Ideographs blocks (not Japanese kana
+# or Korean Hangul, which are written with spaces or as words).
+_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+               (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+
+
+def is_cjk_ideograph(ch: str) -> bool:
+  code = ord(ch)
+  return any(low <= code <= high for low, high in _CJK_RANGES)
+
+
 def word_kinds(pieces: list[str], continues) -> np.ndarray:
   """[len(pieces)] int8 START / CONTINUES / ALONE of each piece: ALONE where every character
-  but the marks `▁` / `##` is punctuation, else CONTINUES where `continues(piece)`, else
-  START."""
+  but the marks `▁` / `##` is punctuation or where one is a CJK ideograph, else CONTINUES
+  where `continues(piece)`, else START."""
   def kind(piece):
     text = piece.replace('▁', '').removeprefix('##')
-    if text and all(is_punctuation(ch) for ch in text):
+    if text and all(is_punctuation(ch) for ch in text) or any(map(is_cjk_ideograph, text)):
       return ALONE
     return CONTINUES if continues(piece) else START
   return np.array([kind(piece) for piece in pieces], np.int8)
