@@ -50,7 +50,7 @@ def test_gpu_suite_refuses_an_unknown_stage_before_touching_anything(tmp_path):
   missing = sh('benchmarks/gpu_suite.sh', 'tests', check=False)
   assert missing.returncode == 2 and missing.stderr.splitlines() == [
       'usage: gpu_suite.sh STAGE[,STAGE...] OUT_DIR',
-      '  STAGE: tests, small, base, large, profile, parts, pretrain, graphs or calls']
+      '  STAGE: tests, small, base, large, profile, parts, pretrain, graphs, calls or wwm']
 
 
 # Stands in for python3 in gpu_suite.sh: each benchmark command's flags are parsed by the real
@@ -67,6 +67,7 @@ print(json.dumps(dict(model_size=c.model_size, vocab_size=c.vocab_size, dtype=c.
                       batch=c.train_batch_size, remat=c.remat, compare=flags.FLAGS.compare,
                       attention_dropout_rate=c.attention_dropout_rate,
                       steps_per_execution=c.steps_per_execution, steps=flags.FLAGS.steps,
+                      whole_word_masking=c.whole_word_masking,
                       jax_cache=os.environ.get('JAX_COMPILATION_CACHE_DIR'),
                       xla_flags=os.environ.get('XLA_FLAGS', ''))))
 """
@@ -83,7 +84,7 @@ fi
 
 
 def test_gpu_suite_benchmark_stages_pass_flags_the_benchmark_accepts(tmp_path):
-  """Every benchmark command of the small/base/large/graphs/profile/calls stages parses
+  """Every benchmark command of the small/base/large/graphs/profile/calls/wwm stages parses
   (--config=FILE before its --config.KEY overrides, which absl refuses otherwise) with the
   suite's common keys applied; a failed benchmark fails its stage with its name but does not
   stop the others."""
@@ -98,9 +99,9 @@ def test_gpu_suite_benchmark_stages_pass_flags_the_benchmark_accepts(tmp_path):
              GPU_SUITE_CACHE=str(cache), PROFILE_CONFIG='base',
              LARGE_FLAGS='--config.attention_dropout_rate=0')
   out = tmp_path / 'out'
-  # Six stages in one call: each runs though the first fails.
+  # Seven stages in one call: each runs though the first fails.
   proc = subprocess.run(['bash', 'benchmarks/gpu_suite.sh',
-                         'small,base,large,graphs,profile,calls', str(out)],
+                         'small,base,large,graphs,profile,calls,wwm', str(out)],
                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
   # The small stage's --compare=hf,hf_full run fails in the shim (no torch) ...
   assert proc.returncode == 1, proc.stderr
@@ -110,6 +111,10 @@ def test_gpu_suite_benchmark_stages_pass_flags_the_benchmark_accepts(tmp_path):
   for line in (out / 'results.jsonl').read_text().splitlines():
     row = json.loads(line)
     rows.setdefault(row['model_size'], []).append(row)
+  # wwm: the Small step without, then with whole-word masking, both at the suite's keys.
+  wwm_rows, rows['small'] = rows['small'][-2:], rows['small'][:-2]
+  assert [(r['whole_word_masking'], r['batch'], r['vocab_size'], r['dtype'])
+          for r in wwm_rows] == [(False, 128, 30522, 'bfloat16'), (True, 128, 30522, 'bfloat16')]
   # graphs: the default step, then one per command-buffer update mode this XLA accepts (the
   # shim accepts all four).
   modes = ['NEVER_UPDATE', 'CAPTURE_CMD_NEVER_UPDATE', 'VMM_PERSISTENT_TEMP', 'SKIP_TEMP']
