@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from configs import base, base_config, demo, demo_long, large, small
+from configs import base, base_config, demo, demo_long, large, small, small_plus
 from electra_jax import config as config_lib
 from electra_jax import saved_config
 from electra_jax.errors import UserError
@@ -42,6 +42,11 @@ def test_max_predictions_follows_official_formula():
                 num_train_steps=766_000, mask_prob=0.15, generator_hidden_size=1 / 3)),
     (large, dict(learning_rate=2e-4, train_batch_size=2048, max_seq_length=512,
                  num_train_steps=400_000, mask_prob=0.25, generator_hidden_size=0.25)),
+    # The released Small (official README, google-research/electra issues 39 and 68).
+    (small_plus, dict(learning_rate=5e-4, train_batch_size=128, max_seq_length=512,
+                      num_train_steps=4_000_000, mask_prob=0.15, generator_hidden_size=1.0,
+                      hidden_size=256, num_layers=12, embedding_size=128,
+                      max_predictions_per_seq=79)),
 ])
 def test_paper_configs_carry_paper_hyperparameters(module, expected):
   c = config_lib.resolve(module.get_config())
@@ -60,10 +65,21 @@ def test_paper_configs_change_only_paper_keys():
              'train_batch_size', 'max_seq_length', 'num_train_steps', 'num_warmup_steps',
              'steps_per_execution'}  # How, not what, is computed (Small: 100 steps a call).
   defaults = base_config.get_config().to_dict()
-  for module in (small, base, large):
+  for module in (small, small_plus, base, large):
     cfg = module.get_config().to_dict()
     changed = {k for k in cfg if cfg[k] != defaults[k]}
     assert changed <= allowed, (module.__name__, changed - allowed)
+
+
+def test_official_preset_sets_the_release_keys_on_the_named_paper_config():
+  from configs import official  # pylint: disable=import-outside-toplevel
+  for size, module in (('small', small), ('small_plus', small_plus), ('large', large)):
+    c = official.get_config(size).to_dict()
+    expected = dict(module.get_config().to_dict(), **official.OFFICIAL)
+    assert c == expected, size
+  assert official.get_config('small_plus').generator_hidden_size == 1.0
+  with pytest.raises(UserError, match="'smal' is not a paper config; pick small, small_plus"):
+    official.get_config('smal')
 
 
 def test_demo_long_stretches_the_demo_and_its_argument_changes_only_the_objective():
