@@ -3,12 +3,12 @@
 4M steps. Pretrain this to compare with the released Small, or to continue its recipe on your
 own language; the paper's Small (generator 1/4, 128 tokens, 1M steps) is configs/small.py.
 
-Sources: the official README ("we did not use a small generator for that model": generator size
-1, and the released Small "has already been trained for 4e6 steps"); google-research/electra
-issues 39 and 68 (the released Small and Base are the paper's "++" models, the Small generator
-as wide as its discriminator); its 512 positions, used as KoELECTRA-Small reproduced it. The
-paper trained the ++ models on XLNet's corpus, not public: point `train_files`, `vocab_file` and
-`vocab_size` at yours, as for configs/small.py.
+Sources: the official README (for the released Small "we did not use a small generator", and
+it "has already been trained for 4e6 steps"); google-research/electra issues 39 and 68 (the
+released Small and Base are the paper's "++" models, the Small generator as wide as its
+discriminator). The 512-token sequences are as KoELECTRA-Small reproduced Small++, not from the
+official code. The paper trained the ++ models on XLNet's corpus, not public: point
+`train_files`, `vocab_file` and `vocab_size` at yours, as for configs/small.py.
 """
 from configs import small
 
