@@ -507,6 +507,37 @@ def test_a_run_keeps_its_vocabulary_and_resumes_with_it_wherever_the_file_went(
   assert saved_config.load(workdir).vocab_file == kept
 
 
+def test_a_resume_at_a_longer_sequence_length_goes_on_at_the_new_length(tmp_path, small_corpus):
+  """BERT's length schedule (README): refused until the length and the masking budget that
+  follows it are allowed, then the run goes on from its step with batches of the new length."""
+  # pylint: disable=import-outside-toplevel
+  import json
+  from electra_jax import train
+  from tests.conftest import tiny_config
+  workdir = str(tmp_path / 'run')
+  config = lambda length, allow='': tiny_config(
+      vocab_size=8000, train_files=small_corpus, max_seq_length=length, num_train_steps=4,
+      eval_every_steps=0, save_checkpoints_steps=2, log_every_steps=1, progress_bar=False,
+      allow_config_change=allow)
+  assert train.train_and_evaluate(config(16), workdir, stop_after_steps=2)['step'] == 2
+  with pytest.raises(UserError, match=r'max_predictions_per_seq: 2 -> 4, max_seq_length: 16 -> '
+                                      r'32\).*allow_config_change=max_predictions_per_seq,'
+                                      r'max_seq_length$'):
+    train.train_and_evaluate(config(32), workdir)
+  summary = train.train_and_evaluate(config(32, 'max_seq_length,max_predictions_per_seq'),
+                                     workdir)
+  assert (summary['step'], summary['steps_run']) == (4, 2)
+  assert saved_config.load(workdir).max_seq_length == 32
+  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
+    rows = [json.loads(line) for line in f]
+  assert [r['step'] for r in rows] == [1, 2, 3, 4]
+  # Real tokens a step (timed steps: not the first of each run, which compiles): at most
+  # 8 x 16 before, more than that after (the corpus packs full).
+  tokens = {r['step']: r['tokens_per_sec'] / r['steps_per_sec'] for r in rows
+            if r['tokens_per_sec'] is not None}
+  assert sorted(tokens) == [2, 4] and tokens[2] <= 8 * 16 < tokens[4] <= 8 * 32
+
+
 def test_unknown_config_key_is_an_error_naming_it(tmp_path):
   proc = run_cli('electra_jax.train', '--config=configs/demo.py', f'--workdir={tmp_path}',
                  '--config.hiden_size=64', check=False)
