@@ -26,7 +26,7 @@ def is_punctuation(ch: str) -> bool:
 
 
 # BERT's tokenization._is_chinese_char: the CJK Unified Ideographs blocks (not Japanese kana
-# or Korean Hangul, which are written with spaces or as words).
+# or Korean Hangul, which BERT leaves to whitespace).
 _CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
                (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
 
