@@ -511,7 +511,6 @@ def test_a_resume_at_a_longer_sequence_length_goes_on_at_the_new_length(tmp_path
   """BERT's length schedule (README): refused until the length and the masking budget that
   follows it are allowed, then the run goes on from its step with batches of the new length."""
   # pylint: disable=import-outside-toplevel
-  import json
   from electra_jax import train
   from tests.conftest import tiny_config
   workdir = str(tmp_path / 'run')
