@@ -42,7 +42,7 @@ def word_kinds(pieces: list[str], continues) -> np.ndarray:
   where `continues(piece)`, else START."""
   def kind(piece):
     text = piece.replace('▁', '').removeprefix('##')
-    if text and all(is_punctuation(ch) for ch in text) or any(map(is_cjk_ideograph, text)):
+    if any(map(is_cjk_ideograph, text)) or (text and all(map(is_punctuation, text))):
       return ALONE
     return CONTINUES if continues(piece) else START
   return np.array([kind(piece) for piece in pieces], np.int8)
