@@ -121,7 +121,8 @@ def get_config():
   # --- Masking and objective ---------------------------------------------------------------
   # Fraction of real tokens chosen for prediction (paper: 0.15; 0.25 for Large).
   c.mask_prob = 0.15
-  # Upper bound on masked positions per sequence (None: int((mask_prob + 0.005) * seq)).
+  # Upper bound on masked positions per sequence (None: int((mask_prob + 0.005) * seq), which
+  # a resume at another max_seq_length follows without listing it in allow_config_change).
   c.max_predictions_per_seq = placeholder(int)
   # Of the chosen positions: fraction replaced by [MASK] (official code 0.85; BERT 0.8).
   c.mask_token_prob = 0.85

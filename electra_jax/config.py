@@ -40,12 +40,18 @@ def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if c[key] is None:
       c[key] = value
   if c.max_predictions_per_seq is None:
-    c.max_predictions_per_seq = int((c.mask_prob + 0.005) * c.max_seq_length)
+    c.max_predictions_per_seq = derived_max_predictions(c)
   # A smoke run of a long recipe (e.g. small.py for 20 steps) warms up over the whole run.
   c.num_warmup_steps = min(c.num_warmup_steps, c.num_train_steps)
   _validate(c)
   c.lock()
   return c
+
+
+def derived_max_predictions(c) -> int:
+  """The masking budget a config (a ConfigDict or a saved config's dict) gets when it leaves
+  max_predictions_per_seq unset: the official code's int((mask_prob + 0.005) * length)."""
+  return int((c['mask_prob'] + 0.005) * c['max_seq_length'])
 
 
 def check(condition: bool, message: str):

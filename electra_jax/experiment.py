@@ -131,21 +131,37 @@ def weight_changing_differences(saved: dict, c) -> list[str]:
 
 
 def check_resume_config(workdir: str, c) -> list[str]:
-  """Refuses to resume with a config other than the saved one, except for harmless keys and
-  those listed in config.allow_config_change; returns the changed keys."""
+  """Refuses to resume with a config other than the saved one, except for harmless keys,
+  those listed in config.allow_config_change and derived keys following their sources;
+  returns the changed keys."""
   if not checkpoint.has_steps(workdir):
     return []  # Nothing to resume: the new config simply replaces the saved one.
   changed = check_saved_config_matches(workdir, c)
-  allowed = set(HARMLESS_KEYS) | set(config_lib.split_keys(c.allow_config_change))
+  if not changed:
+    return []
+  saved, current = saved_config.load(workdir).to_dict(), c.to_dict()
+  allowed = (set(HARMLESS_KEYS) | set(config_lib.split_keys(c.allow_config_change))
+             | _derived_in_both(saved, current))
   refused = [k for k in changed if k not in allowed]
   if refused:
-    saved, current = saved_config.load(workdir).to_dict(), c.to_dict()
     diffs = ', '.join(f'{k}: {saved.get(k)!r} -> {current[k]!r}' for k in refused)
     listed = ','.join(config_lib.split_keys(c.allow_config_change) + refused)
     raise UserError(f"workdir '{workdir}' was trained with another config ({diffs}); re-run "
                     'with the saved values (WORKDIR/config.json), use a new --workdir, or accept '
                     f'the change with --config.allow_config_change={listed}')
   return changed
+
+
+def _derived_in_both(saved: dict, current: dict) -> set[str]:
+  """Derived keys that both configs left to their sources (their values are the derived
+  ones): such a key changes only with its sources, which are allowed or refused themselves.
+  E.g. max_predictions_per_seq follows max_seq_length in BERT's length schedule."""
+  try:
+    derived = all(run['max_predictions_per_seq'] == config_lib.derived_max_predictions(run)
+                  for run in (saved, current))
+  except (KeyError, TypeError):  # A saved config without the keys: nothing is derived.
+    return set()
+  return {'max_predictions_per_seq'} if derived else set()
 
 
 def prepare_workdir(workdir: str) -> str:

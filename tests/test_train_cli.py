@@ -508,8 +508,8 @@ def test_a_run_keeps_its_vocabulary_and_resumes_with_it_wherever_the_file_went(
 
 
 def test_a_resume_at_a_longer_sequence_length_goes_on_at_the_new_length(tmp_path, small_corpus):
-  """BERT's length schedule (README): refused until the length and the masking budget that
-  follows it are allowed, then the run goes on from its step with batches of the new length."""
+  """BERT's length schedule (README): refused until the length is allowed (the masking budget
+  derived from it follows), then the run goes on from its step with batches of the new length."""
   # pylint: disable=import-outside-toplevel
   from electra_jax import train
   from tests.conftest import tiny_config
@@ -519,14 +519,13 @@ def test_a_resume_at_a_longer_sequence_length_goes_on_at_the_new_length(tmp_path
       eval_every_steps=0, save_checkpoints_steps=2, log_every_steps=1, progress_bar=False,
       allow_config_change=allow)
   assert train.train_and_evaluate(config(16), workdir, stop_after_steps=2)['step'] == 2
-  with pytest.raises(UserError, match=r'max_predictions_per_seq: 2 -> 4, max_seq_length: 16 -> '
-                                      r'32\).*allow_config_change=max_predictions_per_seq,'
-                                      r'max_seq_length$'):
+  with pytest.raises(UserError, match=r'\(max_seq_length: 16 -> 32\).*'
+                                      r'allow_config_change=max_seq_length$'):
     train.train_and_evaluate(config(32), workdir)
-  summary = train.train_and_evaluate(config(32, 'max_seq_length,max_predictions_per_seq'),
-                                     workdir)
+  summary = train.train_and_evaluate(config(32, 'max_seq_length'), workdir)
   assert (summary['step'], summary['steps_run']) == (4, 2)
-  assert saved_config.load(workdir).max_seq_length == 32
+  saved = saved_config.load(workdir)
+  assert (saved.max_seq_length, saved.max_predictions_per_seq) == (32, 4)
   with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
     rows = [json.loads(line) for line in f]
   assert [r['step'] for r in rows] == [1, 2, 3, 4]
@@ -535,6 +534,34 @@ def test_a_resume_at_a_longer_sequence_length_goes_on_at_the_new_length(tmp_path
   tokens = {r['step']: r['tokens_per_sec'] / r['steps_per_sec'] for r in rows
             if r['tokens_per_sec'] is not None}
   assert sorted(tokens) == [2, 4] and tokens[2] <= 8 * 16 < tokens[4] <= 8 * 32
+
+
+def test_only_a_masking_budget_both_runs_derived_follows_the_length(tmp_path):
+  """A budget both runs left to its formula follows max_seq_length; one the user set (here 3,
+  the formula giving 2 at 16 tokens) changes only when it is allowed itself."""
+  # pylint: disable=import-outside-toplevel
+  from electra_jax import checkpoint, experiment
+  from electra_jax import config as config_lib
+  from tests.conftest import tiny_config
+
+  def resume(saved_keys, **keys):
+    workdir = str(tmp_path / str(len(os.listdir(tmp_path))))
+    os.makedirs(os.path.join(checkpoint.directory_of(workdir), '2'))
+    saved_config.write(workdir, config_lib.resolve(tiny_config(max_seq_length=16, **saved_keys)))
+    return experiment.check_resume_config(workdir, config_lib.resolve(
+        tiny_config(max_seq_length=32, allow_config_change='max_seq_length', **keys)))
+
+  changed = ['allow_config_change', 'max_predictions_per_seq', 'max_seq_length']
+  assert resume({}) == changed
+  assert resume({'max_predictions_per_seq': 3}, max_predictions_per_seq=3) == changed[::2]
+  with pytest.raises(UserError, match=r'\(max_predictions_per_seq: 3 -> 4\).*'
+                                      r'allow_config_change=max_seq_length,'
+                                      r'max_predictions_per_seq$'):
+    resume({'max_predictions_per_seq': 3})
+  # Its other source, mask_prob, is refused on its own account, and named alone.
+  with pytest.raises(UserError, match=r'\(mask_prob: 0.15 -> 0.25\).*'
+                                      r'allow_config_change=max_seq_length,mask_prob$'):
+    resume({}, mask_prob=0.25)
 
 
 def test_unknown_config_key_is_an_error_naming_it(tmp_path):
