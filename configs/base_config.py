@@ -204,9 +204,10 @@ def get_config():
 
   # --- Initialisation (README: "Continue pretraining google/electra-base on your corpus") ---
   # A new run (step 0, fresh optimizer, schedule and data order) starts from these weights: a
-  # transformers ELECTRA discriminator directory, an electra_jax workdir (latest checkpoint) or
-  # one of its checkpoints (WORKDIR/checkpoints/STEP). Shape keys and the vocabulary come from
-  # it. Ignored when the workdir already holds checkpoints (the run resumes). '' = random init.
+  # transformers ELECTRA discriminator directory, an electra_jax workdir (latest checkpoint),
+  # one of its checkpoints (WORKDIR/checkpoints/STEP), or an official (TF1) checkpoint (its
+  # prefix or directory). Shape keys and the vocabulary come from it. Ignored when the workdir
+  # already holds checkpoints (the run resumes). '' = random init.
   c.init_from = ''
   # With a transformers init_from: its generator directory (ElectraForMaskedLM); '' = a random
   # generator of generator_hidden_size. A workdir's generator comes with init_from.

@@ -5,7 +5,8 @@ a fresh optimizer state, learning-rate schedule and data order, but with the wei
   - a transformers ELECTRA discriminator directory (config.json + model.safetensors or
     pytorch_model.bin), plus its generator directory from init_generator_from, or
   - an electra_jax workdir (its latest checkpoint) or one of its checkpoints
-    (WORKDIR/checkpoints/STEP), generator included.
+    (WORKDIR/checkpoints/STEP), generator included, or
+  - an official (TF1) ELECTRA checkpoint (official_checkpoint.py), generator included.
 The source fixes the shape keys and the vocabulary; a --config override that disagrees is an
 error naming both values. A transformers vocabulary (and an extended one) is written into the
 workdir, so the run and its exports do not depend on the source directory staying put. A
@@ -26,7 +27,9 @@ from electra_jax import checkpoint
 from electra_jax import config as config_lib
 from electra_jax import model as model_lib
 from electra_jax import objectives
+from electra_jax import official_checkpoint
 from electra_jax import saved_config
+from electra_jax import tf_checkpoint
 from electra_jax import train_state as ts
 from electra_jax import paths
 from electra_jax.data import extend_vocab
@@ -49,9 +52,10 @@ class Source:
   name: str                  # for messages: "init_from '...'"
   keys: dict                 # config keys it fixes (besides the vocabulary)
   vocabulary: tokenizer_files.Vocabulary
-  from_transformers: bool
+  copy_vocabulary: bool      # a vocabulary from outside any run, copied into the workdir
   # (config with the source's vocab_size) -> (params it holds, numpy, partial tree; notes).
   read_params: Callable[[ml_collections.ConfigDict], tuple[dict, list[str]]]
+  generator_hint: str = ''   # why a generator starts from random weights
 
 
 @dataclasses.dataclass
@@ -88,23 +92,54 @@ def _transformers_source(path: str, generator_path: str) -> Source:
   vocab = tokenizer_files.read_vocabulary(path)
 
   def read_params(c):
-    layout = objectives.get(c.objective).layout_for(c)
-    _, state = hf_files.read_dir(path)
-    params = hf_weights.hf_to_params(state, c, 'discriminator', with_head=layout.rtd_head)
-    notes = []
-    if generator_path:
-      _, generator_state = hf_files.read_dir(generator_path)
-      generator = hf_weights.hf_to_params(generator_state, c, 'generator')
-      params['generator'] = generator['generator']
-      if c.tie == 'none':
-        params['generator_embeddings'] = generator['embeddings']
-      elif not _tree_equal(generator['embeddings'], params['embeddings']):
-        notes.append("the generator's embedding tables differ from the discriminator's; took "
-                     "the discriminator's (tie='embeddings' shares one set; "
-                     '--config.tie=none keeps both)')
-    return params, notes
+    generator = (lambda: hf_files.read_dir(generator_path)[1]) if generator_path else None
+    return _networks_params(c, hf_files.read_dir(path)[1], generator)
 
-  return Source(name, keys, vocab, from_transformers=True, read_params=read_params)
+  return Source(name, keys, vocab, copy_vocabulary=True, read_params=read_params,
+                generator_hint=' (no init_generator_from)')
+
+
+def _networks_params(c, discriminator: dict, generator: Callable[[], dict] | None
+                     ) -> tuple[dict, list[str]]:
+  """Our params from transformers state dicts: the discriminator's, and the generator's where
+  `generator` reads one; notes to print."""
+  layout = objectives.get(c.objective).layout_for(c)
+  params = hf_weights.hf_to_params(discriminator, c, 'discriminator', with_head=layout.rtd_head)
+  notes = []
+  if generator is not None:
+    theirs = hf_weights.hf_to_params(generator(), c, 'generator')
+    params['generator'] = theirs['generator']
+    if c.tie == 'none':
+      params['generator_embeddings'] = theirs['embeddings']
+    elif not _tree_equal(theirs['embeddings'], params['embeddings']):
+      notes.append("the generator's embedding tables differ from the discriminator's; took "
+                   "the discriminator's (tie='embeddings' shares one set; "
+                   '--config.tie=none keeps both)')
+  return params, notes
+
+
+def _official_source(path: str, prefix: str, config, overridden) -> Source:
+  """An official (TF1) ELECTRA checkpoint: both networks; the vocabulary is the vocab.txt
+  beside it (the official release's layout), else --config.vocab_file."""
+  if config.init_generator_from:
+    raise UserError(f"config.init_generator_from is for a transformers init_from; '{path}' is "
+                    'an official checkpoint, whose generator comes along: drop '
+                    'init_generator_from')
+  official = official_checkpoint.Checkpoint(prefix)
+  keys = official.keys(config.num_heads if 'num_heads' in overridden else None)
+  if hf_configs.preset_name(keys):
+    keys['model_size'] = hf_configs.preset_name(keys)
+  vocab_txt = paths.join(paths.parent(prefix), tokenizer_files.WORDPIECE_FILE)
+  vocab = tokenizer_files.Vocabulary(vocab_txt if paths.is_file(vocab_txt) else None, None,
+                                     config.do_lower_case)
+
+  def read_params(c):
+    generator = (lambda: official.hf_state('generator')) if official.has_generator else None
+    return _networks_params(c, official.hf_state('discriminator'), generator)
+
+  return Source(f"init_from '{prefix}' (official checkpoint)", keys, vocab,
+                copy_vocabulary=True, read_params=read_params,
+                generator_hint=' (the checkpoint holds no generator)')
 
 
 def _workdir_source(path: str, workdir: str, step: int | None) -> Source:
@@ -125,29 +160,36 @@ def _workdir_source(path: str, workdir: str, step: int | None) -> Source:
 
   return Source(f"init_from '{path}' (step {step})", keys,
                 tokenizer_files.Vocabulary(saved.vocab_file, None, saved.do_lower_case),
-                from_transformers=False, read_params=read_params)
+                copy_vocabulary=False, read_params=read_params)
 
 
-def open_source(init_from: str, init_generator_from: str = '') -> Source:
-  """The source a path names: a transformers directory, a workdir, or a checkpoint step."""
+def open_source(config, overridden=()) -> Source:
+  """The source config.init_from names: a transformers directory, a workdir, one of its
+  checkpoint steps, or an official (TF1) checkpoint. `overridden`: the --config keys given."""
+  init_from, init_generator_from = config.init_from, config.init_generator_from
   path = paths.absolute(init_from)
   if hf_files.is_hf_dir(path):
     return _transformers_source(path, init_generator_from)
-  if init_generator_from:
-    raise UserError(f"config.init_generator_from is for a transformers init_from; "
-                    f"'{init_from}' is a workdir, whose generator comes along: drop "
-                    'init_generator_from')
   parent = paths.parent(paths.parent(path))
   step_dir = (paths.name(path).isdigit()
               and paths.name(paths.parent(path)) == checkpoint.SUBDIR)
+  is_workdir = (step_dir and saved_config.exists(parent)) or saved_config.exists(path)
+  if init_generator_from and is_workdir:
+    raise UserError(f"config.init_generator_from is for a transformers init_from; "
+                    f"'{init_from}' is a workdir, whose generator comes along: drop "
+                    'init_generator_from')
   if step_dir and saved_config.exists(parent):
     return _workdir_source(path, parent, int(paths.name(path)))
   if saved_config.exists(path):
     return _workdir_source(path, path, None)
+  prefix = tf_checkpoint.find_prefix(path)
+  if prefix is not None:
+    return _official_source(init_from, prefix, config, overridden)
   raise UserError(f"config.init_from='{init_from}' is neither a transformers ELECTRA directory "
                   '(config.json with model_type electra + model.safetensors or '
-                  'pytorch_model.bin), a training workdir (config.json + checkpoints/), nor one '
-                  'of its checkpoints (WORKDIR/checkpoints/STEP)')
+                  'pytorch_model.bin), a training workdir (config.json + checkpoints/), one '
+                  'of its checkpoints (WORKDIR/checkpoints/STEP), nor an official TensorFlow '
+                  'checkpoint (PREFIX.index + PREFIX.data-*, or their directory)')
 
 
 def _same(key, value, wanted, keys) -> bool:
@@ -237,7 +279,7 @@ def prepare(config, workdir: str | None, overridden=(), write: bool = True) -> S
                  notes=notes)
   if not config.init_from:
     return Start(config_lib.resolve(config))
-  source = open_source(config.init_from, config.init_generator_from)
+  source = open_source(config, overridden)
   vocab = _vocabulary(config, source, overridden)
   keys = dict(source.keys, do_lower_case=vocab.do_lower_case)
   size = len(vocab.token_list())
@@ -257,7 +299,7 @@ def prepare(config, workdir: str | None, overridden=(), write: bool = True) -> S
     keys['vocab_size'], content = extension.new_size, extension.content
   elif vocab.file is None:
     content = lambda: ''.join(t + '\n' for t in vocab.tokens).encode('utf-8')
-  elif source.from_transformers and 'vocab_file' not in overridden:
+  elif source.copy_vocabulary and 'vocab_file' not in overridden:
     content = lambda: paths.read_bytes(vocab.file)
   keys['vocab_file'] = (vocab.file if content is None else
                         saved_config.vocabulary_path(workdir or '.', name))
@@ -353,6 +395,6 @@ def initial_state(exp, start: Start) -> tuple[ts.TrainState, list[str]]:
   line = f'{total - len(fresh_paths)} of {total} parameter arrays from {start.source.name}'
   if fresh_paths:
     line += f'; randomly initialised: {_parts(fresh_paths)}'
-    if start.source.from_transformers and not c.init_generator_from:
-      line += ' (no init_generator_from)'
+    if any(p[0] == 'generator' for p in fresh_paths):
+      line += start.source.generator_hint
   return state, notes + [line]

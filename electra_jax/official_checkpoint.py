@@ -1,0 +1,113 @@
+"""An official ELECTRA checkpoint (google-research/electra, TF1) as a new run's weights.
+
+The official code saves the discriminator under `electra/`, the generator's encoder under
+`generator/` beside the shared `electra/embeddings` (its own `generator/embeddings` with
+untied_generator_embeddings), and the heads under `discriminator_predictions/` (`dense_1`:
+the output layer) and `generator_predictions/`, with the optimizer's slots beside them. The
+names are those transformers' conversion maps, so each network is renamed into an HF state dict
+and read by hf.weights, the one mapping of ELECTRA weights onto ours. Shapes give the sizes
+but not the head count: the official code's is hidden_size // 64 (at least 1), which
+--config.num_heads replaces for a run that set model_hparam_overrides.
+"""
+import re
+
+import ml_collections
+import numpy as np
+
+from electra_jax import config as config_lib
+from electra_jax import tf_checkpoint
+from electra_jax.errors import UserError
+
+# Official variables that are not weights: the step and the AdamWeightDecayOptimizer's slots.
+_NOT_WEIGHTS = re.compile(r'(^global_step$|/adam_[mv]$)')
+_LAYER = re.compile(r'/encoder/layer_(\d+)/')
+_QUERY = '{scope}/encoder/layer_0/attention/self/query/kernel'
+_FFN = '{scope}/encoder/layer_0/intermediate/dense/kernel'
+
+
+def official_heads(hidden_size: int) -> int:
+  """The official code's head count for a width (configure_pretraining / get_bert_config)."""
+  return max(1, hidden_size // 64)
+
+
+def _hf_name(name: str, scope: str) -> str:
+  """An official variable name -> its transformers state-dict name (`scope`: the encoder's)."""
+  name = re.sub(rf'^{scope}/', 'electra/', name)
+  name = name.replace('/layer_', '/layer/').replace('discriminator_predictions/dense_1/',
+                                                    'discriminator_predictions/dense_prediction/')
+  name = name.replace('generator_predictions/output_bias', 'generator_lm_head/bias')
+  name = re.sub(r'/(word|position|token_type)_embeddings$', r'/\1_embeddings/weight', name)
+  name = re.sub(r'/(kernel|gamma)$', '/weight', name)
+  return re.sub(r'/beta$', '/bias', name).replace('/', '.')
+
+
+class Checkpoint:
+  """The weights of one official checkpoint prefix, with the config keys its shapes fix."""
+
+  def __init__(self, prefix: str):
+    self.reader = tf_checkpoint.Reader(prefix)
+    self.prefix = prefix
+    names = [n for n in self.reader.names() if not _NOT_WEIGHTS.search(n)]
+    self.names = names
+    if any(n.startswith(('generator_ltr/', 'generator_rtl/', 'cloze_predictions/'))
+           for n in names):
+      raise UserError(f"'{prefix}' is an Electric checkpoint (a two-tower cloze generator); "
+                      'only ELECTRA checkpoints (discriminator + generator) convert')
+    if 'discriminator_predictions/dense_1/kernel' not in names:
+      raise UserError(f"'{prefix}' holds no discriminator_predictions (an MLM/BERT-objective "
+                      'checkpoint?); only ELECTRA checkpoints convert')
+    self.has_generator = any(n.startswith('generator_predictions/') for n in names)
+    if self.has_generator and _QUERY.format(scope='generator') not in names:
+      raise UserError(f"'{prefix}' shares the discriminator's encoder with its generator "
+                      '(untied_generator=False), which init_from cannot start; pass a run '
+                      'with a separate generator')
+
+  def _layers(self, scope: str) -> int:
+    return len({m.group(1) for n in self.names if n.startswith(f'{scope}/')
+                for m in [_LAYER.search(n)] if m})
+
+  def keys(self, num_heads: int | None = None) -> dict:
+    """Our shape keys; num_heads None takes the official hidden_size // 64."""
+    shape = self.reader.shape
+    vocab_size, embedding_size = shape('electra/embeddings/word_embeddings')
+    hidden = shape(_QUERY.format(scope='electra'))[0]
+    keys = dict(embedding_size=embedding_size, hidden_size=hidden,
+                num_layers=self._layers('electra'),
+                num_heads=official_heads(hidden) if num_heads is None else num_heads,
+                intermediate_size=shape(_FFN.format(scope='electra'))[1], vocab_size=vocab_size,
+                max_position_embeddings=shape('electra/embeddings/position_embeddings')[0],
+                type_vocab_size=shape('electra/embeddings/token_type_embeddings')[0],
+                relative_attention_span=0,
+                tie='none' if 'generator/embeddings/word_embeddings' in self.names
+                else 'embeddings')
+    if not self.has_generator:
+      return keys
+    width = shape(_QUERY.format(scope='generator'))[0]
+    keys.update(generator_hidden_size=width / hidden,
+                generator_layers=self._layers('generator') / keys['num_layers'])
+    # The official generator: 4 x its width wide, width // 64 heads, whatever the
+    # discriminator's overrides; ours scales the discriminator's, so the two must agree.
+    official = dict(hidden_size=width, intermediate_size=shape(_FFN.format(scope='generator'))[1],
+                    num_heads=official_heads(width), num_layers=self._layers('generator'))
+    ours = {k: v for k, v in config_lib.generator_sizes(ml_collections.ConfigDict(keys)).items()
+            if k in official}
+    if ours != official:
+      raise UserError(f"the generator of '{self.prefix}' has sizes {official}, which our "
+                      f'generator (the discriminator scaled by one fraction: {ours}) cannot hold')
+    return keys
+
+  def hf_state(self, network: str) -> dict[str, np.ndarray]:
+    """One network's weights as a transformers state dict (torch layout: kernels transposed)."""
+    if network == 'discriminator':
+      wanted = lambda n: n.startswith(('electra/', 'discriminator_predictions/'))
+      scope = 'electra'
+    else:
+      own_embeddings = 'generator/embeddings/word_embeddings' in self.names
+      wanted = lambda n: (n.startswith(('generator/', 'generator_predictions/')) or
+                          (n.startswith('electra/embeddings/') and not own_embeddings))
+      scope = 'generator'
+    state = {}
+    for name in filter(wanted, self.names):
+      value = self.reader.read(name)
+      state[_hf_name(name, scope)] = value.T if name.endswith('/kernel') else value
+    return state
