@@ -544,6 +544,26 @@ def test_squad_windows_map_answers_to_the_right_tokens(any_tokenizer):
     assert CONTEXT[many['token_begin'][f, s]:many['token_end'][f, e]] == answer
 
 
+def test_a_question_that_leaves_no_room_for_context_is_refused_not_windowed_forever(tokenizer):
+  """Windows advance by at most their context room: with none, windowing would never end."""
+  from electra_jax.finetune import settings  # pylint: disable=import-outside-toplevel
+  with pytest.raises(UserError, match=r'config.max_seq_length=32 leaves no room for context '
+                                      r'after config.max_query_length=29 .* above'):
+    settings.resolve(ft_config(max_query_length=29), tasks.get_task('squad_v2'), 256)
+  settings.resolve(ft_config(max_query_length=29), tasks.get_task('sst2'), 256)  # No question.
+  assert settings.resolve(ft_config(max_query_length=28), tasks.get_task('squad_v1'), 256)
+  with pytest.raises(ValueError, match='a window holds 0 context tokens'):
+    features._windows(10, 0, 128)  # pylint: disable=protected-access
+  question = ' '.join(['Elizabeth'] * 40) + '?'
+  example = dict(id='q', question=question, context=CONTEXT, is_impossible=False, answers=[])
+  with pytest.raises(ValueError, match='holds 0 context tokens'):
+    features.encode_squad(tokenizer, [example], 32, doc_stride=128, max_query_length=29)
+  # The least room validation allows: a window per context token.
+  f = features.encode_squad(tokenizer, [example], 32, doc_stride=128, max_query_length=28)
+  assert len(f['input_ids']) == len(tokenizer.encode(CONTEXT))
+  assert (f['context_mask'].sum(1) == 1).all()
+
+
 def test_span_head_shapes_and_end_conditioned_on_start(tokenizer):
   task = tasks.TASKS['squad_v2']
   model = _model(task, num_layers=1)
@@ -951,7 +971,8 @@ def test_paper_defaults_fill_by_model_size_and_task():
   from electra_jax.finetune import settings  # pylint: disable=import-outside-toplevel
   small = settings.resolve(ft_config(num_epochs=None), tasks.get_task('rte'), 256)
   assert (small.learning_rate, small.layerwise_lr_decay, small.num_epochs) == (3e-4, 0.8, 10)
-  large = settings.resolve(ft_config(num_epochs=None), tasks.get_task('squad_v2'), 1024)
+  large = settings.resolve(ft_config(num_epochs=None, max_seq_length=512),
+                           tasks.get_task('squad_v2'), 1024)
   assert (large.learning_rate, large.layerwise_lr_decay, large.num_epochs) == (5e-5, 0.9, 2)
   base = settings.resolve(ft_config(learning_rate=2e-5, num_epochs=None),
                           tasks.get_task('sst2'), 768)
