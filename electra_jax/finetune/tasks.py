@@ -670,12 +670,15 @@ def read_conll(path: str, need_label: bool = True,
   return sentences
 
 
-def tagging_task(sentences: list, path: str = 'the training file') -> Task:
-  """The tagging task of a training file's tags (sorted)."""
+def tagging_task(sentences: list, path: str = 'the training file',
+                 encoding: str = 'file') -> Task:
+  """The tagging task of a training file's tags (sorted; its sentences in `encoding`). BIOES
+  learns every prefix of the file's types, as encoded_task does, so a one-word chunk of a type
+  the training file spans only over several words still has its S- tag."""
   names = tuple(sorted({t for _, tags in sentences for t in tags}))
   if len(names) < 2:
     raise UserError(f"file '{path}' uses a single tag {names}; a tagger needs at least two")
-  return named_tagging_task(names)
+  return encoded_task(named_tagging_task(names), encoding)
 
 
 def named_tagging_task(tag_names: tuple) -> Task:
@@ -764,7 +767,8 @@ def read_tagged_file(path: str, encoding: str, need_label: bool = True,
 
 
 def encoded_task(task: Task, encoding: str) -> Task:
-  """A TFDS tagging task with the tag names the model learns under `encoding`."""
+  """A tagging task with the tag names the model learns under `encoding` (bioes: O and B/I/E/S
+  of every type)."""
   if encoding == 'file':
     return task
   _check_span_tags(task.label_names, f'task {task.name}')
