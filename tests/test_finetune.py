@@ -337,6 +337,31 @@ def test_file_rows_with_missing_values_or_fields_are_named_and_other_columns_ign
     tasks.read_rows(str(tmp_path / 'empty.jsonl'))
 
 
+def test_a_blank_csv_label_cell_is_a_missing_label_as_a_json_null_is(tmp_path):
+  """A CSV/TSV cannot write null: its empty (or blank) cell is no class named '' or ' '."""
+  (tmp_path / 'train.csv').write_text('text,label\nfine day,pos\nawful day,neg\nmeh day, \n')
+  path = str(tmp_path / 'train.csv')
+  with pytest.raises(UserError, match=r"train.csv' example 3 has no label value; give every"):
+    tasks.complete_rows(tasks.read_rows(path), path)
+  rows = tasks.complete_rows(tasks.read_rows(path), path, skip_bad_rows=True)
+  assert tasks.files_task(rows).label_names == ('neg', 'pos')
+  with pytest.raises(UserError, match=r"train.csv' example 3 has no label value; give every"):
+    tasks.files_task(tasks.read_rows(path), path=path)
+  # A regression file with a blank score stays a regression over the others.
+  (tmp_path / 'scores.tsv').write_text('text\tlabel\na\t0.5\nb\t\nc\t2.25\n')
+  path = str(tmp_path / 'scores.tsv')
+  rows = tasks.complete_rows(tasks.read_rows(path), path, skip_bad_rows=True)
+  task = tasks.files_task(rows, path=path)
+  assert task.kind == tasks.REGRESSION and [r['text'] for r in rows] == ['a', 'c']
+  # A file to predict with its label column left empty: unlabelled examples.
+  task = tasks.named_files_task(('neg', 'pos'))
+  (tmp_path / 'predict.csv').write_text('text,label\nlovely day,\ndreadful day,\n')
+  path = str(tmp_path / 'predict.csv')
+  examples = tasks.file_examples(task, tasks.read_rows(path), path, need_label=False)
+  assert [(e['text_a'], e['label']) for e in examples] == [('lovely day', None),
+                                                          ('dreadful day', None)]
+
+
 def test_skip_bad_rows_drops_and_counts_rows_that_are_no_examples_and_errors_offer_it(
     tmp_path, tokenizer, caplog):
   """A QQP train TSV as GLUE's is said to hold: a row cut short (no is_duplicate), one whose
