@@ -337,6 +337,31 @@ def test_file_rows_with_missing_values_or_fields_are_named_and_other_columns_ign
     tasks.read_rows(str(tmp_path / 'empty.jsonl'))
 
 
+def test_a_blank_csv_label_cell_is_a_missing_label_as_a_json_null_is(tmp_path):
+  """A CSV/TSV cannot write null: its empty (or blank) cell is no class named '' or ' '."""
+  (tmp_path / 'train.csv').write_text('text,label\nfine day,pos\nawful day,neg\nmeh day, \n')
+  path = str(tmp_path / 'train.csv')
+  with pytest.raises(UserError, match=r"train.csv' example 3 has no label value; give every"):
+    tasks.complete_rows(tasks.read_rows(path), path)
+  rows = tasks.complete_rows(tasks.read_rows(path), path, skip_bad_rows=True)
+  assert tasks.files_task(rows).label_names == ('neg', 'pos')
+  with pytest.raises(UserError, match=r"train.csv' example 3 has no label value; give every"):
+    tasks.files_task(tasks.read_rows(path), path=path)
+  # A regression file with a blank score stays a regression over the others.
+  (tmp_path / 'scores.tsv').write_text('text\tlabel\na\t0.5\nb\t\nc\t2.25\n')
+  path = str(tmp_path / 'scores.tsv')
+  rows = tasks.complete_rows(tasks.read_rows(path), path, skip_bad_rows=True)
+  task = tasks.files_task(rows, path=path)
+  assert task.kind == tasks.REGRESSION and [r['text'] for r in rows] == ['a', 'c']
+  # A file to predict with its label column left empty: unlabelled examples.
+  task = tasks.named_files_task(('neg', 'pos'))
+  (tmp_path / 'predict.csv').write_text('text,label\nlovely day,\ndreadful day,\n')
+  path = str(tmp_path / 'predict.csv')
+  examples = tasks.file_examples(task, tasks.read_rows(path), path, need_label=False)
+  assert [(e['text_a'], e['label']) for e in examples] == [('lovely day', None),
+                                                          ('dreadful day', None)]
+
+
 def test_skip_bad_rows_drops_and_counts_rows_that_are_no_examples_and_errors_offer_it(
     tmp_path, tokenizer, caplog):
   """A QQP train TSV as GLUE's is said to hold: a row cut short (no is_duplicate), one whose
@@ -542,6 +567,26 @@ def test_squad_windows_map_answers_to_the_right_tokens(any_tokenizer):
   for f in hits:
     s, e = many['start_position'][f], many['end_position'][f]
     assert CONTEXT[many['token_begin'][f, s]:many['token_end'][f, e]] == answer
+
+
+def test_a_question_that_leaves_no_room_for_context_is_refused_not_windowed_forever(tokenizer):
+  """Windows advance by at most their context room: with none, windowing would never end."""
+  from electra_jax.finetune import settings  # pylint: disable=import-outside-toplevel
+  with pytest.raises(UserError, match=r'config.max_seq_length=32 leaves no room for context '
+                                      r'after config.max_query_length=29 .* above'):
+    settings.resolve(ft_config(max_query_length=29), tasks.get_task('squad_v2'), 256)
+  settings.resolve(ft_config(max_query_length=29), tasks.get_task('sst2'), 256)  # No question.
+  assert settings.resolve(ft_config(max_query_length=28), tasks.get_task('squad_v1'), 256)
+  with pytest.raises(ValueError, match='a window holds 0 context tokens'):
+    features._windows(10, 0, 128)  # pylint: disable=protected-access
+  question = ' '.join(['Elizabeth'] * 40) + '?'
+  example = dict(id='q', question=question, context=CONTEXT, is_impossible=False, answers=[])
+  with pytest.raises(ValueError, match='holds 0 context tokens'):
+    features.encode_squad(tokenizer, [example], 32, doc_stride=128, max_query_length=29)
+  # The least room validation allows: a window per context token.
+  f = features.encode_squad(tokenizer, [example], 32, doc_stride=128, max_query_length=28)
+  assert len(f['input_ids']) == len(tokenizer.encode(CONTEXT))
+  assert (f['context_mask'].sum(1) == 1).all()
 
 
 def test_span_head_shapes_and_end_conditioned_on_start(tokenizer):
@@ -951,7 +996,8 @@ def test_paper_defaults_fill_by_model_size_and_task():
   from electra_jax.finetune import settings  # pylint: disable=import-outside-toplevel
   small = settings.resolve(ft_config(num_epochs=None), tasks.get_task('rte'), 256)
   assert (small.learning_rate, small.layerwise_lr_decay, small.num_epochs) == (3e-4, 0.8, 10)
-  large = settings.resolve(ft_config(num_epochs=None), tasks.get_task('squad_v2'), 1024)
+  large = settings.resolve(ft_config(num_epochs=None, max_seq_length=512),
+                           tasks.get_task('squad_v2'), 1024)
   assert (large.learning_rate, large.layerwise_lr_decay, large.num_epochs) == (5e-5, 0.9, 2)
   base = settings.resolve(ft_config(learning_rate=2e-5, num_epochs=None),
                           tasks.get_task('sst2'), 768)

@@ -161,16 +161,24 @@ def test_bioes_encoding_keeps_the_chunks_as_the_official_tagging_code_trains_the
   with pytest.raises(UserError, match=r"tag_encoding='bioes' re-encodes span tags .* task "
                                       r"conll2003_pos has"):
     tasks.encoded_task(tasks.get_task('conll2003_pos'), 'bioes')
-  # A file run learns the BIOES tags its training chunks give; its eval tags are re-encoded too.
+  # A file run learns every BIOES tag of its training file's types, as a TFDS task does (not
+  # only those its training chunks give); its eval tags are re-encoded too.
   from electra_jax.finetune import loop  # pylint: disable=import-outside-toplevel
   from tests.test_finetune import ft_config  # pylint: disable=import-outside-toplevel
   (tmp_path / 'train.txt').write_text(CONLL)
   c = ft_config(task='tagging', train_file=str(tmp_path / 'train.txt'),
                 eval_file=str(tmp_path / 'train.txt'), tag_encoding='bioes')
   data = loop.load_data(c, tasks.get_task('tagging'), tokenizer_lib.load_tokenizer(VOCAB))
-  assert data.task.label_names == ('B-PER', 'E-PER', 'O', 'S-PER')
+  assert data.task.label_names == ('B-PER', 'E-PER', 'I-PER', 'O', 'S-PER')
   assert [data.task.label_names[t] for t in data.evals[0].examples[1]['label']] == [
       'B-PER', 'E-PER', 'O']
+  # Names of two words in training, one in evaluation: S-PER is a tag to learn and to read.
+  (tmp_path / 'two.txt').write_text('Anne B-PER\nElliot I-PER\nwalked O\n')
+  (tmp_path / 'one.txt').write_text('Anne B-PER\nwalked O\n')
+  c.update(dict(train_file=str(tmp_path / 'two.txt'), eval_file=str(tmp_path / 'one.txt')))
+  task, _, evals = loop.read_examples(c, tasks.get_task('tagging'))
+  assert task.label_names == ('B-PER', 'E-PER', 'I-PER', 'O', 'S-PER')
+  assert [task.label_names[t] for t in evals[0][1][0]['label']] == ['S-PER', 'O']
   (tmp_path / 'pos.txt').write_text('Emma NNP\nsmiled VBD\n')
   with pytest.raises(UserError, match=r"pos.txt' has \['NNP', 'VBD'\]; use tag_encoding='file'"):
     c.train_file = str(tmp_path / 'pos.txt')

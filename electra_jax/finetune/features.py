@@ -64,7 +64,10 @@ def _char_spans(tokenizer, text: str):
 
 def _windows(num_tokens: int, max_context: int, doc_stride: int) -> list[range]:
   """The context token ranges of an example's windows: every doc_stride tokens until one
-  reaches the end."""
+  reaches the end. A window without room for context would never advance: an error."""
+  if max_context < 1:
+    raise ValueError(f'a window holds {max_context} context tokens; it needs at least one '
+                     '(max_seq_length must exceed max_query_length + 3)')
   windows, start = [], 0
   while True:
     windows.append(range(start, min(start + max_context, num_tokens)))

@@ -104,7 +104,7 @@ def read_examples(c, task) -> tuple:
     read = lambda path: tasks_lib.read_tagged_file(path, c.tag_encoding, columns=columns,
                                                    skip_bad_rows=c.skip_bad_rows)
     train_sentences = read(c.train_file)
-    task = tasks_lib.tagging_task(train_sentences, c.train_file)
+    task = tasks_lib.tagging_task(train_sentences, c.train_file, c.tag_encoding)
     train = tasks_lib.tagging_examples(task, train_sentences, c.train_file, c.max_train_examples)
     evals = [('', tasks_lib.tagging_examples(task, read(c.eval_file), c.eval_file,
                                              c.max_eval_examples))]

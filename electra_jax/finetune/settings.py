@@ -38,12 +38,12 @@ def resolve(config, task, hidden_size: int) -> ml_collections.ConfigDict:
   for key in PATH_KEYS:  # As found from here: a resumed run elsewhere must name the same.
     if c[key]:
       c[key] = paths.absolute(paths.resolve(c[key]))
-  validate(c)
+  validate(c, task)
   c.lock()
   return c
 
 
-def validate(c):
+def validate(c, task):
   for key in ('max_seq_length', 'train_batch_size', 'eval_batch_size', 'num_seeds', 'doc_stride',
               'max_query_length', 'max_answer_length', 'beam_size', 'num_epochs',
               'grad_accum_steps'):
@@ -96,3 +96,8 @@ def validate(c):
                    f'{sorted(config_lib.MODEL_SIZES)}')
   config_lib.check(8 <= c.max_seq_length <= 512,
                    f'config.max_seq_length={c.max_seq_length} must be in [8, 512]')
+  # A window is [CLS] question [SEP] context [SEP]; BERT's run_squad refuses one without context.
+  config_lib.check(task.kind != tasks_lib.SPAN or c.max_seq_length > c.max_query_length + 3,
+                   f'config.max_seq_length={c.max_seq_length} leaves no room for context after '
+                   f'config.max_query_length={c.max_query_length} question tokens; set '
+                   'max_seq_length above max_query_length + 3 (or lower max_query_length)')

@@ -507,6 +507,13 @@ def _columns(rows, path, need_label: bool = True,
   return text_a, text_b, label
 
 
+def _label_value(row: dict, column: str) -> str | None:
+  """A row's label, None where it has none: absent, null, or blank (a CSV/TSV cannot write
+  null, so an empty cell is its missing value, not a class named '')."""
+  value = row.get(column)
+  return None if value is None or not value.strip() else value
+
+
 def complete_rows(rows: list[dict], path: str, columns: FileColumns = FileColumns(),
                   skip_bad_rows: bool = False) -> list[dict]:
   """The rows of a fine-tuning file that hold a label and a text value (a short CSV/TSV row, a
@@ -515,13 +522,14 @@ def complete_rows(rows: list[dict], path: str, columns: FileColumns = FileColumn
   if not rows:
     raise UserError(f"file '{path}' has no examples")
   text_a, _, label = _columns(rows, path, columns=columns)
-  if all(row.get(label) is None for row in rows):
+  if all(_label_value(row, label) is None for row in rows):
     raise UserError(f"file '{path}' has no {label} values (a test split?); fine-tune and "
                     'evaluate on labelled files, and predict this one with python -m '
                     'electra_jax.predict --input')
   kept = []
   for n, row in enumerate(rows, 1):
-    missing = next((key for key in (label, text_a) if row.get(key) is None), None)
+    missing = (label if _label_value(row, label) is None else
+               text_a if row.get(text_a) is None else None)
     if missing is None:
       kept.append(row)
     elif not skip_bad_rows:
@@ -537,7 +545,7 @@ def files_task(train_rows: list[dict], label_type: str = 'auto',
   if not train_rows:
     raise UserError(f"file '{path}' has no examples")
   label = _columns(train_rows, path, columns=columns)[2]
-  labels = [r.get(label) for r in train_rows]
+  labels = [_label_value(r, label) for r in train_rows]
   if None in labels:
     raise UserError(f"file '{path}' example {labels.index(None) + 1} has no label value; give "
                     'every training example one')
@@ -584,7 +592,7 @@ def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0
   def raw_label(row):
     # The Hub's GLUE test splits mark no label -1 (a ClassLabel's reads as None already; STS-B's
     # scores, 0 to 5, are floats: -1.0).
-    raw = row.get(label_column)
+    raw = _label_value(row, label_column)
     return None if task.glue_test_files and _is_float(raw) and float(raw) == -1 else raw
 
   # A file to predict may have a label column without values.
@@ -594,7 +602,7 @@ def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0
   for n, row in enumerate(rows[:_limit(max_examples, len(rows))], 1):
     raw = raw_label(row)
     if labelled and raw is None:
-      if row.get(label_column) is not None:  # -1: raw_label's mark of a GLUE test example.
+      if _label_value(row, label_column) is not None:  # -1: GLUE's mark of a test example.
         raise UserError(f"file '{path}' example {n} has label {row[label_column]!r}, GLUE's "
                         'mark of a test example without a label; fine-tune and evaluate on '
                         'labelled files (a test file is for predict --glue_test)')
@@ -670,12 +678,15 @@ def read_conll(path: str, need_label: bool = True,
   return sentences
 
 
-def tagging_task(sentences: list, path: str = 'the training file') -> Task:
-  """The tagging task of a training file's tags (sorted)."""
+def tagging_task(sentences: list, path: str = 'the training file',
+                 encoding: str = 'file') -> Task:
+  """The tagging task of a training file's tags (sorted; its sentences in `encoding`). BIOES
+  learns every prefix of the file's types, as encoded_task does, so a one-word chunk of a type
+  the training file spans only over several words still has its S- tag."""
   names = tuple(sorted({t for _, tags in sentences for t in tags}))
   if len(names) < 2:
     raise UserError(f"file '{path}' uses a single tag {names}; a tagger needs at least two")
-  return named_tagging_task(names)
+  return encoded_task(named_tagging_task(names), encoding)
 
 
 def named_tagging_task(tag_names: tuple) -> Task:
@@ -764,7 +775,8 @@ def read_tagged_file(path: str, encoding: str, need_label: bool = True,
 
 
 def encoded_task(task: Task, encoding: str) -> Task:
-  """A TFDS tagging task with the tag names the model learns under `encoding`."""
+  """A tagging task with the tag names the model learns under `encoding` (bioes: O and B/I/E/S
+  of every type)."""
   if encoding == 'file':
     return task
   _check_span_tags(task.label_names, f'task {task.name}')
