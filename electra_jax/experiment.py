@@ -153,15 +153,23 @@ def check_resume_config(workdir: str, c) -> list[str]:
 
 
 def _derived_in_both(saved: dict, current: dict) -> set[str]:
-  """Derived keys that both configs left to their sources (their values are the derived
-  ones): such a key changes only with its sources, which are allowed or refused themselves.
-  E.g. max_predictions_per_seq follows max_seq_length in BERT's length schedule."""
+  """Derived keys whose values in both configs one setting of the user's explains: such a key
+  changes only with its sources, which are allowed or refused themselves. BERT's length
+  schedule: max_predictions_per_seq left to its formula follows max_seq_length. Continuing a
+  short run: num_warmup_steps, cut to num_train_steps, follows num_train_steps."""
+  follows = set()
   try:
-    derived = all(run['max_predictions_per_seq'] == config_lib.derived_max_predictions(run)
-                  for run in (saved, current))
+    if all(run['max_predictions_per_seq'] == config_lib.derived_max_predictions(run)
+           for run in (saved, current)):
+      follows.add('max_predictions_per_seq')
+    # A warmup w the resolved config cuts to min(w, num_train_steps) in both runs.
+    warmup = current['num_warmup_steps']
+    if saved['num_warmup_steps'] == saved['num_train_steps'] and (
+        warmup >= saved['num_train_steps'] or warmup == current['num_train_steps']):
+      follows.add('num_warmup_steps')
   except (KeyError, TypeError):  # A saved config without the keys: nothing is derived.
-    return set()
-  return {'max_predictions_per_seq'} if derived else set()
+    pass
+  return follows
 
 
 def prepare_workdir(workdir: str) -> str:

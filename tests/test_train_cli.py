@@ -564,6 +564,32 @@ def test_only_a_masking_budget_both_runs_derived_follows_the_length(tmp_path):
     resume({}, mask_prob=0.25)
 
 
+def test_continuing_a_finished_run_as_its_last_line_says_goes_on_to_the_new_step(
+    tmp_path, small_corpus, capsys):
+  """A run shorter than its warmup warms up over the whole run (num_warmup_steps is cut to
+  num_train_steps in config.json); continuing it as the finished run's line says, with
+  num_train_steps alone allowed, is not refused for the warmup the cut changed."""
+  # pylint: disable=import-outside-toplevel
+  from electra_jax import train
+  from tests.conftest import tiny_config
+  workdir = str(tmp_path / 'run')
+  config = lambda steps, allow='', warmup=10: tiny_config(
+      vocab_size=8000, train_files=small_corpus, max_seq_length=16, num_train_steps=steps,
+      num_warmup_steps=warmup, eval_every_steps=0, save_checkpoints_steps=2, log_every_steps=1,
+      progress_bar=False, allow_config_change=allow)
+  assert train.train_and_evaluate(config(2), workdir)['step'] == 2
+  assert saved_config.load(workdir).num_warmup_steps == 2
+  train.train_and_evaluate(config(2), workdir)
+  line = re.search(r'To continue, raise --config.num_train_steps and pass '
+                   r'--config.allow_config_change=(\S+)\.', capsys.readouterr().out)
+  summary = train.train_and_evaluate(config(4, line.group(1)), workdir)
+  assert (summary['step'], summary['steps_run']) == (4, 2)
+  assert saved_config.load(workdir).num_warmup_steps == 4
+  # A warmup set below the first run's length was not cut: changing it is a change.
+  with pytest.raises(UserError, match=r'\(num_warmup_steps: 4 -> 3\)'):
+    train.train_and_evaluate(config(6, 'num_train_steps', warmup=3), workdir)
+
+
 def test_unknown_config_key_is_an_error_naming_it(tmp_path):
   proc = run_cli('electra_jax.train', '--config=configs/demo.py', f'--workdir={tmp_path}',
                  '--config.hiden_size=64', check=False)
