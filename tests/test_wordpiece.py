@@ -124,3 +124,29 @@ def test_random_replacement_ids_avoid_special_ids_anywhere_in_the_vocab():
   counts = np.bincount(ids, minlength=vocab_size)[[i for i in range(vocab_size)
                                                   if i not in specials]]
   assert counts.min() > 0.7 * counts.mean()  # Roughly uniform.
+
+
+def test_a_token_on_two_lines_takes_the_later_id_as_bert_and_transformers_do(tmp_path):
+  """BERT's load_vocab (and transformers, and tokenizers) keep the last line of a repeated
+  token; every line is an embedding row, so the size is the line count."""
+  tokens = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the', 'cat', 'the']
+  path = tmp_path / 'vocab.txt'
+  path.write_text(''.join(t + '\n' for t in tokens), encoding='utf-8')
+  tokenizer = wordpiece.WordPieceTokenizer(str(path))
+  reference = reference_tokenizer(str(path))
+  assert tokenizer.encode('the cat') == reference.convert_tokens_to_ids(
+      reference.tokenize('the cat')) == [7, 6]
+  assert tokenizer.vocab_size == len(tokens)
+  assert [tokenizer.id_to_piece(i) for i in range(len(tokens))] == tokens
+
+
+def test_one_cjk_ideograph_can_be_added_to_a_wordpiece_vocabulary():
+  """BERT's normaliser spaces out each CJK ideograph; one alone is a token it can produce."""
+  from electra_jax.data import extend_vocab  # pylint: disable=import-outside-toplevel
+  tokens = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'a', 'b', '字']
+  extension = extend_vocab.extend_wordpiece(tokens, True, ['龘'], 'words.txt')
+  assert extension.tokens == ['龘']
+  grown = wordpiece.WordPieceTokenizer('<tokens>', tokens=tokens + extension.tokens)
+  assert grown.encode('a龘b') == [5, 8, 6]
+  with pytest.raises(UserError, match="'中国' can never be a WordPiece token"):
+    extend_vocab.extend_wordpiece(tokens, True, ['中国'], 'words.txt')

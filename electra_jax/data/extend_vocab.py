@@ -75,7 +75,8 @@ def extend_wordpiece(old_tokens: list[str], lower_case: bool, new: list[str],
   added, pieces, skipped = [], [], []
   for token in new:
     prefix = '##' if token.startswith('##') and len(token) > 2 else ''
-    word = normalize.normalize_str(token[len(prefix):])
+    # strip(): BERT's normaliser spaces out CJK ideographs, each a word of its own.
+    word = normalize.normalize_str(token[len(prefix):]).strip()
     if [w for w, _ in split.pre_tokenize_str(word)] != [word]:
       raise UserError(f"config.extend_vocab_file='{path}': {token!r} can never be a WordPiece "
                       'token (BERT splits words at punctuation and spaces); list its parts')

@@ -38,9 +38,9 @@ def read_tokens(vocab_file: str) -> list[str]:
 
 
 def _token_ids(tokens: list[str], vocab_file: str) -> dict[str, int]:
-  vocab = {}
-  for i, token in enumerate(tokens):
-    vocab.setdefault(token, i)
+  # A token on two lines takes the later id, as BERT's load_vocab, transformers and
+  # tokenizers do: released vocabularies with repeated lines exist.
+  vocab = {token: i for i, token in enumerate(tokens)}
   missing = [t for t in SPECIAL_TOKENS if t not in vocab]
   if missing:
     raise UserError(f"vocab_file '{vocab_file}' lacks {missing}; a WordPiece vocab.txt needs "
@@ -63,13 +63,14 @@ class WordPieceTokenizer:
   def __init__(self, vocab_file: str, lower_case: bool = True, tokens: list[str] | None = None):
     self.vocab_file = self.model_file = vocab_file
     self.lower_case = lower_case
-    vocab = _token_ids(read_tokens(vocab_file) if tokens is None else tokens, vocab_file)
-    self._size = max(vocab.values()) + 1
+    tokens = read_tokens(vocab_file) if tokens is None else tokens
+    vocab = _token_ids(tokens, vocab_file)
+    self._size = len(tokens)  # One embedding row a line, repeated or not.
     self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
         vocab[t] for t in SPECIAL_TOKENS)
     # The tokens that are never masked and never counted as text ([UNK] is real text).
     self.special_ids = tuple(sorted({self.pad_id, self.cls_id, self.sep_id, self.mask_id}))
-    self._id_to_token = {i: t for t, i in vocab.items()}
+    self._id_to_token = dict(enumerate(tokens))
     tokenizer = Tokenizer(models.WordPiece(vocab, unk_token='[UNK]',
                                            max_input_chars_per_word=MAX_CHARS_PER_WORD))
     tokenizer.normalizer = normalizer(lower_case)
