@@ -14,6 +14,7 @@ import contextlib
 import errno
 import glob as glob_lib
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -294,23 +295,38 @@ def check_writable_dir(path, flag: str) -> str:
 
 def local_copy(path: str, files=None) -> str:
   """A local directory with `path`'s files (`files`: only these, relative to it). Local paths
-  are returned as they are; a remote directory is copied once into CACHE_DIR (a file whose
-  size already matches is not copied again), for libraries that read local files only."""
+  are returned as they are; a remote directory is copied once into CACHE_DIR, a file copied
+  again only when the object changed (its fsspec ukey: generation, checksum, size), for
+  libraries that read local files only."""
   if not is_remote(path):
     return path
   source = get(path)
   target = os.path.join(CACHE_DIR, 'remote', urllib.parse.urlparse(str(source)).scheme,
-                        str(source).split('://', 1)[1])
+                        str(source).split('://', 1)[1]).rstrip('/')
+  # Which version of each object the copy holds, beside (not inside) the copied directory.
+  keys_file = f'{target}.versions.json'
+  try:
+    with open(keys_file, encoding='utf-8') as f:
+      copied = json.load(f)
+  except (OSError, ValueError):
+    copied = {}
   with storage_errors(path):
+    filesystem, root = _filesystem(path)
     for relative in files if files is not None else files_under(path):
-      remote, local = source / relative, os.path.join(target, relative)
-      if os.path.exists(local) and os.path.getsize(local) == remote.stat().length:
+      local = os.path.join(target, relative)
+      key = filesystem.ukey(f"{root.rstrip('/')}/{relative}")
+      if os.path.exists(local) and copied.get(relative) == key:
         continue
       os.makedirs(os.path.dirname(local), exist_ok=True)
-      with remote.open('rb') as f_in, tempfile.NamedTemporaryFile(
+      with (source / relative).open('rb') as f_in, tempfile.NamedTemporaryFile(
           dir=os.path.dirname(local), delete=False) as f_out:
         shutil.copyfileobj(f_in, f_out, 1 << 24)
       os.replace(f_out.name, local)
+      copied[relative] = key
+      with tempfile.NamedTemporaryFile('w', dir=os.path.dirname(keys_file), delete=False,
+                                       encoding='utf-8') as f:
+        json.dump(copied, f)
+      os.replace(f.name, keys_file)
   return target
 
 

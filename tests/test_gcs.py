@@ -301,8 +301,28 @@ def test_shards_prepared_into_the_bucket_give_the_streamed_batches(gcs, bucket_d
     want, got = next(streamed), next(from_bucket)
     for name in pipeline.FEATURES:
       np.testing.assert_array_equal(want[name], got[name])
-  cached = [os.path.join(d, f) for d, _, fs in os.walk(paths.CACHE_DIR) for f in fs]
+  cached = [os.path.join(d, f) for d, _, fs in os.walk(paths.CACHE_DIR) for f in fs
+            if not f.endswith('.versions.json')]
   assert len(cached) == summary['num_shards']  # The shards only, each copied once.
+
+
+def test_a_remote_file_rewritten_in_place_is_copied_again(gcs, tmp_path, monkeypatch):
+  """The local copy of a bucket folder (ArrayRecord shards, TFDS files) follows the objects:
+  one re-prepared with the same size is fetched again; an unchanged one is not."""
+  del gcs
+  from electra_jax import paths  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(paths, 'CACHE_DIR', str(tmp_path / 'cache'))
+  folder = f'{BUCKET}/rewritten'
+  paths.get(f'{folder}/shard-0').write_bytes(b'AAAA')
+  local = os.path.join(paths.local_copy(folder), 'shard-0')
+  with open(local, 'rb') as f:
+    assert f.read() == b'AAAA'
+  first = os.stat(local).st_ino
+  assert os.path.join(paths.local_copy(folder), 'shard-0') == local
+  assert os.stat(local).st_ino == first  # Unchanged: not copied again.
+  paths.get(f'{folder}/shard-0').write_bytes(b'BBBB')
+  with open(os.path.join(paths.local_copy(folder), 'shard-0'), 'rb') as f:
+    assert f.read() == b'BBBB'
 
 
 def test_record_corpora_on_the_bucket_read_as_local_files(gcs, tmp_path):
