@@ -216,3 +216,28 @@ def test_a_checkpoint_on_a_bucket_starts_a_run(gcs, tmp_path, small_corpus):
       tiny_config(init_from=remote, train_files=small_corpus, eval_every_steps=0,
                   progress_bar=False), workdir, stop_after_steps=0)
   assert summary['step'] == 0 and os.path.isfile(os.path.join(workdir, 'vocab.txt'))
+
+
+def test_fine_tuning_starts_from_an_official_checkpoint_as_from_its_converted_run(
+    tmp_path, small_corpus):
+  """finetune --config.init_checkpoint=DIR (an unzipped release) keeps the discriminator a run
+  converted with init_from starts from, and reads the vocab.txt beside it."""
+  from configs.finetune import files  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import loop, pretrained  # pylint: disable=import-outside-toplevel
+  workdir = str(tmp_path / 'converted')
+  train.train_and_evaluate(tiny_config(init_from=FIXTURE, train_files=small_corpus,
+                                       eval_every_steps=0, progress_bar=False),
+                           workdir, stop_after_steps=0)
+  direct, direct_config = pretrained.load_pretrained(FIXTURE)
+  converted, converted_config = pretrained.load_pretrained(workdir)
+  assert direct_config.num_heads == converted_config.num_heads == 1
+  assert jax.tree.structure(direct) == jax.tree.structure(converted)
+  jax.tree.map(np.testing.assert_array_equal, direct, converted)
+  c = files.get_config()
+  c.update(dict(init_checkpoint=os.path.join(FIXTURE, 'model.ckpt-7'), max_seq_length=32,
+                num_epochs=1, num_seeds=1, max_train_examples=32, max_eval_examples=16,
+                train_batch_size=8, eval_batch_size=8, progress_bar=False))
+  summary = loop.finetune(c, str(tmp_path / 'ft'))
+  assert summary['init_checkpoint'].endswith('model.ckpt-7')
+  source, tokenizer = pretrained.network_config(c)
+  assert source.vocab_size == tokenizer.vocab_size == len(official.VOCAB)

@@ -1,5 +1,6 @@
-"""Where fine-tuning starts: a pretraining workdir, a transformers ELECTRA directory, or the same
-architecture from random weights. Only embeddings + discriminator encoder are kept."""
+"""Where fine-tuning starts: a pretraining workdir, a transformers ELECTRA directory, an official
+(TF1) checkpoint, or the same architecture from random weights. Only embeddings +
+discriminator encoder are kept."""
 import dataclasses
 
 import jax
@@ -9,8 +10,10 @@ from configs import base_config
 from electra_jax import checkpoint
 from electra_jax import config as config_lib
 from electra_jax import model as model_lib
+from electra_jax import official_checkpoint
 from electra_jax import paths
 from electra_jax import saved_config
+from electra_jax import tf_checkpoint
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
 from electra_jax.hf import configs as hf_configs
@@ -21,18 +24,37 @@ from electra_jax.hf import weights as hf_weights
 DEFAULT_VOCAB = 'data/demo_spm.model'
 
 
+def _official(path: str) -> official_checkpoint.Checkpoint | None:
+  """The official (TF1) checkpoint `path` names, if it names one and is no workdir."""
+  if hf_files.is_hf_dir(path) or saved_config.exists(path):
+    return None
+  prefix = tf_checkpoint.find_prefix(path)
+  return None if prefix is None else official_checkpoint.Checkpoint(prefix)
+
+
 def _directory(init_checkpoint: str) -> str:
   path = paths.absolute(init_checkpoint)
   if not paths.is_dir(path):
     raise UserError(f"config.init_checkpoint='{init_checkpoint}' is not a directory; pass a "
-                    'pretraining workdir or a transformers ELECTRA directory')
+                    'pretraining workdir, a transformers ELECTRA directory or an official '
+                    'checkpoint (its directory or PREFIX)')
   return path
 
 
 def pretraining_config(init_checkpoint: str) -> ml_collections.ConfigDict:
-  """The resolved pretraining config of a workdir (its config.json) or of a transformers
+  """The resolved pretraining config of a workdir (its config.json), of a transformers
   directory (sizes from its config.json; vocab_file its spm.model or vocab.txt, '' if it has
-  neither; do_lower_case from its tokenizer files)."""
+  neither; do_lower_case from its tokenizer files) or of an official checkpoint (sizes from
+  its shapes, the official hidden_size // 64 heads; vocab_file the vocab.txt beside it)."""
+  official = _official(paths.absolute(init_checkpoint))
+  if official is not None:
+    c = base_config.get_config()
+    c.update(official.keys())
+    c.model_size = hf_configs.preset_name(c) or c.model_size
+    c.max_seq_length = min(c.max_seq_length, c.max_position_embeddings)
+    vocab_txt = paths.join(paths.parent(official.prefix), tokenizer_files.WORDPIECE_FILE)
+    c.vocab_file = vocab_txt if paths.is_file(vocab_txt) else ''
+    return config_lib.resolve(c)
   path = _directory(init_checkpoint)
   if not hf_files.is_hf_dir(path):
     return saved_config.load(path)
@@ -63,8 +85,13 @@ def load_pretrained(init_checkpoint: str,
   """(params {'embeddings', 'discriminator': {'encoder'}} as numpy, ModelConfig) from a
   pretraining workdir (its checkpoint `step`, None: the latest) or a transformers ELECTRA
   directory."""
+  c = pretraining_config(init_checkpoint)
+  official = _official(paths.absolute(init_checkpoint))
+  if official is not None:
+    params = hf_weights.hf_to_params(official.hf_state('discriminator'), c, 'discriminator',
+                                     with_head=False)
+    return _keep_discriminator(params), model_lib.ModelConfig.from_config(c)
   path = _directory(init_checkpoint)
-  c = pretraining_config(path)
   if hf_files.is_hf_dir(path):
     _, state = hf_files.read_dir(path)
     params = hf_weights.hf_to_params(state, c, 'discriminator', with_head=False)
