@@ -120,7 +120,7 @@ def _networks_params(c, discriminator: dict, generator: Callable[[], dict] | Non
 
 def _official_source(path: str, prefix: str, config, overridden) -> Source:
   """An official (TF1) ELECTRA checkpoint: both networks; the vocabulary is the vocab.txt
-  beside it (the official release's layout), else --config.vocab_file."""
+  beside it or the official layout's DATA_DIR/vocab.txt, else --config.vocab_file."""
   if config.init_generator_from:
     raise UserError(f"config.init_generator_from is for a transformers init_from; '{path}' is "
                     'an official checkpoint, whose generator comes along: drop '
@@ -129,9 +129,7 @@ def _official_source(path: str, prefix: str, config, overridden) -> Source:
   keys = official.keys(config.num_heads if 'num_heads' in overridden else None)
   if hf_configs.preset_name(keys):
     keys['model_size'] = hf_configs.preset_name(keys)
-  vocab_txt = paths.join(paths.parent(prefix), tokenizer_files.WORDPIECE_FILE)
-  vocab = tokenizer_files.Vocabulary(vocab_txt if paths.is_file(vocab_txt) else None, None,
-                                     config.do_lower_case)
+  vocab = tokenizer_files.Vocabulary(official.vocab_file(), None, config.do_lower_case)
 
   def read_params(c):
     generator = (lambda: official.hf_state('generator')) if official.has_generator else None

@@ -15,8 +15,10 @@ import ml_collections
 import numpy as np
 
 from electra_jax import config as config_lib
+from electra_jax import paths
 from electra_jax import tf_checkpoint
 from electra_jax.errors import UserError
+from electra_jax.hf import tokenizer_files
 
 # Official variables that are not weights: the step and the AdamWeightDecayOptimizer's slots.
 _NOT_WEIGHTS = re.compile(r'(^global_step$|/adam_[mv]$)')
@@ -95,6 +97,16 @@ class Checkpoint:
       raise UserError(f"the generator of '{self.prefix}' has sizes {official}, which our "
                       f'generator (the discriminator scaled by one fraction: {ours}) cannot hold')
     return keys
+
+  def vocab_file(self) -> str | None:
+    """The vocab.txt beside the checkpoint, else the official layout's DATA_DIR/vocab.txt
+    (checkpoints in DATA_DIR/models/NAME); None if neither exists."""
+    directory = paths.parent(self.prefix)
+    for candidate in (directory, paths.parent(paths.parent(directory))):
+      vocab = paths.join(candidate, tokenizer_files.WORDPIECE_FILE)
+      if paths.is_file(vocab):
+        return vocab
+    return None
 
   def hf_state(self, network: str) -> dict[str, np.ndarray]:
     """One network's weights as a transformers state dict (torch layout: kernels transposed)."""

@@ -192,6 +192,11 @@ def test_official_checkpoint_errors_are_one_line(tmp_path, small_corpus):
     train.train_and_evaluate(config(init_from=FIXTURE), str(tmp_path / 'c'), stop_after_steps=0,
                              overridden=('hidden_size',))
   assert not os.path.exists(tmp_path / 'a') and not os.path.exists(tmp_path / 'b')
+  # The official code's layout: checkpoints in DATA_DIR/models/NAME, DATA_DIR/vocab.txt.
+  layout = shutil.copytree(no_vocab, tmp_path / 'data_dir' / 'models' / 'tiny')
+  shutil.copy(os.path.join(FIXTURE, 'vocab.txt'), tmp_path / 'data_dir' / 'vocab.txt')
+  assert train.train_and_evaluate(config(init_from=str(layout)), str(tmp_path / 'e'),
+                                  stop_after_steps=0)['step'] == 0
   # With the vocabulary named on the command line, the copy without one starts.
   summary = train.train_and_evaluate(
       config(init_from=str(no_vocab), vocab_file=os.path.join(FIXTURE, 'vocab.txt')),

@@ -5,7 +5,8 @@ repository root, each with tiny sizes appended (RULES: a command prefix -> the f
 and every `/tmp/` path moved into the test's own directory. What cannot run here is handled
 by a rule that says so, never skipped: `pip install` is what CI did before the tests; `hf
 download` (the network) is replaced by a tiny random transformers pair of the same layout
-(tests/hf_pair.py); GLUE / SQuAD / CoNLL-2003 come from TFDS over the network, so those fine-tuning
+(tests/hf_pair.py), and `curl` of the official release by the tiny TF1 checkpoint in
+tests/data; GLUE / SQuAD / CoNLL-2003 come from TFDS over the network, so those fine-tuning
 commands run up to loading the dataset and must stop there with the one-line error naming it
 (and predictions of such a run with the one naming its missing workdir);
 `pytest` collects the suite (CI runs it); the GCS emulator that serves until Ctrl-C is started
@@ -154,6 +155,30 @@ def _fake_download(argv, ctx):
   shutil.copytree(os.path.join(pair, kind), local_dir, dirs_exist_ok=True)
 
 
+def _curl(argv, ctx) -> Plan:
+  del argv, ctx
+  return Plan('curl (the official release: the tiny TF1 checkpoint tests/data ships)',
+              stand_in=_fake_curl)
+
+
+def _fake_curl(argv, ctx):
+  """`curl -L -o FILE URL` of the official release: NAME.zip as the release lays it out
+  (NAME/NAME.index, NAME/NAME.data-00000-of-00001, NAME/checkpoint), from the tiny checkpoint
+  TensorFlow wrote (tests/data/official_checkpoint); vocab.txt its vocabulary."""
+  import zipfile  # pylint: disable=import-outside-toplevel
+  del ctx
+  output, url = argv[argv.index('-o') + 1], argv[-1]
+  fixture = os.path.join(REPO_ROOT, 'tests', 'data', 'official_checkpoint')
+  if url.endswith('/vocab.txt'):
+    shutil.copy(os.path.join(fixture, 'vocab.txt'), output)
+    return
+  name = os.path.basename(url).removesuffix('.zip')
+  with zipfile.ZipFile(output, 'w') as archive:
+    for suffix in ('index', 'data-00000-of-00001'):
+      archive.write(os.path.join(fixture, f'model.ckpt-7.{suffix}'), f'{name}/{name}.{suffix}')
+    archive.writestr(f'{name}/checkpoint', f'model_checkpoint_path: "{name}"\n')
+
+
 def _emulator(argv, ctx) -> Plan:
   del argv, ctx
   return Plan('GCS emulator (in the background on a free port)', stand_in=_start_emulator)
@@ -185,6 +210,9 @@ RULES = [
      lambda argv, ctx: Plan('pip install', skip_reason='CI installed the package and extras'),
      False),
     (lambda argv: argv[:2] == ['hf', 'download'], _hf_download, False),
+    (lambda argv: argv[:1] == ['curl'], _curl, False),
+    (lambda argv: _module(argv) == 'zipfile',
+     lambda argv, ctx: Plan('python -m zipfile (as written)'), False),
     (lambda argv: _module(argv) == 'tests.gcs_emulator', _emulator, False),
     (lambda argv: argv[:1] == ['export'], _export, False),
     (lambda argv: argv[:1] == ['pytest'],
@@ -306,7 +334,7 @@ def test_readme_command_runs_as_written(command, ctx):
   assert proc.returncode == 0, output
   if argv[:1] == ['pytest']:
     assert re.search(r'\d+ tests? collected', proc.stdout), output
-  else:  # Every electra_jax command ends with a JSON summary line.
+  elif (_module(argv) or '').startswith('electra_jax'):  # Each ends with a JSON summary line.
     assert proc.stdout.strip().splitlines()[-1].startswith('{'), output
 
 

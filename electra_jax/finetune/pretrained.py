@@ -45,15 +45,14 @@ def pretraining_config(init_checkpoint: str) -> ml_collections.ConfigDict:
   """The resolved pretraining config of a workdir (its config.json), of a transformers
   directory (sizes from its config.json; vocab_file its spm.model or vocab.txt, '' if it has
   neither; do_lower_case from its tokenizer files) or of an official checkpoint (sizes from
-  its shapes, the official hidden_size // 64 heads; vocab_file the vocab.txt beside it)."""
+  its shapes, the official hidden_size // 64 heads; vocab_file as official_checkpoint finds it)."""
   official = _official(paths.absolute(init_checkpoint))
   if official is not None:
     c = base_config.get_config()
     c.update(official.keys())
     c.model_size = hf_configs.preset_name(c) or c.model_size
     c.max_seq_length = min(c.max_seq_length, c.max_position_embeddings)
-    vocab_txt = paths.join(paths.parent(official.prefix), tokenizer_files.WORDPIECE_FILE)
-    c.vocab_file = vocab_txt if paths.is_file(vocab_txt) else ''
+    c.vocab_file = official.vocab_file() or ''
     return config_lib.resolve(c)
   path = _directory(init_checkpoint)
   if not hf_files.is_hf_dir(path):
