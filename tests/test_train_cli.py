@@ -505,6 +505,19 @@ def test_a_run_keeps_its_vocabulary_and_resumes_with_it_wherever_the_file_went(
   os.remove(vocab)
   assert train.train_and_evaluate(config(4), workdir)['step'] == 4
   assert saved_config.load(workdir).vocab_file == kept
+  # evaluate --config=FILE reads the kept copy too, and refuses another file at vocab_file.
+  config_file = tmp_path / 'tiny.py'
+  config_file.write_text(
+      'from tests.conftest import tiny_config\n\n\ndef get_config():\n  return tiny_config('
+      f'vocab_size=8000, vocab_file={str(vocab)!r}, train_files={small_corpus!r})\n')
+  evaluate = lambda: run_cli('electra_jax.evaluate', f'--config={config_file}',
+                             f'--workdir={workdir}', '--num_batches=1', check=False)
+  proc = evaluate()
+  assert proc.returncode == 0, proc.stderr
+  assert last_json(proc.stdout)['step'] == 4
+  vocab.write_bytes(b'another vocabulary')
+  proc = evaluate()
+  assert proc.returncode == 2 and f"vocab_file '{vocab}' is not the vocabulary" in proc.stderr
 
 
 def test_a_resume_at_a_longer_sequence_length_goes_on_at_the_new_length(tmp_path, small_corpus):
