@@ -198,6 +198,10 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
                 **flops_lib.utilization(model_flops, steps, seconds, mesh.devices.size, peak))
 
   train_metrics, eval_metrics, last_eval_step = {}, {}, None
+  saved_eval = (metric_writer.record_at(workdir, 'eval_metrics', latest)
+                if c.eval_every_steps and latest is not None else None)
+  if saved_eval is not None:  # E.g. a finished run re-run: its final evaluation stands.
+    eval_metrics, last_eval_step = saved_eval, latest
   # The metric sums since the last log, on the devices (host values at a log); a resumed run
   # continues its checkpoint's window exactly (on the host until the first call).
   window, zeros = _window_from_json(loop_state), None

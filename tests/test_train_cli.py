@@ -520,6 +520,27 @@ def test_a_run_keeps_its_vocabulary_and_resumes_with_it_wherever_the_file_went(
   assert proc.returncode == 2 and f"vocab_file '{vocab}' is not the vocabulary" in proc.stderr
 
 
+def test_a_finished_run_re_run_keeps_one_final_evaluation_and_reports_it(tmp_path,
+                                                                         small_corpus):
+  """Re-running a finished run trains nothing: eval_metrics.jsonl keeps one row per evaluated
+  step (no second final row each time) and the summary still reports the final evaluation."""
+  # pylint: disable=import-outside-toplevel
+  from electra_jax import train
+  from tests.conftest import tiny_config
+  workdir = str(tmp_path / 'run')
+  config = tiny_config(vocab_size=8000, train_files=small_corpus, num_train_steps=3,
+                       eval_every_steps=2, num_eval_steps=1, save_checkpoints_steps=3,
+                       progress_bar=False)
+  first = train.train_and_evaluate(config, workdir)
+  again = train.train_and_evaluate(config, workdir)
+  assert again['steps_run'] == 0
+  rows = read_jsonl(os.path.join(workdir, 'eval_metrics.jsonl'))
+  assert [r['step'] for r in rows] == [2, 3]
+  evaluated = {k: v for k, v in first.items() if k.startswith('eval_')}
+  assert 'eval_loss' in evaluated
+  assert {k: v for k, v in again.items() if k.startswith('eval_')} == evaluated
+
+
 def test_a_resume_at_a_longer_sequence_length_goes_on_at_the_new_length(tmp_path, small_corpus):
   """BERT's length schedule (README): refused until the length is allowed (the masking budget
   derived from it follows), then the run goes on from its step with batches of the new length."""
