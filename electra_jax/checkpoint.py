@@ -109,9 +109,10 @@ def complete_steps(directory: str) -> list[int]:
 
 
 def has_steps(workdir: str) -> bool:
-  """True if WORKDIR/checkpoints holds a step directory, complete or not (a run there resumes
-  rather than starts)."""
-  return any(name.isdigit() for name in paths.listdir(directory_of(workdir)))
+  """True if WORKDIR/checkpoints holds a complete step (a run there resumes rather than starts):
+  a save cut short counts on no storage, a temporary directory locally, a step directory
+  without its commit file on gs://."""
+  return bool(complete_steps(directory_of(workdir)))
 
 
 class Checkpointer:

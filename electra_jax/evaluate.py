@@ -16,6 +16,7 @@ from ml_collections import config_flags
 
 from electra_jax import checkpoint
 from electra_jax import cli
+from electra_jax import config as config_lib
 from electra_jax import cpu_devices
 from electra_jax import distributed
 from electra_jax import eval_loop
@@ -37,9 +38,10 @@ def main(argv):
   start = time.time()
   if FLAGS.config is None:  # The run's own config.
     config = saved_config.load(FLAGS.workdir)
-  else:
+  else:  # With the run's own copy of its vocabulary, as a resume reads it.
     config = init_from.saved_run_config(
         FLAGS.config, FLAGS.workdir, set(config_flags.get_override_values(FLAGS['config'])))
+    config = saved_config.resumed_vocabulary(config_lib.resolve(config), FLAGS.workdir)
   mode = distributed.initialize_from(FLAGS)
   cpu_devices.configure_for(config, FLAGS.cpu_devices, single_process=mode == 'single')
   run = experiment_lib.Experiment.create(config)

@@ -41,12 +41,16 @@ class Experiment:
                                                             repr=False)
 
   @classmethod
-  def create(cls, config, devices=None, read_vocab: bool = True) -> 'Experiment':
+  def create(cls, config, devices=None, read_vocab: bool = True,
+             vocab_file: str | None = None) -> 'Experiment':
     """`devices`: the mesh's devices (default all; a TPU topology's to compile ahead of time).
     read_vocab=False builds the same program without the vocabulary file (tokenizer None,
-    special ids of the sentencepiece layout): any vocab_size, for synthetic data and plans."""
+    special ids of the sentencepiece layout): any vocab_size, for synthetic data and plans.
+    vocab_file: where to read config.vocab_file's content while that is not written yet
+    (init_from.Start.readable_vocab_file)."""
     c = config_lib.resolve(config)
-    tokenizer = tokenizer_lib.for_config(c) if read_vocab else None
+    tokenizer = (tokenizer_lib.load_tokenizer(vocab_file or c.vocab_file, c.vocab_size,
+                                              c.do_lower_case) if read_vocab else None)
     mesh = parallel.make_mesh(devices, c.fsdp_axis_size)
     parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size',
                                  c.grad_accum_steps)

@@ -9,12 +9,14 @@ a fresh optimizer state, learning-rate schedule and data order, but with the wei
   - an official (TF1) ELECTRA checkpoint (official_checkpoint.py), generator included.
 The source fixes the shape keys and the vocabulary; a --config override that disagrees is an
 error naming both values. A transformers vocabulary (and an extended one) is written into the
-workdir, so the run and its exports do not depend on the source directory staying put. A
+workdir once the run has passed its start-up checks (write_vocabulary), so the run and its
+exports do not depend on the source directory staying put. A
 workdir that already holds checkpoints resumes instead: init_from is ignored and the saved
 config supplies the keys it set.
 """
 import copy
 import dataclasses
+import tempfile
 from typing import Callable
 
 import jax
@@ -65,6 +67,23 @@ class Start:
   source: Source | None = None                  # None: random init, or a resume
   extension: extend_vocab.Extension | None = None
   notes: list[str] = dataclasses.field(default_factory=list)
+  # The content of a new run's own vocabulary file (config.vocab_file, in its workdir), which
+  # write_vocabulary writes once the run passed its checks: a refused run leaves no trace.
+  vocabulary: Callable[[], bytes] | None = None
+  _staged: tempfile.TemporaryDirectory | None = dataclasses.field(default=None, repr=False)
+
+  def readable_vocab_file(self) -> str:
+    """config.vocab_file, or while it is not written yet, a local copy (removed with this
+    Start): the file the run's tokenizer reads."""
+    if self.vocabulary is None:
+      return self.config.vocab_file
+    if self._staged is None:
+      self._staged = tempfile.TemporaryDirectory(prefix='electra_jax_vocab_')
+      atomic.write_bytes(self._staged_path(), self.vocabulary())
+    return self._staged_path()
+
+  def _staged_path(self) -> str:
+    return paths.join(self._staged.name, paths.name(self.config.vocab_file))
 
 
 def _tree_equal(a, b) -> bool:
@@ -240,14 +259,19 @@ def _vocabulary(config, source: Source, overridden) -> tokenizer_files.Vocabular
   return given
 
 
-def _write(target: str, content: Callable[[], bytes]):
-  """Writes one file of the new run into its workdir (atomically, on process 0)."""
+def write_vocabulary(start: Start):
+  """Writes a new run's vocabulary into its workdir (atomically, on process 0; every process
+  calls it and waits): train calls it after every check, beside saved_config.write."""
+  if start.vocabulary is None:
+    return
+  target = start.config.vocab_file
   if jax.process_index() == 0:
     paths.make_dirs(paths.parent(target))
-    atomic.write_bytes(target, content())
+    atomic.write_bytes(target, paths.read_bytes(start.readable_vocab_file()))
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
     multihost_utils.sync_global_devices(f'init_from_{paths.name(target)}')
+  start.vocabulary = None  # config.vocab_file holds it now.
 
 
 def saved_run_config(config, workdir: str, overridden=()) -> ml_collections.ConfigDict:
@@ -263,10 +287,9 @@ def saved_run_config(config, workdir: str, overridden=()) -> ml_collections.Conf
   return c
 
 
-def prepare(config, workdir: str | None, overridden=(), write: bool = True) -> Start:
-  """How a run in `workdir` starts. Writes only a new run's vocabulary into the workdir, after
-  the config is known to be valid, and nothing with write=False (--dry_run, which may have no
-  workdir). `overridden`: keys given as --config.KEY=VALUE."""
+def prepare(config, workdir: str | None, overridden=()) -> Start:
+  """How a run in `workdir` starts; writes nothing (a new run's vocabulary: write_vocabulary).
+  `workdir` may be None (--dry_run). `overridden`: keys given as --config.KEY=VALUE."""
   if workdir and checkpoint.has_steps(workdir):
     notes = []
     if config.init_from:
@@ -304,14 +327,12 @@ def prepare(config, workdir: str | None, overridden=(), write: bool = True) -> S
   c = _merge(config, keys, overridden, source.name)
   _check_layout(c)
   resolved = config_lib.resolve(c)
-  if content is not None and write:
-    _write(keys['vocab_file'], content)
   notes = [f'{source.name}: ' + ', '.join(f'{k} {keys[k]}' for k in SIZE_KEYS)
            + f", vocabulary {keys['vocab_file']} ({keys['vocab_size']} tokens"
            + ('' if vocab.do_lower_case or not vocab.wordpiece else ', cased') + ')']
   if extension is not None:
     notes.append(f'extend_vocab_file: {extension.summary(config.extend_vocab_file)}')
-  return Start(resolved, source, extension, notes)
+  return Start(resolved, source, extension, notes, vocabulary=content)
 
 
 def _check_layout(c):

@@ -20,14 +20,10 @@ NAMES = ('metrics', 'eval_metrics')
 FLUSH_SECONDS = 60.0
 
 
-def truncate_after(path: str, step: int):
-  """Drops the records of steps after `step` (and a half-written last line) from a JSONL file.
-
-  A run killed after its last checkpoint has logged steps that the resumed run logs again;
-  without this they would appear twice. Rewritten atomically, and only if something changes.
-  """
+def _rows(path: str, step: int) -> tuple[list[str], list[tuple[str, dict]]]:
+  """A JSONL file's lines, and its whole (line, record) pairs of steps up to `step`."""
   if not paths.is_file(path):
-    return
+    return [], []
   lines = paths.read_bytes(path).decode('utf-8', errors='replace').splitlines(keepends=True)
   kept = []
   for line in lines:
@@ -37,9 +33,27 @@ def truncate_after(path: str, step: int):
       break  # A line cut short by the kill: it and anything after it are dropped.
     if not line.endswith('\n') or record.get('step', 0) > step:
       break
-    kept.append(line)
+    kept.append((line, record))
+  return lines, kept
+
+
+def truncate_after(path: str, step: int):
+  """Drops the records of steps after `step` (and a half-written last line) from a JSONL file.
+
+  A run killed after its last checkpoint has logged steps that the resumed run logs again;
+  without this they would appear twice. Rewritten atomically, and only if something changes.
+  """
+  lines, kept = _rows(path, step)
   if len(kept) != len(lines):
-    atomic.write_text(path, ''.join(kept))
+    atomic.write_text(path, ''.join(line for line, _ in kept))
+
+
+def record_at(workdir: str, name: str, step: int) -> dict | None:
+  """The record of `step` in WORKDIR/<name>.jsonl (without its step), as truncate_after would
+  keep it; None if there is none."""
+  _, kept = _rows(paths.join(paths.absolute(workdir), f'{name}.jsonl'), step)
+  found = [r for _, r in kept if r.get('step') == step]
+  return {k: v for k, v in found[-1].items() if k != 'step'} if found else None
 
 
 def _tensorboardx():

@@ -54,16 +54,16 @@ def keep_vocabulary(workdir, c: ml_collections.ConfigDict):
 
 
 def resumed_vocabulary(c: ml_collections.ConfigDict, workdir) -> ml_collections.ConfigDict:
-  """`c`, resuming the run in `workdir`, with vocab_file its kept copy. A different file at
-  the path `c` names is refused: the run would go on with other token ids."""
+  """`c`, resuming or evaluating the run in `workdir`, with vocab_file its kept copy. A
+  different file at the path `c` names is refused: it would give other token ids."""
   kept = vocabulary_path(workdir, c.vocab_file)
   named = paths.absolute(paths.resolve(c.vocab_file))
   if named == kept or not paths.exists(kept):  # Or a run from before runs kept their copy.
     return c
   if paths.exists(named) and not paths.same_file(named, kept):
     raise UserError(f"vocab_file '{c.vocab_file}' is not the vocabulary the run in "
-                    f"'{paths.absolute(workdir)}' was trained with (its copy: {kept}); resume "
-                    f'with --config.vocab_file={kept}, or start the new vocabulary in a new '
+                    f"'{paths.absolute(workdir)}' was trained with (its copy: {kept}); pass "
+                    f'--config.vocab_file={kept}, or start the new vocabulary in a new '
                     '--workdir')
   c = copy.deepcopy(c)
   c.vocab_file = kept

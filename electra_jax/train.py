@@ -97,7 +97,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   if stop_after_steps is not None and stop_after_steps < 0:
     raise cli.UserError(f'--stop_after_steps={stop_after_steps} must be >= 0')
   start = init_from.prepare(config, workdir, overridden)
-  exp = experiment_lib.Experiment.create(start.config)
+  exp = experiment_lib.Experiment.create(start.config, vocab_file=start.readable_vocab_file())
   c, mesh = exp.config, exp.mesh
   saved_config.check_trains_in(workdir)
   workdir = experiment_lib.prepare_workdir(workdir)
@@ -163,6 +163,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     on_error.append(ahead.wait)  # Before train_iter.close: it may be waiting for a batch.
   if state is None:
     state = exp.init_state()
+  # Every check has passed: the run's first files go into the workdir.
+  init_from.write_vocabulary(start)
   if is_chief:
     saved_config.keep_vocabulary(workdir, c)
     saved_config.write(workdir, c)
@@ -196,6 +198,10 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
                 **flops_lib.utilization(model_flops, steps, seconds, mesh.devices.size, peak))
 
   train_metrics, eval_metrics, last_eval_step = {}, {}, None
+  saved_eval = (metric_writer.record_at(workdir, 'eval_metrics', latest)
+                if c.eval_every_steps and latest is not None else None)
+  if saved_eval is not None:  # E.g. a finished run re-run: its final evaluation stands.
+    eval_metrics, last_eval_step = saved_eval, latest
   # The metric sums since the last log, on the devices (host values at a log); a resumed run
   # continues its checkpoint's window exactly (on the host until the first call).
   window, zeros = _window_from_json(loop_state), None
@@ -408,7 +414,7 @@ def main(argv):
                         'runs without one)')
   overridden = set(config_flags.get_override_values(FLAGS['config']))
   if FLAGS.dry_run:  # Plans the shapes the run would train: init_from's, or its workdir's.
-    config = init_from.prepare(FLAGS.config, FLAGS.workdir, overridden, write=False).config
+    config = init_from.prepare(FLAGS.config, FLAGS.workdir, overridden).config
   if FLAGS.topology:
     cli.print_result(tpu_plan.run(config, FLAGS.topology, *_sweep_grid()))
     return

@@ -484,6 +484,35 @@ def test_a_save_killed_halfway_is_ignored_and_an_outage_while_saving_is_retried(
   assert_same_state(workdir, reference)
 
 
+def test_an_init_from_run_killed_in_its_first_save_starts_again_from_init_from(
+    gcs, bucket_data, cache_dir, tmp_path):
+  """On gs:// a save cut short leaves checkpoints/0/ without commit_success.txt (locally: a
+  temporary directory): the re-run counts no checkpoint, so it starts from init_from again
+  rather than taking the half-written step for a run to resume."""
+  pytest.importorskip('torch')
+  pytest.importorskip('transformers')
+  from tests import hf_pair  # pylint: disable=import-outside-toplevel
+  from etils import epath  # pylint: disable=import-outside-toplevel
+  emulator, _ = gcs
+  disc = str(tmp_path / 'disc')
+  hf_pair.save_pair(disc, str(tmp_path / 'gen'), hf_pair.wordpiece_vocab(str(tmp_path / 'v')))
+  workdir = f'{BUCKET}/init_from_cut'
+  command = [sys.executable, '-m', 'electra_jax.train', '--config=configs/demo.py',
+             '--config.max_seq_length=32', '--config.train_batch_size=8',
+             '--config.num_train_steps=2', '--config.eval_every_steps=0',
+             '--config.progress_bar=false', f"--config.train_files={bucket_data['train_files']}",
+             f'--config.init_from={disc}', f'--workdir={workdir}', '--stop_after_steps=0']
+  env = bucket_env(cache_dir, emulator.url)
+  run(command, env)
+  (epath.Path(f'{workdir}/checkpoints/0') / checkpoint.COMMIT_FILE).unlink()
+  assert checkpoint.latest_step(workdir) is None
+  again = run(command, env, check=False)
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert 'Resuming' not in again.stdout and 'init_from is ignored' not in again.stdout
+  assert "parameter arrays from init_from '" in again.stdout
+  assert checkpoint.latest_step(workdir) == 0
+
+
 def test_compare_keeps_its_points_results_and_plots_on_the_bucket(gcs):
   """experiments.compare's own files on gs:// (its train/finetune commands are the ones tested
   above): a budget point copied out of a run's checkpoints, the results, the table, the plots,

@@ -237,13 +237,35 @@ def test_fine_tuning_from_the_run_and_from_its_export_gives_the_same_result(
   assert results[0]['median_best_accuracy'] == results[1]['median_best_accuracy']
 
 
+def test_a_refused_run_writes_no_vocabulary_into_its_workdir(tmp_path, cache_dir, small_corpus,
+                                                             pair):
+  """A transformers directory passed as --workdir by mistake keeps its own vocab.txt; a new
+  workdir refused for a glob that matches nothing is removed (it held only the vocabulary)."""
+  theirs = tmp_path / 'their_model'
+  shutil.copytree(pair['disc'], theirs)
+  (theirs / 'vocab.txt').write_text('[PAD]\ntheir own tokens\n', encoding='utf-8')
+  before = {p.name: p.read_bytes() for p in theirs.iterdir()}
+  new = tmp_path / 'new' / 'w'
+  for workdir, extra, error in (
+      (theirs, [], "did not write (a transformers model directory?"),
+      (new, [f'--config.train_files={tmp_path}/nothing/*.txt'], 'no files match')):
+    proc = subprocess.run(command(small_corpus, pair, workdir, *extra), cwd=REPO_ROOT,
+                          env=env_for(cache_dir), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and error in proc.stderr, proc.stderr
+  assert {p.name: p.read_bytes() for p in theirs.iterdir()} == before
+  assert not (tmp_path / 'new').exists()
+
+
 # --- Sources and their keys -----------------------------------------------------------------
 
 def prepare(workdir, overridden=(), **keys):
+  """init_from.prepare, then the vocabulary written as train writes it after its checks."""
   c = demo.get_config()
   c.update(dict(max_seq_length=32, train_batch_size=8, eval_batch_size=8, num_train_steps=4,
                 num_warmup_steps=1, train_files=hf_pair.CORPUS), **keys)
-  return init_from.prepare(c, str(workdir), set(overridden) | set(keys) - {'init_from'})
+  start = init_from.prepare(c, str(workdir), set(overridden) | set(keys) - {'init_from'})
+  init_from.write_vocabulary(start)
+  return start
 
 
 def start_params(workdir, start):

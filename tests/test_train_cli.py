@@ -505,6 +505,40 @@ def test_a_run_keeps_its_vocabulary_and_resumes_with_it_wherever_the_file_went(
   os.remove(vocab)
   assert train.train_and_evaluate(config(4), workdir)['step'] == 4
   assert saved_config.load(workdir).vocab_file == kept
+  # evaluate --config=FILE reads the kept copy too, and refuses another file at vocab_file.
+  config_file = tmp_path / 'tiny.py'
+  config_file.write_text(
+      'from tests.conftest import tiny_config\n\n\ndef get_config():\n  return tiny_config('
+      f'vocab_size=8000, vocab_file={str(vocab)!r}, train_files={small_corpus!r})\n')
+  evaluate = lambda: run_cli('electra_jax.evaluate', f'--config={config_file}',
+                             f'--workdir={workdir}', '--num_batches=1', check=False)
+  proc = evaluate()
+  assert proc.returncode == 0, proc.stderr
+  assert last_json(proc.stdout)['step'] == 4
+  vocab.write_bytes(b'another vocabulary')
+  proc = evaluate()
+  assert proc.returncode == 2 and f"vocab_file '{vocab}' is not the vocabulary" in proc.stderr
+
+
+def test_a_finished_run_re_run_keeps_one_final_evaluation_and_reports_it(tmp_path,
+                                                                         small_corpus):
+  """Re-running a finished run trains nothing: eval_metrics.jsonl keeps one row per evaluated
+  step (no second final row each time) and the summary still reports the final evaluation."""
+  # pylint: disable=import-outside-toplevel
+  from electra_jax import train
+  from tests.conftest import tiny_config
+  workdir = str(tmp_path / 'run')
+  config = tiny_config(vocab_size=8000, train_files=small_corpus, num_train_steps=3,
+                       eval_every_steps=2, num_eval_steps=1, save_checkpoints_steps=3,
+                       progress_bar=False)
+  first = train.train_and_evaluate(config, workdir)
+  again = train.train_and_evaluate(config, workdir)
+  assert again['steps_run'] == 0
+  rows = read_jsonl(os.path.join(workdir, 'eval_metrics.jsonl'))
+  assert [r['step'] for r in rows] == [2, 3]
+  evaluated = {k: v for k, v in first.items() if k.startswith('eval_')}
+  assert 'eval_loss' in evaluated
+  assert {k: v for k, v in again.items() if k.startswith('eval_')} == evaluated
 
 
 def test_a_resume_at_a_longer_sequence_length_goes_on_at_the_new_length(tmp_path, small_corpus):
