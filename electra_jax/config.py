@@ -193,5 +193,20 @@ def generator_sizes(c) -> dict:
               num_heads=heads, num_layers=layers)
 
 
+def with_generator(keys: dict, sizes: dict, source: str) -> dict:
+  """Discriminator shape `keys` plus the generator fractions that give a source's generator
+  `sizes` (hidden_size, intermediate_size, num_heads, num_layers); UserError naming `source`
+  where ours, the discriminator scaled by one fraction, cannot hold it."""
+  keys = dict(keys, generator_hidden_size=sizes['hidden_size'] / keys['hidden_size'],
+              generator_layers=sizes['num_layers'] / keys['num_layers'])
+  ours = {k: v for k, v in generator_sizes(ml_collections.ConfigDict(keys)).items()
+          if k in sizes}
+  if ours != sizes:
+    raise UserError(f'the generator sizes {sizes} of {source} are not the discriminator sizes '
+                    f'scaled by one fraction (that gives {ours}); our generator cannot hold '
+                    'them')
+  return keys
+
+
 def to_json(c: ml_collections.ConfigDict) -> str:
   return json.dumps(c.to_dict(), indent=2, sort_keys=True)

@@ -11,7 +11,6 @@ but not the head count: the official code's is hidden_size // 64 (at least 1), w
 """
 import re
 
-import ml_collections
 import numpy as np
 
 from electra_jax import config as config_lib
@@ -84,19 +83,13 @@ class Checkpoint:
                 else 'embeddings')
     if not self.has_generator:
       return keys
-    width = shape(_QUERY.format(scope='generator'))[0]
-    keys.update(generator_hidden_size=width / hidden,
-                generator_layers=self._layers('generator') / keys['num_layers'])
     # The official generator: 4 x its width wide, width // 64 heads, whatever the
     # discriminator's overrides; ours scales the discriminator's, so the two must agree.
-    official = dict(hidden_size=width, intermediate_size=shape(_FFN.format(scope='generator'))[1],
-                    num_heads=official_heads(width), num_layers=self._layers('generator'))
-    ours = {k: v for k, v in config_lib.generator_sizes(ml_collections.ConfigDict(keys)).items()
-            if k in official}
-    if ours != official:
-      raise UserError(f"the generator of '{self.prefix}' has sizes {official}, which our "
-                      f'generator (the discriminator scaled by one fraction: {ours}) cannot hold')
-    return keys
+    width = shape(_QUERY.format(scope='generator'))[0]
+    return config_lib.with_generator(keys, dict(
+        hidden_size=width, intermediate_size=shape(_FFN.format(scope='generator'))[1],
+        num_heads=official_heads(width), num_layers=self._layers('generator')),
+        f"'{self.prefix}'")
 
   def vocab_file(self) -> str | None:
     """The vocab.txt beside the checkpoint, else the official layout's DATA_DIR/vocab.txt

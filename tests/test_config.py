@@ -165,3 +165,18 @@ def test_importing_any_module_defines_no_flags():
   proc = subprocess.run([sys.executable, '-c', _IMPORT_ALL], capture_output=True, text=True,
                         timeout=300, check=True)
   assert proc.stdout.strip().splitlines()[-1] == '[]'
+
+
+def test_a_sources_generator_becomes_our_fractions_or_one_line_naming_it():
+  """A released generator (transformers, official) is held as the fractions that give its
+  sizes; one that is not the discriminator scaled by one fraction is refused."""
+  keys = dict(hidden_size=256, intermediate_size=1024, num_heads=4, num_layers=12)
+  small = dict(hidden_size=64, intermediate_size=256, num_heads=1, num_layers=12)
+  assert config_lib.with_generator(keys, small, 'x') == dict(
+      keys, generator_hidden_size=0.25, generator_layers=1.0)
+  half_depth = dict(small, num_layers=6)
+  assert config_lib.with_generator(keys, half_depth, 'x')['generator_layers'] == 0.5
+  with pytest.raises(UserError, match=r"generator sizes .* of 'ckpt' are not the discriminator "
+                                      r"sizes scaled by one fraction \(that gives .*"
+                                      r"'intermediate_size': 256"):
+    config_lib.with_generator(keys, dict(small, intermediate_size=128), "'ckpt'")

@@ -78,19 +78,11 @@ def shape_keys(hf: dict, hf_generator: dict | None = None) -> dict:
     raise UserError(f"the generator has {hf_generator['num_hidden_layers']} layers, more than "
                     f"the discriminator's {hf['num_hidden_layers']}; our generator is at most "
                     'as deep (config.generator_layers <= 1)')
-  keys['generator_hidden_size'] = hf_generator['hidden_size'] / hf['hidden_size']
   # A shallower generator (official generator_layers < 1) as the fraction that gives its depth.
-  keys['generator_layers'] = hf_generator['num_hidden_layers'] / hf['num_hidden_layers']
-  want = dict(hidden_size=hf_generator['hidden_size'],
-              intermediate_size=hf_generator['intermediate_size'],
-              num_heads=hf_generator['num_attention_heads'],
-              num_layers=hf_generator['num_hidden_layers'])
-  got = {k: v for k, v in config_lib.generator_sizes(ml_collections.ConfigDict(keys)).items()
-         if k in want}
-  if got != want:
-    raise UserError(f'the generator sizes {want} are not the discriminator sizes scaled by '
-                    f'one fraction (that gives {got}); our generator cannot hold them')
-  return keys
+  return config_lib.with_generator(keys, dict(
+      hidden_size=hf_generator['hidden_size'], intermediate_size=hf_generator['intermediate_size'],
+      num_heads=hf_generator['num_attention_heads'],
+      num_layers=hf_generator['num_hidden_layers']), 'the HF generator')
 
 
 def preset_name(keys: dict) -> str | None:
