@@ -165,7 +165,8 @@ def _local_slice(rows: np.ndarray) -> np.ndarray:
 
 
 def train_batches(features: dict, batch_size: int, seed: int, epoch: int):
-  """One epoch of shuffled global batches (the last partial batch wraps around)."""
+  """One epoch of shuffled global batches: the rows a last partial batch would hold sit this
+  epoch out (other rows each epoch); fewer rows than one batch fill it by repeating."""
   n = _num_rows(features)
   order = np.random.default_rng([seed, epoch]).permutation(n)
   for start in range(0, max(n // batch_size, 1) * batch_size, batch_size):
