@@ -81,6 +81,12 @@ class Checkpoint:
                 relative_attention_span=0,
                 tie='none' if 'generator/embeddings/word_embeddings' in self.names
                 else 'embeddings')
+    own = 'generator/embeddings/word_embeddings'
+    if own in self.names and shape(own)[1] != embedding_size:
+      raise UserError(f"the generator of '{self.prefix}' has embeddings of its own "
+                      f'{shape(own)[1]} wide (untied_generator_embeddings), the '
+                      f"discriminator's {embedding_size}; our tie='none' generator has tables "
+                      "as wide as the discriminator's, so it cannot hold them")
     if not self.has_generator:
       return keys
     # The official generator: 4 x its width wide, width // 64 heads, whatever the

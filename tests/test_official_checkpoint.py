@@ -246,3 +246,40 @@ def test_fine_tuning_starts_from_an_official_checkpoint_as_from_its_converted_ru
   assert summary['init_checkpoint'].endswith('model.ckpt-7')
   source, tokenizer = pretrained.network_config(c)
   assert source.vocab_size == tokenizer.vocab_size == len(official.VOCAB)
+
+
+class _ShapesOnly:
+  """A reader that knows names and shapes only: the official layouts no fixture holds."""
+
+  def __init__(self, shapes):
+    self._shapes = shapes
+
+  def names(self):
+    return sorted(self._shapes)
+
+  def shape(self, name):
+    return self._shapes[name]
+
+
+@pytest.mark.parametrize('layout, error', [
+    ({'generator_ltr/encoder/layer_0/attention/self/query/kernel': (8, 8)},
+     'is an Electric checkpoint'),
+    ({'discriminator_predictions/dense_1/kernel': None}, 'holds no discriminator_predictions'),
+    ({f'generator/{k.split("/", 1)[1]}': None for k in official.shapes()
+      if k.startswith('generator/encoder/')}, r'untied_generator=False'),
+    ({'generator/embeddings/word_embeddings': (len(official.VOCAB), official.G)},
+     r'embeddings of its own 8 wide \(untied_generator_embeddings\), the discriminator.s 12'),
+])
+def test_official_layouts_our_model_cannot_hold_are_one_line(layout, error, monkeypatch):
+  shapes = dict(official.shapes())
+  for name, shape in layout.items():
+    if shape is None:
+      shapes.pop(name)
+    else:
+      shapes[name] = shape
+  monkeypatch.setattr(tf_checkpoint, 'Reader', lambda prefix: _ShapesOnly(shapes))
+  with pytest.raises(UserError, match=error):
+    official_checkpoint.Checkpoint('ckpt').keys()
+  # The fixture's own layout passes.
+  monkeypatch.setattr(tf_checkpoint, 'Reader', lambda prefix: _ShapesOnly(official.shapes()))
+  assert official_checkpoint.Checkpoint('ckpt').keys()['tie'] == 'embeddings'
