@@ -359,3 +359,32 @@ def test_data_benchmark_cli_reads_the_same_batches_from_every_source_and_times_t
                                                                         ('prepared', 0)]
   assert summary['train_step_tokens_per_sec'] > 0
   assert 'train step (demo):' in proc.stdout
+
+
+def test_shards_prepared_for_an_init_from_run_use_its_vocabulary_extension_included(
+    corpus, tmp_path):
+  """prepare with the run's init_from (and extend_vocab_file) packs with the vocabulary that
+  run will train with, so training accepts the shards; without them the vocabulary differs."""
+  from electra_jax import train  # pylint: disable=import-outside-toplevel
+  fixture = os.path.join(REPO_ROOT, 'tests', 'data', 'official_checkpoint')
+  words = tmp_path / 'words.txt'
+  words.write_text('elliot\nwentworth\n', encoding='utf-8')
+  keys = dict(init_from=fixture, extend_vocab_file=str(words), eval_every_steps=0,
+              num_train_steps=2, save_checkpoints_steps=2, log_every_steps=1, progress_bar=False)
+  out = str(tmp_path / 'prepared')
+  summary = prepare.prepare(config_for(corpus, **keys), out, examples_per_shard=500,
+                            progress=False)
+  with open(summary['metadata'], encoding='utf-8') as f:
+    metadata = json.load(f)
+  assert metadata['vocab_size'] == 40 + 2
+  assert metadata['vocab_file'] == (f"the vocabulary of init_from '{fixture}' extended with "
+                                    f"'{words}'")
+  examples = shards.PreparedExamples(out, metadata)
+  ids = np.concatenate([t for t, _ in examples.examples(range(len(examples)))])
+  assert {40, 41} <= set(ids.tolist())  # The new words, packed as single tokens.
+  run = train.train_and_evaluate(config_for(corpus, train_data_dir=out, **keys),
+                                 str(tmp_path / 'run'), stop_after_steps=None)
+  assert run['step'] == 2
+  without = config_for(corpus, train_data_dir=out, **{**keys, 'extend_vocab_file': ''})
+  with pytest.raises(UserError, match=r'was prepared with vocabulary .*extended with'):
+    train.train_and_evaluate(without, str(tmp_path / 'other'))

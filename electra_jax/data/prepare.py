@@ -16,7 +16,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from electra_jax import cli
-from electra_jax import config as config_lib
+from electra_jax import init_from
 from electra_jax import paths
 from electra_jax import saved_config
 from electra_jax.data import pipeline
@@ -38,7 +38,7 @@ def _output_dir(output: str) -> str:
 
 
 def _write(corpus, tokenizer, c, output: str, writer: shards.ShardWriter,
-           progress: bool) -> dict:
+           progress: bool, vocab_name: str) -> dict:
   """Packs `corpus` into `writer`'s shards; returns the metadata written last."""
   print(f'Packing {corpus.description} with {tokenizer} into {output} '
         f'(max_seq_length {c.max_seq_length}, seed {c.seed})', flush=True)
@@ -52,9 +52,9 @@ def _write(corpus, tokenizer, c, output: str, writer: shards.ShardWriter,
   bar.close()
   if not writer.num_examples:
     raise UserError(f'{corpus.description} produced no examples; check it contains text')
-  vocab_path = tokenizer.vocab_file
   return writer.finish(dict(
-      source=corpus.source, vocab_file=vocab_path, vocab_sha256=shards.file_sha256(vocab_path),
+      source=corpus.source, vocab_file=vocab_name,
+      vocab_sha256=shards.file_sha256(tokenizer.vocab_file),
       vocab_size=tokenizer.vocab_size, do_lower_case=c.do_lower_case,
       max_seq_length=c.max_seq_length, pack_across_documents=c.pack_across_documents,
       short_seq_prob=c.short_seq_prob, seed=c.seed, special_ids=dict(
@@ -63,19 +63,26 @@ def _write(corpus, tokenizer, c, output: str, writer: shards.ShardWriter,
 
 
 def prepare(config, output: str, examples_per_shard: int = 100_000,
-            progress: bool = True) -> dict:
-  """Writes the packed training examples of `config`'s corpus; returns the metadata."""
+            progress: bool = True, overridden=()) -> dict:
+  """Writes the packed training examples of `config`'s corpus; returns the metadata. With
+  config.init_from, in the vocabulary (extend_vocab_file's too) the run will train with.
+  `overridden`: the keys given as --config.KEY=VALUE."""
   if examples_per_shard <= 0:
     raise UserError(f'--examples_per_shard={examples_per_shard} must be positive')
   start = time.time()
-  c = config_lib.resolve(config)
-  tokenizer = tokenizer_lib.for_config(c)
+  run_start = init_from.prepare(config, None, overridden)
+  c = run_start.config
+  tokenizer = tokenizer_lib.load_tokenizer(run_start.readable_vocab_file(), c.vocab_size,
+                                           c.do_lower_case)
+  vocab_name = (c.vocab_file if run_start.vocabulary is None else
+                f"the vocabulary of init_from '{c.init_from}'"
+                + (f" extended with '{c.extend_vocab_file}'" if c.extend_vocab_file else ''))
   corpus = sources.open_corpus(c, 'train')
   with paths.new_dirs_removed_on_failure(output):
     output = _output_dir(output)
     writer = shards.ShardWriter(output, 'train', tokenizer.vocab_size, examples_per_shard)
     try:
-      metadata = _write(corpus, tokenizer, c, output, writer, progress)
+      metadata = _write(corpus, tokenizer, c, output, writer, progress, vocab_name)
     except BaseException:
       writer.abort()
       raise
@@ -92,7 +99,9 @@ def main(argv):
   if len(argv) > 1:
     raise UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
   f = flags.FLAGS
-  cli.print_result(prepare(f.config, f.output, f.examples_per_shard, progress=True))
+  overridden = set(config_flags.get_override_values(f['config']))
+  cli.print_result(prepare(f.config, f.output, f.examples_per_shard, progress=True,
+                           overridden=overridden))
 
 
 def _define_flags():
