@@ -357,3 +357,29 @@ def test_readmes_ablation_table_gives_each_configs_flops():
   every = {n[:-3] for n in os.listdir(os.path.join(REPO_ROOT, 'configs', 'ablations'))
            if n.endswith('.py') and n != '__init__.py'}
   assert checked == every, every - checked
+
+
+def test_electra_15_drawn_with_replacement_trains_on_the_mean_over_distinct_positions():
+  """D's loss in electra_15 is a mean over the masked positions; drawn with replacement a
+  position may fill two prediction slots, so the slot count (the MLM's denominator) would
+  shrink the RTD term below the disc_loss reported. The whole batch's count for accumulation
+  equals the one a step takes itself."""
+  c = config_lib.resolve(tiny_config(objective='electra_15', mask_with_replacement=True,
+                                     max_seq_length=128, max_position_embeddings=128,
+                                     max_predictions_per_seq=20))
+  model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+  objective = objectives.build(model, c, (0, 2, 3, 4), 4)
+  params = model_lib.init_params(model, jax.random.key(0), c.max_seq_length,
+                                 c.max_predictions_per_seq)
+  ids = np.random.default_rng(0).integers(5, 64, (8, 128)).astype(np.int32)
+  ids[:, 0], ids[:, -1] = 2, 3
+  batch = dict(input_ids=jnp.asarray(ids), input_mask=jnp.ones_like(ids),
+               segment_ids=jnp.zeros_like(ids))
+  step = objective.masked_step(params, batch, jax.random.key(1), True)
+  counts = step.denominators
+  assert counts['masked_positions'] < counts['mlm_count']  # Some position drawn twice.
+  loss, sums = objective.loss(step)
+  rtd = (loss - c.gen_weight * step.corrupt().mlm_loss) / c.disc_weight
+  np.testing.assert_allclose(rtd, sums['disc_loss_sum'] / sums['disc_count'], rtol=1e-5)
+  whole = objective.loss_denominators(batch, jax.random.key(1))
+  assert {k: float(v) for k, v in whole.items()} == {k: float(v) for k, v in counts.items()}

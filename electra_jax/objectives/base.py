@@ -144,17 +144,17 @@ class Objective:
     return params
 
   def loss_denominators(self, batch: Mapping[str, jax.Array], rng) -> dict:
-    """The whole batch's masked-position and real-token counts under the step's key `rng`
-    (only whole-word masking's count depends on it: which words fit the budget)."""
-    if self.word_kinds is None:
+    """The whole batch's prediction-slot, distinct masked-position and real-token counts under
+    the step's key `rng` (only masking with replacement, where a position may fill two slots,
+    and whole-word masking, where the words that fit the budget vary, need the mask itself)."""
+    if self.word_kinds is None and not self.mask_with_replacement:
       mlm_count = masking.num_predictions(
           batch['input_ids'], batch['input_mask'], special_ids=self.special_ids,
-          mask_prob=self.mask_prob, max_predictions=self.max_predictions,
-          with_replacement=self.mask_with_replacement)
-    else:
-      mask_keys = self._row_keys(rng, batch['input_ids'].shape[0], None)[0]
-      mlm_count = jnp.sum(self._mask(mask_keys, batch).masked_weights)
-    return _counts(batch, mlm_count)
+          mask_prob=self.mask_prob, max_predictions=self.max_predictions)
+      return _counts(batch, mlm_count, mlm_count)
+    mask_keys = self._row_keys(rng, batch['input_ids'].shape[0], None)[0]
+    m = self._mask(mask_keys, batch)
+    return _counts(batch, jnp.sum(m.masked_weights), jnp.sum(m.write_weights))
 
   @staticmethod
   def _row_keys(rng, batch_size, example_ids):
@@ -194,7 +194,7 @@ class Objective:
         rng, batch['input_ids'].shape[0], example_ids)
     m = self._mask(mask_keys, batch)
     if denominators is None:
-      denominators = _counts(batch, jnp.sum(m.masked_weights))
+      denominators = _counts(batch, jnp.sum(m.masked_weights), jnp.sum(m.write_weights))
     return Step(self, params, batch, m, denominators, deterministic, gen_keys, sample_keys,
                 disc_keys)
 
@@ -311,9 +311,11 @@ def is_generator(top_level_key: str) -> bool:
   return top_level_key.startswith('generator')
 
 
-def _counts(batch, mlm_count) -> dict:
-  """The losses' denominators: masked positions (`mlm_count`) and real tokens."""
-  return {'mlm_count': mlm_count, 'disc_count': jnp.sum(batch['input_mask'].astype(jnp.float32))}
+def _counts(batch, mlm_count, masked_positions) -> dict:
+  """The losses' denominators: prediction slots (`mlm_count`; drawn with replacement, a
+  position may fill two), distinct masked positions, and real tokens (`disc_count`)."""
+  return {'mlm_count': mlm_count, 'masked_positions': masked_positions,
+          'disc_count': jnp.sum(batch['input_mask'].astype(jnp.float32))}
 
 
 def weighted_mean(values, weights, denominator=None):

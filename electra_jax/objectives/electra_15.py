@@ -15,4 +15,4 @@ class Electra15(electra.Electra):
 
   def rtd_weights(self, s: base.Step):
     return (base.masked_position_indicator(s.batch['input_ids'], s.masked),
-            s.denominators['mlm_count'])
+            s.denominators['masked_positions'])
