@@ -333,8 +333,7 @@ def _define_flags():
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
+  del argv  # cli.run refuses stray arguments.
   cpu_devices.configure_for(FLAGS.config, FLAGS.cpu_devices)
   cli.print_result(run_benchmark(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.compare,
                                  FLAGS.data, FLAGS.profile_dir, FLAGS.peak_tflops,

@@ -240,6 +240,10 @@ def run(main, keys_file: str = 'configs/base_config.py'):
         absl_logger.addFilter(_OrbaxErrorsOnOneLine())
         sys.unraisablehook = _quiet_closed_loops(sys.unraisablehook)
     try:
+      if len(argv) > 1:  # E.g. a glob the shell expanded: all but its first file would be lost.
+        raise UserError(f'unexpected arguments {argv[1:]}; every value goes in a flag, '
+                        '--name=VALUE (--config.KEY=VALUE for config keys): quote a glob or a '
+                        'text with spaces so that the shell passes it whole')
       skip_absent_tpu_runtime()
       use_compilation_cache(flags.FLAGS.compilation_cache_dir)
       result = main(argv)

@@ -105,8 +105,7 @@ def _table(tokenizer, text: str, batch, out, row: int, sample: bool, cut: int) -
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise UserError(f'unexpected arguments {argv[1:]}; quote the text: --text="..."')
+  del argv  # cli.run refuses stray arguments.
   distributed.require_one_process('python -m electra_jax.detect')
   if FLAGS.workdir is None or not FLAGS.text:
     raise UserError('pass --workdir=DIR (a pretraining run) and --text="..." (one or more)')

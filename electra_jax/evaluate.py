@@ -29,7 +29,7 @@ from electra_jax.data import sources
 FLAGS = flags.FLAGS
 
 def main(argv):
-  del argv
+  del argv  # cli.run refuses stray arguments.
   if FLAGS.workdir is None:
     raise cli.UserError('--workdir is required, e.g. --workdir=/tmp/electra_demo')
   if FLAGS.num_batches < 0:

@@ -215,8 +215,7 @@ def _define_flags():
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise UserError(f'unexpected arguments {argv[1:]}; pass --workdir=WORKDIR --output=DIR')
+  del argv  # cli.run refuses stray arguments.
   distributed.require_one_process('python -m electra_jax.export')
   start = time.time()
   if FLAGS.workdir is None or FLAGS.output is None:

@@ -47,9 +47,7 @@ def _define_flags():
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise UserError(f'unexpected arguments {argv[1:]}; pass --workdir=FT_DIR --output=DIR '
-                    'and --input=FILE or --split=SPLIT')
+  del argv  # cli.run refuses stray arguments.
   distributed.require_one_process('python -m electra_jax.predict')
   start = time.time()
   missing = [flag for flag, value in (('--workdir', FLAGS.workdir), ('--output', FLAGS.output))

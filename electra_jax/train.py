@@ -147,9 +147,11 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   # Each item holds the batches of one train call (config.steps_per_execution steps, fewer
   # where a log, evaluation or save comes first).
   boundaries = config_lib.loop_boundaries(c)
+  # --stop_after_steps ends a call at its step, whatever steps_per_execution says.
+  stop_at = None if stop_after_steps is None else step + stop_after_steps
   train_iter = prefetch.to_mesh(prefetch.StepChunks(pipeline.make_train_iterator(
       c, exp.tokenizer, jax.process_index(), jax.process_count(), first_position, examples),
-      step, c.steps_per_execution, boundaries), mesh, steps_axis=True)
+      step, c.steps_per_execution, boundaries, stop_at), mesh, steps_axis=True)
   # Stop the prefetch thread before exiting: one still placing arrays on devices while the
   # interpreter shuts down can abort the process.
   on_error.append(train_iter.close)
@@ -181,7 +183,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
 
   first_step = step
   note = trace.plan(first_step, c.num_train_steps, is_chief,
-                    prefetch.call_size(first_step, c.steps_per_execution, boundaries))
+                    prefetch.call_size(first_step, c.steps_per_execution, boundaries,
+                                       stop_at))
   if note:
     say(f'note: {note}', flush=True)
   on_error.append(lambda: trace.close(step))
@@ -402,8 +405,7 @@ def _sweep_grid():
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise cli.UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
+  del argv  # cli.run refuses stray arguments.
   if FLAGS.topology and not FLAGS.dry_run:
     raise cli.UserError(f'--topology={FLAGS.topology} plans a run without training; add --dry_run')
   if FLAGS.sweep and not FLAGS.topology:
@@ -438,8 +440,8 @@ def _define_flags():
                                   'override any key with --config.KEY=VALUE.', lock_config=True)
   flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and TensorBoard logs.')
   flags.DEFINE_integer('stop_after_steps', None, 'Save and exit after this many steps in this '
-                       'invocation (whole calls of config.steps_per_execution; e.g. to fit a '
-                       'job time limit); the schedule still runs to '
+                       'invocation (a call of config.steps_per_execution ends there; e.g. to '
+                       'fit a job time limit); the schedule still runs to '
                        'config.num_train_steps and the same command resumes. 0 saves the '
                        'starting state (e.g. the weights of config.init_from) as a checkpoint.')
   flags.DEFINE_bool('dry_run', False, 'Print the mesh, per-host/per-device batch, parameter and '

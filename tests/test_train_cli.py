@@ -16,6 +16,7 @@ import jax
 import numpy as np
 import pytest
 
+from electra_jax import checkpoint
 from electra_jax import flops
 from electra_jax import saved_config
 from electra_jax import step_trace
@@ -291,6 +292,8 @@ def test_calls_end_at_every_step_the_loop_acts_at_and_the_run_says_where_they_ar
     ends.append(step)
   assert ends == sorted({s for s in range(1, 21) if s % 4 == 0 or s % 6 == 0 or s % 10 == 0})
   assert prefetch.call_size(3, 4) == 1  # Back onto multiples of 4 (e.g. a resumed run).
+  # --stop_after_steps' step ends a call too (then nothing caps it).
+  assert [prefetch.call_size(s, 10, (), stop_at=3) for s in (0, 2, 3)] == [3, 1, 7]
   aligned = tiny(steps_per_execution=5, num_train_steps=100, log_every_steps=10,
                  eval_every_steps=0, save_checkpoints_steps=50)
   assert config_lib.steps_per_execution_note(config_lib.resolve(aligned)) is None
@@ -622,6 +625,41 @@ def test_continuing_a_finished_run_as_its_last_line_says_goes_on_to_the_new_step
   # A warmup set below the first run's length was not cut: changing it is a change.
   with pytest.raises(UserError, match=r'\(num_warmup_steps: 4 -> 3\)'):
     train.train_and_evaluate(config(6, 'num_train_steps', warmup=3), workdir)
+
+
+def test_stop_after_steps_stops_at_its_step_between_multiples_of_steps_per_execution(
+    tmp_path, small_corpus):
+  """compare's budget points stop runs at any step: a call ends there, not at the next
+  multiple of steps_per_execution, and the resumed run goes back onto the multiples."""
+  # pylint: disable=import-outside-toplevel
+  from electra_jax import train
+  from tests.conftest import tiny_config
+  workdir = str(tmp_path / 'run')
+  config = tiny_config(vocab_size=8000, train_files=small_corpus, max_seq_length=16,
+                       num_train_steps=10, steps_per_execution=5, eval_every_steps=0,
+                       save_checkpoints_steps=10, log_every_steps=5, progress_bar=False)
+  assert train.train_and_evaluate(config, workdir, stop_after_steps=3)['step'] == 3
+  assert checkpoint.steps(workdir) == [3]
+  assert train.train_and_evaluate(config, workdir, stop_after_steps=1)['step'] == 4
+  summary = train.train_and_evaluate(config, workdir)
+  assert (summary['step'], summary['steps_run']) == (10, 6)
+
+
+@pytest.mark.parametrize('module, flags', [
+    ('electra_jax.data.build_vocab', ['--vocab_size=300', '--output={tmp}/spm', '--input']),
+    ('electra_jax.evaluate', ['--workdir={tmp}/w', '--eval_files']),
+    ('electra_jax.train', ['--config=configs/demo.py', '--workdir={tmp}/w',
+                           '--config.train_files']),
+])
+def test_a_glob_the_shell_expanded_is_refused_not_cut_to_its_first_file(module, flags, tmp_path):
+  """`--input corpus/*.txt` (a space, no quotes): the shell passes the files as arguments and
+  absl gives the flag only the first; every command refuses the rest, naming them."""
+  files = sorted(glob.glob(os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'train', '*.txt')))
+  proc = run_cli(module, *[f.format(tmp=tmp_path) for f in flags], *files, check=False)
+  assert proc.returncode == 2, proc.stderr
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith(f"error: unexpected arguments ['{files[1]}'") and 'quote a glob' in last
+  assert not os.listdir(tmp_path)
 
 
 def test_unknown_config_key_is_an_error_naming_it(tmp_path):

@@ -61,8 +61,7 @@ def time_train_steps(config, num_steps: int) -> float:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise cli.UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
+  del argv  # cli.run refuses stray arguments.
   c = config_lib.resolve(FLAGS.config)
   tokenizer = tokenizer_lib.for_config(c)
   workers = [int(w) for w in FLAGS.workers]

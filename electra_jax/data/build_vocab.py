@@ -31,7 +31,7 @@ def _prefix(output: str) -> str:
 
 
 def main(argv):
-  del argv  # Unused.
+  del argv  # cli.run refuses stray arguments.
   start = time.time()
   prefix = _prefix(FLAGS.output)
   existing = [f for f in (prefix + '.model', prefix + '.vocab') if paths.exists(f)]

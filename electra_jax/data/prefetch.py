@@ -96,11 +96,13 @@ class DevicePrefetcher:
     _close(self._parent)
 
 
-def call_size(step: int, steps_per_execution: int, boundaries=()) -> int:
+def call_size(step: int, steps_per_execution: int, boundaries=(),
+              stop_at: int | None = None) -> int:
   """Steps of the train call that runs after `step`: up to the next multiple of
   steps_per_execution, or of a boundary (a positive interval the loop acts at: log, eval, save,
-  the last step) if one comes first."""
-  return min(b - step % b for b in (steps_per_execution, *boundaries) if b > 0)
+  the last step) if one comes first, and never past `stop_at` (--stop_after_steps' step)."""
+  size = min(b - step % b for b in (steps_per_execution, *boundaries) if b > 0)
+  return size if stop_at is None or step >= stop_at else min(size, stop_at - step)
 
 
 class StepChunks:
@@ -110,15 +112,15 @@ class StepChunks:
   resumed between multiples (e.g. saved with another k) comes back onto them."""
 
   def __init__(self, parent: Iterator, first_step: int, steps_per_execution: int,
-               boundaries=()):
+               boundaries=(), stop_at: int | None = None):
     self._parent, self._step, self._k = parent, first_step, steps_per_execution
-    self._boundaries = tuple(boundaries)
+    self._boundaries, self._stop_at = tuple(boundaries), stop_at
 
   def __iter__(self):
     return self
 
   def __next__(self) -> dict:
-    size = call_size(self._step, self._k, self._boundaries)
+    size = call_size(self._step, self._k, self._boundaries, self._stop_at)
     batches = [next(self._parent) for _ in range(size)]
     self._step += size
     return {key: np.stack([b[key] for b in batches]) for key in batches[0]}

@@ -96,8 +96,7 @@ def prepare(config, output: str, examples_per_shard: int = 100_000,
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
+  del argv  # cli.run refuses stray arguments.
   f = flags.FLAGS
   overridden = set(config_flags.get_override_values(f['config']))
   cli.print_result(prepare(f.config, f.output, f.examples_per_shard, progress=True,

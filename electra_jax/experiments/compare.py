@@ -234,8 +234,7 @@ def compare() -> dict:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise UserError(f'unexpected arguments {argv[1:]}; flags look like --name=value')
+  del argv  # cli.run refuses stray arguments.
   cli.print_result(compare())
 
 

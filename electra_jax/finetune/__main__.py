@@ -21,8 +21,7 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise cli.UserError(f'unexpected arguments {argv[1:]}; flags look like --config.KEY=VALUE')
+  del argv  # cli.run refuses stray arguments.
   distributed.require_one_process('python -m electra_jax.finetune')
   cpu_devices.configure_for(FLAGS.config, FLAGS.cpu_devices)
   cli.print_result(loop.finetune(FLAGS.config, FLAGS.workdir))
