@@ -190,15 +190,14 @@ def open_source(config, overridden=()) -> Source:
   parent = paths.parent(paths.parent(path))
   step_dir = (paths.name(path).isdigit()
               and paths.name(paths.parent(path)) == checkpoint.SUBDIR)
-  is_workdir = (step_dir and saved_config.exists(parent)) or saved_config.exists(path)
-  if init_generator_from and is_workdir:
-    raise UserError(f"config.init_generator_from is for a transformers init_from; "
-                    f"'{init_from}' is a workdir, whose generator comes along: drop "
-                    'init_generator_from')
-  if step_dir and saved_config.exists(parent):
-    return _workdir_source(path, parent, int(paths.name(path)))
-  if saved_config.exists(path):
-    return _workdir_source(path, path, None)
+  workdir = (parent if step_dir and saved_config.exists(parent) else
+             path if saved_config.exists(path) else None)
+  if workdir is not None:
+    if init_generator_from:
+      raise UserError(f"config.init_generator_from is for a transformers init_from; "
+                      f"'{init_from}' is a workdir, whose generator comes along: drop "
+                      'init_generator_from')
+    return _workdir_source(path, workdir, int(paths.name(path)) if workdir == parent else None)
   prefix = tf_checkpoint.find_prefix(path)
   if prefix is not None:
     return _official_source(init_from, prefix, config, overridden)

@@ -48,6 +48,7 @@ class Checkpoint:
   def __init__(self, prefix: str):
     self.reader = tf_checkpoint.Reader(prefix)
     self.prefix = prefix
+    self._shared = {}  # The embedding tables read so far (_read).
     names = [n for n in self.reader.names() if not _NOT_WEIGHTS.search(n)]
     self.names = names
     if any(n.startswith(('generator_ltr/', 'generator_rtl/', 'cloze_predictions/'))
@@ -119,6 +120,15 @@ class Checkpoint:
       scope = 'generator'
     state = {}
     for name in filter(wanted, self.names):
-      value = self.reader.read(name)
+      value = self._read(name)
       state[_hf_name(name, scope)] = value.T if name.endswith('/kernel') else value
     return state
+
+  def _read(self, name: str) -> np.ndarray:
+    """A variable's value; the shared embedding tables, which both networks' state dicts hold,
+    read once."""
+    if not name.startswith('electra/embeddings/'):
+      return self.reader.read(name)
+    if name not in self._shared:
+      self._shared[name] = self.reader.read(name)
+    return self._shared[name]

@@ -32,6 +32,15 @@ def _official(path: str) -> official_checkpoint.Checkpoint | None:
   return None if prefix is None else official_checkpoint.Checkpoint(prefix)
 
 
+def _official_config(official: official_checkpoint.Checkpoint) -> ml_collections.ConfigDict:
+  c = base_config.get_config()
+  c.update(official.keys())
+  c.model_size = hf_configs.preset_name(c) or c.model_size
+  c.max_seq_length = min(c.max_seq_length, c.max_position_embeddings)
+  c.vocab_file = official.vocab_file() or ''
+  return config_lib.resolve(c)
+
+
 def _directory(init_checkpoint: str) -> str:
   path = paths.absolute(init_checkpoint)
   if not paths.is_dir(path):
@@ -48,12 +57,7 @@ def pretraining_config(init_checkpoint: str) -> ml_collections.ConfigDict:
   its shapes, the official hidden_size // 64 heads; vocab_file as official_checkpoint finds it)."""
   official = _official(paths.absolute(init_checkpoint))
   if official is not None:
-    c = base_config.get_config()
-    c.update(official.keys())
-    c.model_size = hf_configs.preset_name(c) or c.model_size
-    c.max_seq_length = min(c.max_seq_length, c.max_position_embeddings)
-    c.vocab_file = official.vocab_file() or ''
-    return config_lib.resolve(c)
+    return _official_config(official)
   path = _directory(init_checkpoint)
   if not hf_files.is_hf_dir(path):
     return saved_config.load(path)
@@ -84,12 +88,13 @@ def load_pretrained(init_checkpoint: str,
   """(params {'embeddings', 'discriminator': {'encoder'}} as numpy, ModelConfig) from a
   pretraining workdir (its checkpoint `step`, None: the latest) or a transformers ELECTRA
   directory."""
-  c = pretraining_config(init_checkpoint)
   official = _official(paths.absolute(init_checkpoint))
-  if official is not None:
+  if official is not None:  # Its index read once, for the shapes and the weights.
+    c = _official_config(official)
     params = hf_weights.hf_to_params(official.hf_state('discriminator'), c, 'discriminator',
                                      with_head=False)
     return _keep_discriminator(params), model_lib.ModelConfig.from_config(c)
+  c = pretraining_config(init_checkpoint)
   path = _directory(init_checkpoint)
   if hf_files.is_hf_dir(path):
     _, state = hf_files.read_dir(path)
