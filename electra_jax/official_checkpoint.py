@@ -24,6 +24,8 @@ _NOT_WEIGHTS = re.compile(r'(^global_step$|/adam_[mv]$)')
 _LAYER = re.compile(r'/encoder/layer_(\d+)/')
 _QUERY = '{scope}/encoder/layer_0/attention/self/query/kernel'
 _FFN = '{scope}/encoder/layer_0/intermediate/dense/kernel'
+# Present with untied_generator_embeddings: the generator's own tables (tie='none').
+_OWN_EMBEDDINGS = 'generator/embeddings/word_embeddings'
 
 
 def official_heads(hidden_size: int) -> int:
@@ -80,12 +82,10 @@ class Checkpoint:
                 max_position_embeddings=shape('electra/embeddings/position_embeddings')[0],
                 type_vocab_size=shape('electra/embeddings/token_type_embeddings')[0],
                 relative_attention_span=0,
-                tie='none' if 'generator/embeddings/word_embeddings' in self.names
-                else 'embeddings')
-    own = 'generator/embeddings/word_embeddings'
-    if own in self.names and shape(own)[1] != embedding_size:
+                tie='none' if _OWN_EMBEDDINGS in self.names else 'embeddings')
+    if keys['tie'] == 'none' and shape(_OWN_EMBEDDINGS)[1] != embedding_size:
       raise UserError(f"the generator of '{self.prefix}' has embeddings of its own "
-                      f'{shape(own)[1]} wide (untied_generator_embeddings), the '
+                      f'{shape(_OWN_EMBEDDINGS)[1]} wide (untied_generator_embeddings), the '
                       f"discriminator's {embedding_size}; our tie='none' generator has tables "
                       "as wide as the discriminator's, so it cannot hold them")
     if not self.has_generator:
@@ -114,7 +114,7 @@ class Checkpoint:
       wanted = lambda n: n.startswith(('electra/', 'discriminator_predictions/'))
       scope = 'electra'
     else:
-      own_embeddings = 'generator/embeddings/word_embeddings' in self.names
+      own_embeddings = _OWN_EMBEDDINGS in self.names
       wanted = lambda n: (n.startswith(('generator/', 'generator_predictions/')) or
                           (n.startswith('electra/embeddings/') and not own_embeddings))
       scope = 'generator'
