@@ -339,6 +339,32 @@ def test_record_corpora_on_the_bucket_read_as_local_files(gcs, tmp_path):
   assert list(sources.read_documents(files, text_key='body')) == docs + docs
 
 
+def test_a_tfds_dataset_prepared_on_the_bucket_reads_as_the_local_one(gcs, tmp_path,
+                                                                     monkeypatch):
+  """ArrayRecord reads local files: the dataset's own directory (not its neighbours') is
+  copied from the bucket once and gives the local records."""
+  from electra_jax import paths  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import tfds_source  # pylint: disable=import-outside-toplevel
+  from tests import tfds_text  # pylint: disable=import-outside-toplevel
+  del gcs
+  monkeypatch.setattr(paths, 'CACHE_DIR', str(tmp_path / 'cache'))
+  local = tmp_path / 'tfds'
+  tfds_text.prepare(str(local))
+  remote = f'{BUCKET}/tfds'
+  for path in local.rglob('*'):
+    if path.is_file():
+      paths.get(f'{remote}/{path.relative_to(local)}').write_bytes(path.read_bytes())
+  paths.get(f'{remote}/other_dataset/1.0.0/big.array_record').write_bytes(b'x' * 1000)
+  want = list(tfds_source.open_text_source('electra_test_text', 'train', 'text',
+                                           str(local)).texts())
+  got = tfds_source.open_text_source('electra_test_text:1.0.0', 'train', 'text', remote)
+  assert list(got.texts()) == want and len(want) > 1
+  copied = {os.path.relpath(d, paths.CACHE_DIR) for d, _, fs in os.walk(paths.CACHE_DIR) if fs}
+  assert not [d for d in copied if 'other_dataset' in d], copied
+  with pytest.raises(UserError, match=r"TFDS dataset 'no_such' is not prepared in gs://"):
+    tfds_source.open_text_source('no_such', 'train', 'text', remote)
+
+
 def test_an_unreadable_step_on_the_bucket_is_moved_aside_and_the_previous_one_restored(gcs):
   """Move-aside on an object store (a copy, then a delete): garbage metadata in the newest
   step; the restore falls back to the one before, and the bad step lands in

@@ -11,42 +11,18 @@ from electra_jax.data import sources
 from electra_jax.data import tfds_source
 from electra_jax.data import tokenizer as tok
 from electra_jax.errors import UserError
+from tests import tfds_text
 from tests.conftest import REPO_ROOT, tiny_config
+from tests.tfds_text import NUM_DOCS
 from tests.test_data import assert_well_formed, build_examples, held_out_note
 
 DEMO_MODEL = os.path.join(REPO_ROOT, 'data', 'demo_spm.model')
-PERSUASION = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'eval', 'persuasion.txt')
-NUM_DOCS = 12
 SEQ = 64
-
-
-def _documents():
-  paragraphs = [line for doc in sources.read_documents([PERSUASION]) for line in doc]
-  return ['\n'.join(paragraphs[i * 5:i * 5 + 1 + i % 5]) for i in range(NUM_DOCS)]
-
-
-class ElectraTestText(tfds.core.GeneratorBasedBuilder):
-  """A tiny text dataset: {'id', 'text', 'title'}, one document per record."""
-  VERSION = tfds.core.Version('1.0.0')
-
-  def _info(self):
-    return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
-        'id': np.int32, 'text': tfds.features.Text(), 'title': tfds.features.Text()}))
-
-  def _split_generators(self, dl_manager):
-    del dl_manager
-    return {'train': self._generate_examples()}
-
-  def _generate_examples(self):
-    for i, text in enumerate(_documents()):
-      yield i, {'id': i, 'text': text, 'title': f'doc {i}'}
 
 
 @pytest.fixture(scope='module')
 def data_dir(tmp_path_factory):
-  root = str(tmp_path_factory.mktemp('tfds'))
-  ElectraTestText(data_dir=root, file_format='array_record').download_and_prepare()
-  return root
+  return tfds_text.prepare(str(tmp_path_factory.mktemp('tfds')))
 
 
 @pytest.fixture(scope='module')
@@ -66,7 +42,7 @@ def test_tfds_documents_pack_exactly_like_the_same_documents_in_a_text_file(
   stored = tfds.data_source('electra_test_text', split='train', data_dir=data_dir)
   order = [int(stored[i]['id']) for i in range(len(stored))]
   assert sorted(order) == list(range(NUM_DOCS))
-  docs = _documents()
+  docs = tfds_text.documents()
   (tmp_path / 'same.txt').write_text('\n\n'.join(docs[i] for i in order) + '\n')
   config = tfds_config(data_dir, short_seq_prob=0.1, seed=3)
   from_file = build_examples(str(tmp_path / 'same.txt'), tokenizer, SEQ, 0.1, seed=3)
@@ -93,6 +69,20 @@ def test_tfds_mock_data_works_without_tensorflow(tokenizer):
                     tfds_name='lm1b', tfds_data_dir=''), tokenizer)
   assert len(ex['input_ids']) >= 1
   assert_well_formed(ex, SEQ)
+
+
+@pytest.mark.parametrize('name,directory', [
+    ('wikipedia/20230601.en:1.0.0', 'wikipedia/20230601.en'),  # One config, any version.
+    ('c4/en', 'c4/en'), ('lm1b:1.*.*', 'lm1b'),
+    ('huggingface:ag_news', 'ag_news'),  # A community builder is stored without namespace.
+])
+def test_a_remote_tfds_dataset_is_copied_from_its_own_directory(name, directory):
+  assert tfds_source.dataset_dir_name(name) == directory
+
+
+def test_a_malformed_tfds_name_is_a_one_line_error():
+  with pytest.raises(UserError, match=r"config.tfds_name='wiki pedia' is not a TFDS name"):
+    tfds_source.dataset_dir_name('wiki pedia')
 
 
 @pytest.mark.parametrize('name,split,key,where,message', [
@@ -137,7 +127,7 @@ def test_prepare_packs_a_tfds_split_as_training_streams_it_and_its_bar_counts_re
 def test_tfds_eval_split_is_the_eval_set_read_as_the_same_text_file_would_be(
     data_dir, tokenizer, tmp_path):
   stored = tfds.data_source('electra_test_text', split='train', data_dir=data_dir)
-  docs = _documents()
+  docs = tfds_text.documents()
   held_out = [docs[int(stored[i]['id'])] for i in range(8, NUM_DOCS)]
   (tmp_path / 'held_out.txt').write_text('\n\n'.join(held_out) + '\n')
   config = tfds_config(data_dir, tfds_split='train[:8]', tfds_eval_split='train[8:]',

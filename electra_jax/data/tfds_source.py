@@ -48,13 +48,31 @@ class TfdsTextSource:
       yield [lines] if lines else []
 
 
+def dataset_dir_name(name: str) -> str:
+  """Where TFDS keeps dataset `name` under its data_dir: `builder[/config]`, without the
+  version (a pattern such as 1.* may pick any) or a community namespace (`huggingface:ag_news`
+  is stored as `ag_news`)."""
+  from tensorflow_datasets.core import naming  # pylint: disable=import-outside-toplevel
+  from tensorflow_datasets.core.utils import conversion_utils  # pylint: disable=import-outside-toplevel
+  try:
+    dataset, kwargs = naming.parse_builder_name_kwargs(name)
+  except ValueError:
+    raise UserError(f'config.tfds_name={name!r} is not a TFDS name; write it as '
+                    'dataset[/config][:version], e.g. wikipedia/20230601.en') from None
+  builder = dataset.name
+  if dataset.namespace == 'huggingface':
+    builder = conversion_utils.to_tfds_name(builder)
+  config = kwargs.get('config')
+  return f'{builder}/{config}' if config else builder
+
+
 def local_data_dir(data_dir: str | None, name: str) -> str | None:
   """The TFDS data directory to open: `data_dir` itself, or for a remote one (gs://) a local
   copy of the dataset's directory (ArrayRecord reads local files only; copied once into
   paths.CACHE_DIR). A remote dataset must be prepared already."""
   if not data_dir or not paths.is_remote(data_dir):
     return data_dir or None
-  relative = name.split(':')[0].strip('/')
+  relative = dataset_dir_name(name)
   source = paths.join(data_dir, relative)
   if not paths.is_dir(source):
     raise UserError(f"TFDS dataset '{name}' is not prepared in {data_dir} ({source} does not "
