@@ -273,6 +273,17 @@ def test_a_json_lines_line_that_is_no_object_is_named_or_skipped(tmp_path, line,
   assert list(sources.read_documents([str(path)], skip_bad_lines=True)) == [['ok'], ['fine']]
 
 
+def test_a_json_record_with_half_an_emoji_is_named_or_skipped(tmp_path):
+  """A "\\ud83d" escape alone is valid JSON but not text: tokenizers fail on it (TypeError)."""
+  path = tmp_path / 'scraped.jsonl'
+  path.write_text('{"text": "ok \\ud83d\\ude00"}\n{"text": "cut \\ud83d"}\n{"text": "fine"}\n')
+  with pytest.raises(UserError, match=r"scraped.jsonl' line 2 has a lone surrogate \\ud83d in "
+                                      r"'text' .*, or set --config.skip_bad_lines=true"):
+    list(sources.read_documents([str(path)]))
+  assert list(sources.read_documents([str(path)], skip_bad_lines=True)) == [
+      ['ok \U0001f600'], ['fine']]
+
+
 def test_columnar_text_column_problems_are_named_or_skipped(tmp_path):
   import pyarrow  # pylint: disable=import-outside-toplevel
   import pyarrow.parquet  # pylint: disable=import-outside-toplevel

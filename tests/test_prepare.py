@@ -223,6 +223,15 @@ def test_shards_prepared_for_another_vocab_or_length_are_refused(corpus, prepare
                      r'config.pack_across_documents=True; set '):
     pipeline.make_train_iterator(config_for(corpus, train_data_dir=out,
                                             pack_across_documents=True), tokenizer)
+  with pytest.raises(UserError, match=r'prepared with short_seq_prob=0.1 but '
+                     r'config.short_seq_prob=0.5; set --config.short_seq_prob=0.1'):
+    pipeline.make_train_iterator(config_for(corpus, train_data_dir=out, short_seq_prob=0.5),
+                                 tokenizer)
+  # Another seed (a second pretraining seed on the same shards) is noted, not refused.
+  examples = pipeline.open_train_examples(config_for(corpus, train_data_dir=out), tokenizer)
+  assert not pipeline.data_summary(examples, config_for(corpus))[1]
+  notes = pipeline.data_summary(examples, config_for(corpus, seed=6))[1]
+  assert [n for n in notes if n.startswith('train_data_dir was packed with seed=5, so ')]
   # Data prepared before the key existed ended its examples with their documents.
   metadata = shards.read_metadata(out)
   assert metadata['pack_across_documents'] is False

@@ -277,6 +277,11 @@ def data_summary(examples, config) -> tuple[str, list[str]]:
                  'most of every step computes padding; if the records are lines of longer '
                  'texts set records_are_lines=True, else pack_across_documents=True (examples '
                  'run on into the next document) or a lower max_seq_length')
+  packed_with = getattr(examples, 'seed', None)
+  if packed_with is not None and packed_with != config.seed:
+    notes.append(f'train_data_dir was packed with seed={packed_with}, so its examples are not '
+                 f'those a streaming run with config.seed={config.seed} packs (masking, order '
+                 'and initialisation follow config.seed); for those, re-run prepare with it')
   return line, notes
 
 
@@ -284,8 +289,10 @@ class PreparedExampleBatches:
   """Examples from prepare's ArrayRecord shards: `gather(indices)` -> features. `source`: the
   corpus they were prepared from, as their metadata records it."""
 
-  def __init__(self, examples: shards.PreparedExamples, max_seq_length: int, source: dict):
+  def __init__(self, examples: shards.PreparedExamples, max_seq_length: int, source: dict,
+               seed: int | None = None):
     self._examples, self._max_seq_length, self.source = examples, max_seq_length, source
+    self.seed = seed  # The packing's (short_seq_prob draws, segment splits).
 
   def __len__(self) -> int:
     return len(self._examples)
@@ -307,7 +314,7 @@ def open_train_examples(config, tokenizer):
     metadata = shards.read_metadata(data_dir, 'train')
     shards.check_compatible(metadata, data_dir, config, tokenizer)
     return PreparedExampleBatches(shards.PreparedExamples(data_dir, metadata),
-                                  config.max_seq_length, metadata['source'])
+                                  config.max_seq_length, metadata['source'], metadata.get('seed'))
   corpus = sources.open_corpus(config, 'train')
   return InMemoryExamples(_pack_train_corpus(corpus, tokenizer, config), corpus.source)
 

@@ -146,7 +146,8 @@ def read_metadata(data_dir: str, split: str = 'train') -> dict:
 
 
 def check_compatible(metadata: dict, data_dir: str, config, tokenizer):
-  """The shards must have been packed with this vocabulary, sequence length and packing."""
+  """The shards must have been packed with this vocabulary, sequence length and packing (the
+  packing's seed may differ: pipeline.data_summary notes it)."""
   if metadata['vocab_sha256'] != file_sha256(tokenizer.vocab_file):
     raise UserError(f"train_data_dir '{data_dir}' was prepared with vocabulary "
                     f"'{metadata['vocab_file']}', which differs from config.vocab_file "
@@ -154,9 +155,11 @@ def check_compatible(metadata: dict, data_dir: str, config, tokenizer):
   # Lower-casing changes WordPiece ids only. Data prepared before a key existed was lower-cased
   # and ended every example with its document.
   before_the_key = dict(do_lower_case=True, pack_across_documents=False)
-  keys = ('vocab_size', 'max_seq_length', 'pack_across_documents') + (
+  keys = ('vocab_size', 'max_seq_length', 'pack_across_documents', 'short_seq_prob') + (
       ('do_lower_case',) if tokenizer_lib.is_wordpiece_vocab(tokenizer.vocab_file) else ())
   for key in keys:
+    if key not in metadata and key not in before_the_key:
+      continue
     prepared = metadata.get(key, before_the_key.get(key))
     wanted = config.get(key, before_the_key.get(key))
     if prepared != wanted:

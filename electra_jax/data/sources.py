@@ -259,6 +259,15 @@ def _note_line_records(path: str, texts: int, blank: int, flags: str) -> None:
                     'its own', blank, texts, path, flags)
 
 
+def _lone_surrogate(text: str) -> str | None:
+  """The first unpaired UTF-16 surrogate in `text` as an escape ('\\ud83d'), or None."""
+  try:
+    text.encode('utf-8')
+    return None
+  except UnicodeEncodeError as e:
+    return f'\\u{ord(text[e.start]):04x}'
+
+
 def _record_documents(path: str, text_key: str, skip_bad_lines: bool, flags: str,
                       records_are_lines: bool = False):
   """The documents of a JSON Lines, Parquet or Arrow file: each record's text, split into
@@ -272,10 +281,15 @@ def _record_documents(path: str, text_key: str, skip_bad_lines: bool, flags: str
   texts, blank = 0, 0  # Records with text, and those whose text is blank.
   for record in records:
     seen = True
-    if not isinstance(record.text, str):
+    surrogate = _lone_surrogate(record.text) if isinstance(record.text, str) else None
+    if not isinstance(record.text, str) or surrogate is not None:
       if skip_bad_lines:
         skipped += 1
         continue
+      if surrogate is not None:  # Valid JSON ("\ud83d"), but no tokenizer takes it.
+        raise UserError(f"'{path}' {record.where} has a lone surrogate {surrogate} in "
+                        f'{text_key!r} (half of an emoji cut off?), which is not text; fix or '
+                        'remove the record' + _skip_hint(flags, 'records'))
       what = (f'{text_key!r} = {json.dumps(record.text)[:40]}, not text'
               if text_key in record.keys else
               f"no key {text_key!r} (its keys: {', '.join(sorted(record.keys)) or 'none'})")
@@ -300,7 +314,7 @@ def _record_documents(path: str, text_key: str, skip_bad_lines: bool, flags: str
   if texts < _LINE_RECORDS_SAMPLE and not records_are_lines:
     _note_line_records(path, texts, blank, flags)
   if skipped:
-    logging.warning('skipped %d record(s) of %s without text under %r (skip_bad_lines)',
+    logging.warning('skipped %d record(s) of %s without (valid) text under %r (skip_bad_lines)',
                     skipped, path, text_key)
   if not seen:
     raise UserError(f"'{path}' is empty; remove it or fix the glob")
