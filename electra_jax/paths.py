@@ -163,14 +163,15 @@ def open_binary(path):
 
 
 def glob(pattern: str) -> list[str]:
-  """Sorted files matching one glob (`**` recurses), from the cwd or else the repository root;
-  a URL is matched on its filesystem."""
+  """Sorted absolute files matching one glob (`**` recurses), from the cwd or else the
+  repository root; a URL is matched on its filesystem."""
   pattern = os.path.expanduser(pattern.strip())
   if not is_remote(pattern):
     matches = glob_lib.glob(pattern, recursive=True)
     if not matches and not os.path.isabs(pattern):
       matches = glob_lib.glob(os.path.join(REPO_ROOT, pattern), recursive=True)
-    return sorted(m for m in matches if os.path.isfile(m))
+    # Absolute: one file named two ways ('a.txt', '/data/a.txt') is one file.
+    return sorted(os.path.abspath(m) for m in matches if os.path.isfile(m))
   with storage_errors(pattern):
     filesystem, _ = _filesystem(pattern)
     found = filesystem.glob(pattern, detail=True)

@@ -16,7 +16,7 @@ from electra_jax.data import pipeline
 from electra_jax.data import sources
 from electra_jax.data import tokenizer as tok
 from electra_jax.errors import UserError
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, tiny_config
 
 DEMO_MODEL = os.path.join(REPO_ROOT, 'data', 'demo_spm.model')
 PERSUASION = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'eval', 'persuasion.txt')
@@ -210,6 +210,18 @@ def test_comma_separated_globs_are_sorted_and_deduplicated(tmp_path):
     (tmp_path / name).write_text('x\n')
   got = sources.list_files(f'{tmp_path}/b.txt, {tmp_path}/*.txt,{tmp_path}/*.md')
   assert got == [str(tmp_path / n) for n in ('a.txt', 'b.txt', 'c.md')]
+
+
+def test_one_file_named_two_ways_is_read_once_and_noted_as_training_text(tmp_path,
+                                                                        monkeypatch):
+  (tmp_path / 'a.txt').write_text('x\n')
+  monkeypatch.chdir(tmp_path)
+  named_twice = f'a.txt,./a.txt,{tmp_path}/a.txt'
+  assert sources.list_files(named_twice) == [str(tmp_path / 'a.txt')]
+  c = tiny_config(train_files='a.txt', eval_files=f'{tmp_path}/../{tmp_path.name}/a.txt')
+  assert sources.held_out_note(sources.open_corpus(c, 'train').source,
+                               sources.open_corpus(c, 'eval')).startswith(
+                                   "1 of the eval set's 1 file(s) are training files too")
 
 
 def write_records(path, docs, key='text', extra=None):
