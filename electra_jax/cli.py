@@ -263,6 +263,18 @@ def run(main, keys_file: str = 'configs/base_config.py'):
   app.run(wrapped, flags_parser=lambda argv: parse_flags(argv, keys_file))
 
 
+def integers(flag: str, values: list[str], minimum: int, example: str) -> list[int]:
+  """A comma-separated list flag's values as integers >= minimum, or a one-line UserError."""
+  try:
+    numbers = [int(v) for v in values]
+  except ValueError:
+    numbers = []
+  if not numbers or min(numbers) < minimum:
+    raise UserError(f'--{flag}={",".join(values)} must be whole numbers >= {minimum}, e.g. '
+                    f'--{flag}={example}')
+  return numbers
+
+
 def _finite_or_none(value):
   if isinstance(value, float) and not math.isfinite(value):
     return None

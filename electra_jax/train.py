@@ -46,14 +46,30 @@ from electra_jax.data import sources
 FLAGS = flags.FLAGS
 
 
-def _loop_state(window, data_position: int) -> dict:
+def _loop_state(window, data_position: int, examples) -> dict:
   """What a checkpoint keeps of the loop: the metric sums not yet logged, exactly (values with
-  dtypes), and the data position (examples of the global stream consumed; pipeline.py), which
-  any process or device count resumes from."""
+  dtypes), the data position (examples of the global stream consumed; pipeline.py), which
+  any process or device count resumes from, and the size of the data it counts in."""
   if window is not None:
     window = {k: [np.asarray(v).item(), str(np.asarray(v).dtype)]
               for k, v in jax.device_get(window).items()}
-  return dict(window=window, data_position=int(data_position))
+  return dict(window=window, data_position=int(data_position), data=_data_size(examples))
+
+
+def _data_size(examples) -> dict:
+  return dict(examples=len(examples), tokens=int(examples.num_tokens))
+
+
+def _changed_data_note(loop_state, examples) -> str | None:
+  """A note when the training data is not the data the checkpoint's position counts in (files
+  added to the glob, a corpus re-prepared): the run goes on, but not where it left off."""
+  saved = (loop_state or {}).get('data')
+  if saved is None or saved == _data_size(examples):
+    return None
+  return (f"the training data changed since the checkpoint: {saved['examples']:,} examples "
+          f"({saved['tokens']:,} tokens) then, {len(examples):,} ({examples.num_tokens:,}) now; "
+          f"the run reads on from position {loop_state['data_position']:,} of the new data's "
+          'order, not where it left off in the old')
 
 
 def _data_position(loop_state, step: int, c) -> int:
@@ -144,6 +160,9 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   # A new run's state is initialised below, while its first train call compiles.
   step = 0 if state is None else int(jax.device_get(state.step))
   first_position = _data_position(loop_state, step, c)
+  note = _changed_data_note(loop_state, examples)
+  if note:
+    say(f'note: {note}', flush=True)
   # Each item holds the batches of one train call (config.steps_per_execution steps, fewer
   # where a log, evaluation or save comes first).
   boundaries = config_lib.loop_boundaries(c)
@@ -234,7 +253,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     t = time.time()
     writer.flush()  # Rows up to this step reach the workdir before the checkpoint does.
     position = first_position + (step - first_step) * c.train_batch_size
-    ckpt.save(step, state, force=True, loop_state=_loop_state(window, position))
+    ckpt.save(step, state, force=True, loop_state=_loop_state(window, position, examples))
     window_start += time.time() - t  # Nor does saving (async: the copy off the devices).
 
   def stop_now(reason: str) -> dict:
@@ -394,14 +413,7 @@ def _sweep_grid():
   """(remats, fsdps) of --sweep, or (None, None) without it."""
   if not FLAGS.sweep:
     return None, None
-  try:
-    fsdps = [int(f) for f in FLAGS.sweep_fsdp]
-  except ValueError:
-    fsdps = [0]
-  if not fsdps or min(fsdps) < 1:
-    raise cli.UserError(f'--sweep_fsdp={",".join(FLAGS.sweep_fsdp)} must be positive numbers, '
-                        'e.g. --sweep_fsdp=1,8')
-  return FLAGS.sweep_remat, fsdps
+  return FLAGS.sweep_remat, cli.integers('sweep_fsdp', FLAGS.sweep_fsdp, 1, '1,8')
 
 
 def main(argv):

@@ -1,6 +1,8 @@
 """Prepared ArrayRecord shards (prepare.py, train_data_dir) and the device prefetcher."""
+import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -346,7 +348,30 @@ def test_train_runs_on_prepared_shards_and_checkpoints_the_consumed_position(cor
   summary = train.train_and_evaluate(config, str(tmp_path / 'run'))
   assert summary['status'] == 'completed' and summary['step'] == 3
   with open(tmp_path / 'run' / 'checkpoints' / '3' / 'loop' / 'metadata') as f:
-    assert json.load(f)['data_position'] == 3 * config.train_batch_size
+    loop_state = json.load(f)
+  assert loop_state['data_position'] == 3 * config.train_batch_size
+  assert loop_state['data'] == dict(examples=prepared[1]['num_examples'],
+                                    tokens=prepared[1]['num_tokens'])
+
+
+def test_a_resume_on_changed_data_says_it_does_not_read_on_where_it_left_off(
+    corpus, tmp_path, capsys):
+  """Files added to the run's glob change the shuffled order its data position counts in."""
+  from electra_jax import train  # pylint: disable=import-outside-toplevel
+  (tmp_path / 'text').mkdir()
+  shutil.copy(glob.glob(corpus)[0], tmp_path / 'text' / 'a.txt')
+  config = config_for(str(tmp_path / 'text' / '*.txt'), num_train_steps=2, num_warmup_steps=1,
+                      eval_every_steps=0, log_every_steps=1, save_checkpoints_steps=1,
+                      progress_bar=False)
+  train.train_and_evaluate(config, str(tmp_path / 'run'), stop_after_steps=1)
+  train.train_and_evaluate(config, str(tmp_path / 'run'), stop_after_steps=0)
+  assert 'training data changed' not in capsys.readouterr().out
+  shutil.copy(glob.glob(corpus)[-1], tmp_path / 'text' / 'b.txt')
+  summary = train.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert summary['status'] == 'completed'
+  assert re.search(r'note: the training data changed since the checkpoint: 3\d\d examples '
+                   r'\([\d,]+ tokens\) then, 6\d\d \([\d,]+\) now; the run reads on from '
+                   r'position 8 of', capsys.readouterr().out)
 
 
 def test_data_benchmark_cli_reads_the_same_batches_from_every_source_and_times_the_step(
@@ -368,6 +393,12 @@ def test_data_benchmark_cli_reads_the_same_batches_from_every_source_and_times_t
                                                                         ('prepared', 0)]
   assert summary['train_step_tokens_per_sec'] > 0
   assert 'train step (demo):' in proc.stdout
+  for workers in ('1,two', '-1'):
+    bad = subprocess.run([sys.executable, '-m', 'electra_jax.data.benchmark',
+                          '--config=configs/demo.py', f'--workers={workers}'], cwd=REPO_ROOT,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.strip() == (
+        f'error: --workers={workers} must be whole numbers >= 0, e.g. --workers=0,1,2')
 
 
 def test_shards_prepared_for_an_init_from_run_use_its_vocabulary_extension_included(

@@ -62,9 +62,9 @@ def time_train_steps(config, num_steps: int) -> float:
 
 def main(argv):
   del argv  # cli.run refuses stray arguments.
+  workers = cli.integers('workers', FLAGS.workers, 0, '0,1,2')
   c = config_lib.resolve(FLAGS.config)
   tokenizer = tokenizer_lib.for_config(c)
-  workers = [int(w) for w in FLAGS.workers]
   print(f'Timing {FLAGS.num_batches} batches of {c.train_batch_size} x {c.max_seq_length} on '
         f'{os.cpu_count()} CPU core(s), workers {workers}', flush=True)
   prepare_sec = None
