@@ -16,7 +16,8 @@ from tests.test_data import assert_well_formed, build_examples
 
 PERSUASION = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'eval', 'persuasion.txt')
 # Accents, CJK, control characters, punctuation runs, numbers, a 120-character word, emoji,
-# mixed case, tabs and non-breaking / zero-width spaces: the cases BERT's tokenizer special-cases.
+# mixed case, tabs and non-breaking / zero-width spaces, Greek capitals: the cases BERT's
+# tokenizer special-cases.
 SAMPLE = [
     'Café NAÏVE façade: Ünïcödé résumé — über-cool, déjà vu!',
     'The 中文字符 and 日本語 text, mixed with English.',
@@ -26,6 +27,7 @@ SAMPLE = [
     'Emoji 🙂 and symbols ™ © ½ ﬁ ligature',
     'Persuasion by JANE AUSTEN; Sir Walter Elliot, of Kellynch-Hall, in Somersetshire',
     'zzqqx unknownword believable unbelievably',
+    "ΟΔΟΣ ΚΑΙ ΛΟΓΟΣ. Ο ΔΡΟΜΟΣ' ΟΔΟΣ.ΚΑΙ ΣΑΣ Σ",  # Greek capitals: the final sigma ς.
 ]
 PREFIXES = ('un', 'be', 're', '##able', '##ably', '##ing', '##ed', '##ly', '##s', '##ion',
             '##er', '##lie', '##ve')

@@ -11,7 +11,7 @@ wherever vocab.txt puts them (the released BERT vocab: [PAD] 0, [UNK] 100, [CLS]
 
 import io
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 from electra_jax import paths
 from electra_jax.data import words
@@ -48,10 +48,18 @@ def _token_ids(tokens: list[str], vocab_file: str) -> dict[str, int]:
   return vocab
 
 
+# A capital sigma ending a word lower-cases to the final form ς in BERT's tokenizer (Python's
+# str.lower: after a cased letter, not before one, case-ignorable characters such as ' and .
+# skipped); the Rust normalizer lower-cases character by character, to σ.
+_FINAL_SIGMA = normalizers.Replace(
+    Regex(r'(?<=\p{Cased})Σ(?!\p{Case_Ignorable}*\p{Cased})'), 'ς')
+
+
 def normalizer(lower_case: bool) -> normalizers.Normalizer:
   """BERT's text clean-up; uncased vocabularies also lower-case and strip accents."""
-  return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+  bert = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
                                     strip_accents=lower_case, lowercase=lower_case)
+  return normalizers.Sequence([_FINAL_SIGMA, bert]) if lower_case else bert
 
 
 class WordPieceTokenizer:
