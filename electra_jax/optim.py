@@ -116,7 +116,26 @@ def _adamw(c, schedule):
   return optax.chain(
       scale_by_adam(c.adam_b1, c.adam_b2, c.adam_epsilon, c.adam_bias_correction),
       optax.add_decayed_weights(c.weight_decay_rate, weight_decay_mask),
-      optax.scale_by_learning_rate(schedule))
+      scale_by_learning_rate(schedule))
+
+
+def scale_by_learning_rate(schedule) -> optax.GradientTransformationExtraArgs:
+  """optax.scale_by_learning_rate(schedule) at the run's step when the update is given it
+  (extra argument `step`; pretraining's train_state does), else at its own count. A skipped
+  non-finite step leaves the count behind (skip_if_nonfinite keeps the whole state), so
+  counting would shift warmup and decay by every skip and end the run above 0. Same state
+  (optax.ScaleByScheduleState), so checkpoints restore as before."""
+  counted = optax.scale_by_learning_rate(schedule)
+
+  def update(updates, state, params=None, *, step=None, **extra_args):
+    del extra_args
+    if step is None:
+      return counted.update(updates, state, params)
+    step_size = -schedule(step)
+    updates = jax.tree.map(lambda g: jnp.array(step_size, dtype=g.dtype) * g, updates)
+    return updates, optax.ScaleByScheduleState(count=optax.safe_increment(state.count))
+
+  return optax.GradientTransformationExtraArgs(counted.init, update)
 
 
 def scale_by_adam(b1: float, b2: float, eps: float,

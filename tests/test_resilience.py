@@ -261,6 +261,34 @@ def test_a_skipped_step_leaves_params_and_optimizer_state_unchanged():
   assert int(state.step) == 2 and int(state.opt_state.total_notfinite) == 1
 
 
+@pytest.mark.parametrize('objective', ['electra', 'two_stage'])
+def test_after_skipped_steps_the_learning_rate_is_the_run_steps(objective):
+  """A skipped step keeps the optimizer state, the schedule's count too: the rate must follow
+  the run's step, or warmup and decay shift by every skip and the run ends above 0."""
+  stages = (dict(two_stage_generator_steps=4, generator_hidden_size=1.0, tie='none')
+            if objective == 'two_stage' else {})
+  c = config_lib.resolve(tiny_config(objective=objective, num_train_steps=20,
+                                     num_warmup_steps=0, learning_rate=1.0,
+                                     weight_decay_rate=0.0, max_grad_norm=0.0, **stages))
+  tx, schedule = optim.make_optimizer(c)
+  params = {'discriminator': {'w': jnp.zeros(())}}
+  state = tx.init(params)
+  for step in range(20):
+    grads = {'discriminator': {'w': jnp.float32(np.nan if step < 7 else 1.0)}}
+    updates, state = tx.update(grads, state, params, step=jnp.int32(step))
+    params = optax.apply_updates(params, updates)
+  # The discriminator's moments (two_stage also keeps the generator group's, masked here).
+  mu, nu = ([float(m['discriminator']['w']) for _, m in
+             optax.tree_utils.tree_get_all_with_path(state, key)
+             if isinstance(m['discriminator']['w'], jax.Array)][0] for key in ('mu', 'nu'))
+  if c.adam_bias_correction:  # 13 finite steps moved the moments (the 7 skipped did not).
+    mu, nu = mu / (1 - c.adam_b1 ** 13), nu / (1 - c.adam_b2 ** 13)
+  direction = mu / (np.sqrt(nu) + c.adam_epsilon)
+  assert float(schedule(19)) == pytest.approx(1 / 16 if objective == 'two_stage' else 1 / 20)
+  assert float(updates['discriminator']['w']) == pytest.approx(-float(schedule(19)) * direction,
+                                                               rel=1e-5)
+
+
 def test_skip_if_nonfinite_matches_optax_apply_if_finite_step_for_step():
   """Same updates and state, bit for bit, through finite steps and an inf or a NaN in one
   element of one array (apply_if_finite told never to give up, as the loop stops first). In a

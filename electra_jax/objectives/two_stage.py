@@ -90,13 +90,15 @@ def _groups(params) -> dict:
 
 def active_during(inner: optax.GradientTransformation, start: int,
                   end: int | None) -> optax.GradientTransformationExtraArgs:
-  """`inner` at optimizer steps start <= step < end (extra argument `step`); at other steps
-  its updates are 0 and its state (moments, count) does not move: the parameters are frozen."""
+  """`inner` at optimizer steps start <= step < end (extra argument `step`, passed on as the
+  stage's own step - start); at other steps its updates are 0 and its state (moments, count)
+  does not move: the parameters are frozen."""
   inner = optax.with_extra_args_support(inner)
 
   def update(updates, state, params=None, *, step, **extra_args):
     active = step >= start if end is None else (step >= start) & (step < end)
-    new_updates, new_state = inner.update(updates, state, params, **extra_args)
+    new_updates, new_state = inner.update(updates, state, params, step=step - start,
+                                          **extra_args)
     new_updates = jax.tree.map(lambda u: jnp.where(active, u, jnp.zeros_like(u)), new_updates)
     new_state = jax.tree.map(lambda n, o: jnp.where(active, n, o), new_state, state)
     return new_updates, new_state
