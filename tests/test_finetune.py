@@ -5,6 +5,7 @@ import dataclasses
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -1392,6 +1393,55 @@ def test_squad_files_give_the_official_scripts_inputs(tokenizer, tmp_path):
     assert json.load(f) == {'a': 'Emma', 'b': ''}  # b: 0.8 no-answer probability.
   with open(tmp_path / 'dev_best_spans.json', encoding='utf-8') as f:
     assert json.load(f) == {'a': 'Emma', 'b': 'Emma'}
+
+
+_GOOD_QA = {'id': 'q1', 'question': 'Who sat?', 'answers': [{'text': 'cat', 'answer_start': 4}]}
+
+
+def _squad_with(qa=None, paragraph=None, data=None) -> dict:
+  """A one-question SQuAD file, with the question, its paragraph or `data` replaced."""
+  paragraph = paragraph or {'context': 'The cat sat on the mat.', 'qas': [qa or _GOOD_QA]}
+  return {'data': [{'paragraphs': [paragraph]}] if data is None else data}
+
+
+@pytest.mark.parametrize('squad, message', [
+    (_squad_with(dict(_GOOD_QA, answers=[{'text': 'cat'}])),
+     "question 'q1' answer 1 has no answer_start"),
+    (_squad_with(dict(_GOOD_QA, answers=[{'text': 'cat', 'answer_start': 'four'}])),
+     "question 'q1' answer 1 has answer_start 'four', not a character offset into the context"),
+    (_squad_with(dict(_GOOD_QA, answers=[{'text': 'cat', 'answer_start': -1}])),
+     "question 'q1' answer 1 has answer_start -1, not a character offset"),
+    (_squad_with(dict(_GOOD_QA, answers=[{'text': None, 'answer_start': 4}])),
+     "question 'q1' answer 1 has no text"),
+    (_squad_with(dict(_GOOD_QA, answers='cat')), "question 'q1' has answers 'cat', not a list"),
+    (_squad_with(dict(_GOOD_QA, question=None)), "question 'q1' has no question"),
+    (_squad_with(dict(_GOOD_QA, question=7)), "question 'q1' has question 7, not a string"),
+    (_squad_with(dict(_GOOD_QA, is_impossible='no')),
+     "question 'q1' has is_impossible 'no', not true or false"),
+    (_squad_with(dict(_GOOD_QA, id=7)),
+     'article 1 paragraph 1 question 1 has id 7, not a string'),
+    (_squad_with(paragraph={'context': 'x', 'qas': [_GOOD_QA, _GOOD_QA]}),
+     "question 'q1' repeats an earlier question's id"),
+    (_squad_with(paragraph={'qas': [_GOOD_QA]}), 'article 1 paragraph 1 has no context'),
+    (_squad_with(paragraph={'context': 'x', 'qas': {}}),
+     r'article 1 paragraph 1 has qas \{\}, not a list of questions'),
+    (_squad_with(data=['article']), 'article 1 is not an object with a list of paragraphs'),
+    (_squad_with(data={'paragraphs': []}), r'is not SQuAD-format JSON \(no list at "data"\)'),
+    ([1, 2], r'is not SQuAD-format JSON \(no list at "data"\)'),
+])
+def test_a_malformed_squad_file_is_one_line_naming_the_question(tmp_path, squad, message):
+  """Each wrong type or missing field of a SQuAD-format file names the question (its id) or
+  paragraph and the file's expected shape, instead of a KeyError, a ValueError, or a null
+  question reaching the tokenizer."""
+  path = tmp_path / 'bad.json'
+  path.write_text(json.dumps(squad))
+  shape = r'; a SQuAD-format file is \{"data": \[\{"paragraphs"'
+  with pytest.raises(UserError, match=f"file '{re.escape(str(path))}' {message}.*{shape}"):
+    tasks.squad_file_examples(str(path))
+  path.write_text(json.dumps(_squad_with()))
+  assert tasks.squad_file_examples(str(path)) == ([dict(
+      id='q1', question='Who sat?', context='The cat sat on the mat.', answers=[('cat', 4)],
+      is_impossible=False)], True)
 
 
 def test_squad_training_leaves_out_answers_not_at_their_answer_start(tokenizer, tmp_path,

@@ -254,35 +254,101 @@ def squad_examples(source, max_examples: int = 0) -> list[dict]:
   return examples
 
 
+# What every SQuAD-format error points at: the official files' shape.
+_SQUAD_SHAPE = ('a SQuAD-format file is {"data": [{"paragraphs": [{"context": "...", "qas": '
+                '[{"id": "...", "question": "...", "answers": [{"text": "...", '
+                '"answer_start": 0}]}]}]}]}, as the official dev-v2.0.json')
+
+
+def _squad_error(path: str, where: str, problem: str) -> UserError:
+  return UserError(f"file '{path}' {where} {problem}; {_SQUAD_SHAPE}")
+
+
+def _squad_field(name: str, value, want: str) -> str:
+  return f'has no {name}' if value is None else f'has {name} {value!r:.40}, not {want}'
+
+
+def _squad_answers(path: str, where: str, qa: dict) -> list | None:
+  """A question's answers as [(text, start_char)], None where it has no answers field (a file
+  to predict); a malformed answer is an error naming it."""
+  answers = qa.get('answers')
+  if answers is None:
+    return None
+  if not isinstance(answers, list):
+    raise _squad_error(path, where, _squad_field('answers', answers, 'a list'))
+  out = []
+  for k, answer in enumerate(answers, 1):
+    if not isinstance(answer, dict):
+      raise _squad_error(path, f'{where} answer {k}', f'is {answer!r:.40}, not an object')
+    text, start = answer.get('text'), answer.get('answer_start')
+    if not isinstance(text, str):
+      raise _squad_error(path, f'{where} answer {k}', _squad_field('text', text, 'a string'))
+    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+      raise _squad_error(path, f'{where} answer {k}', _squad_field(
+          'answer_start', start, 'a character offset into the context (an integer >= 0)'))
+    out.append((text, start))
+  return out
+
+
+def _squad_question(path: str, where: str, qa, context: str, ids: set) -> dict:
+  """One question of a SQuAD-format file as an example; `ids` (the ids seen so far) gets
+  its id."""
+  if not isinstance(qa, dict):
+    raise _squad_error(path, where, f'is {qa!r:.40}, not an object')
+  qid = qa.get('id')
+  if not isinstance(qid, str) or not qid:
+    raise _squad_error(path, where, _squad_field(
+        'id', None if qid == '' else qid, 'a string (the prediction files are keyed by it)'))
+  where = f"question '{qid}'"
+  if qid in ids:
+    raise _squad_error(path, where, "repeats an earlier question's id; give each its own")
+  ids.add(qid)
+  question, impossible = qa.get('question'), qa.get('is_impossible', False)
+  if not isinstance(question, str):
+    raise _squad_error(path, where, _squad_field('question', question, 'a string'))
+  if not isinstance(impossible, bool):
+    raise _squad_error(path, where, _squad_field('is_impossible', impossible, 'true or false'))
+  answers = _squad_answers(path, where, qa) or []
+  return dict(id=qid, question=question, context=context,
+              answers=[] if impossible else answers, is_impossible=impossible)
+
+
 def squad_file_examples(path: str) -> tuple[list[dict], bool]:
   """(examples, labelled) of a SQuAD-format JSON file (the official train/dev files: data ->
-  paragraphs -> qas). labelled: every question has its answers (or is_impossible)."""
+  paragraphs -> qas). labelled: every question has its answers (or is_impossible). A file of
+  another shape is an error naming the question (by id) or paragraph, not a traceback or a
+  question the tokenizer chokes on later."""
   resolved = paths.resolve(path)
   if not paths.is_file(resolved):
     raise UserError(f"file '{path}' not found; pass a SQuAD-format JSON file")
   try:
-    articles = json.loads(paths.read_text(resolved))['data']
-  except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
-    raise UserError(f"file '{path}' is not SQuAD-format JSON ({type(e).__name__}: {e}); pass "
-                    'a file like the official dev-v2.0.json ({"data": [{"paragraphs": '
-                    '[{"context", "qas": [{"id", "question", ...}]}]}]})') from None
-  examples, labelled = [], True
-  for article in articles:
-    for paragraph in article.get('paragraphs', []):
-      for qa in paragraph.get('qas', []):
-        missing = [k for k in ('id', 'question') if k not in qa]
-        if missing or 'context' not in paragraph:
-          raise UserError(f"file '{path}': a question lacks {missing or ['its context']}; each "
-                          'needs id and question, each paragraph a context')
-        impossible = bool(qa.get('is_impossible', False))
-        answers = [(a['text'], int(a['answer_start'])) for a in qa.get('answers', [])]
-        labelled &= bool(answers) or impossible
-        examples.append(dict(id=str(qa['id']), question=qa['question'],
-                             context=paragraph['context'],
-                             answers=[] if impossible else answers, is_impossible=impossible))
+    top = json.loads(paths.read_text(resolved))
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise UserError(f"file '{path}' is not JSON ({type(e).__name__}: {first_line(e)}); "
+                    f'{_SQUAD_SHAPE}') from None
+  articles = top.get('data') if isinstance(top, dict) else None
+  if not isinstance(articles, list):
+    raise UserError(f"file '{path}' is not SQuAD-format JSON (no list at \"data\"); "
+                    f'{_SQUAD_SHAPE}')
+  examples, ids = [], set()
+  for a, article in enumerate(articles, 1):
+    paragraphs = article.get('paragraphs') if isinstance(article, dict) else None
+    if not isinstance(paragraphs, list):
+      raise _squad_error(path, f'article {a}', 'is not an object with a list of paragraphs')
+    for p, paragraph in enumerate(paragraphs, 1):
+      where = f'article {a} paragraph {p}'
+      if not isinstance(paragraph, dict):
+        raise _squad_error(path, where, f'is {paragraph!r:.40}, not an object')
+      context, qas = paragraph.get('context'), paragraph.get('qas')
+      if not isinstance(context, str):
+        raise _squad_error(path, where, _squad_field('context', context, 'a string'))
+      if not isinstance(qas, list):
+        raise _squad_error(path, where, _squad_field('qas', qas, 'a list of questions'))
+      for q, qa in enumerate(qas, 1):
+        examples.append(_squad_question(path, f'{where} question {q}', qa, context, ids))
   if not examples:
     raise UserError(f"file '{path}' holds no questions")
-  return examples, labelled
+  return examples, all(e['answers'] or e['is_impossible'] for e in examples)
 
 
 def answers_in_place(examples: list[dict], path: str) -> list[dict]:
