@@ -1348,15 +1348,15 @@ def test_squad_files_give_the_official_scripts_inputs(tokenizer, tmp_path):
               {'id': 'b', 'question': 'Who is Mr. Knightley?', 'answers': [],
                'is_impossible': True}]}]}]}
   (tmp_path / 'dev.json').write_text(json.dumps(squad))
-  examples, labelled = tasks.squad_file_examples(str(tmp_path / 'dev.json'))
+  examples, labelled = tasks.squad_file_examples(str(tmp_path / 'dev.json'), True)
   assert labelled and [e['id'] for e in examples] == ['a', 'b']
   assert examples[0]['answers'] == [('Hartfield', 24)] and examples[1]['is_impossible']
   del squad['data'][0]['paragraphs'][0]['qas'][0]['answers']
   (tmp_path / 'test.json').write_text(json.dumps(squad))
-  assert not tasks.squad_file_examples(str(tmp_path / 'test.json'))[1]
+  assert not tasks.squad_file_examples(str(tmp_path / 'test.json'), True, need_label=False)[1]
   (tmp_path / 'bad.json').write_text('{"version": 1}')
   with pytest.raises(UserError, match="file '.*bad.json' is not SQuAD-format JSON"):
-    tasks.squad_file_examples(str(tmp_path / 'bad.json'))
+    tasks.squad_file_examples(str(tmp_path / 'bad.json'), True)
   # The official files train and evaluate SQuAD without TFDS; an eval file without answers is
   # refused, as is a train file without an eval file.
   squad_v2 = tasks.get_task('squad_v2')
@@ -1367,7 +1367,8 @@ def test_squad_files_give_the_official_scripts_inputs(tokenizer, tmp_path):
   assert data.task == squad_v2 and [e['id'] for e in data.evals[0].examples] == ['a', 'b']
   np.testing.assert_array_equal(data.evals[0].features['input_ids'],
                                 features.encode_squad(tokenizer, examples, 32, 8, 8)['input_ids'])
-  with pytest.raises(UserError, match=r"config.eval_file '.*test.json' has questions without "):
+  with pytest.raises(UserError, match=r"test.json' question 'a' has no answers \(nor is_impossible"
+                                      r': true\); fine-tuning trains and scores answered'):
     loop.load_data(offline(train_file=str(tmp_path / 'dev.json'),
                            eval_file=str(tmp_path / 'test.json')), squad_v2, tokenizer)
   with pytest.raises(UserError, match=r'config.task=squad_v2 needs --config.eval_file=PATH '
@@ -1437,11 +1438,59 @@ def test_a_malformed_squad_file_is_one_line_naming_the_question(tmp_path, squad,
   path.write_text(json.dumps(squad))
   shape = r'; a SQuAD-format file is \{"data": \[\{"paragraphs"'
   with pytest.raises(UserError, match=f"file '{re.escape(str(path))}' {message}.*{shape}"):
-    tasks.squad_file_examples(str(path))
+    tasks.squad_file_examples(str(path), True)
   path.write_text(json.dumps(_squad_with()))
-  assert tasks.squad_file_examples(str(path)) == ([dict(
+  assert tasks.squad_file_examples(str(path), True) == ([dict(
       id='q1', question='Who sat?', context='The cat sat on the mat.', answers=[('cat', 4)],
       is_impossible=False)], True)
+
+
+def test_squad_v1_refuses_squad_v2_files_whose_unanswerable_questions_it_cannot_get_right(
+    tokenizer, tmp_path):
+  """squad_v1 never predicts no answer: a SQuAD 2.0 file's unanswerable question (is_impossible,
+  or an empty answers list) would train towards [CLS] and cap its F1 silently, so it is an error
+  naming the question and squad_v2; fine-tuning's files need every question answered, while a
+  file to predict may carry no answers at all."""
+  answered = dict(_GOOD_QA, is_impossible=False)
+  unanswerable = {'id': 'u', 'question': 'Who left?', 'answers': [], 'is_impossible': True}
+  def write(name, *qas):
+    (tmp_path / name).write_text(json.dumps(_squad_with(
+        paragraph={'context': 'The cat sat on the mat.', 'qas': list(qas)})))
+    return str(tmp_path / name)
+  v2 = write('v2.json', answered, unanswerable)
+  c = lambda task, train, eval_file: ft_config(task=task, train_file=train, eval_file=eval_file,
+                                               max_seq_length=32, doc_stride=8,
+                                               max_query_length=8)
+  v1_of = lambda train, eval_file: loop.read_examples(c('squad_v1', train, eval_file),
+                                                      tasks.get_task('squad_v1'))
+  v1 = write('v1.json', answered)
+  for train, eval_file in ((v2, v1), (v1, v2)):
+    with pytest.raises(UserError, match=f"file '{re.escape(v2)}' question 'u' is unanswerable "
+                                        r'\(is_impossible\), a SQuAD 2.0 question, which squad_v1 '
+                                        r'.*; use --config.task=squad_v2 for SQuAD 2.0 files$'):
+      v1_of(train, eval_file)
+  empty = write('empty.json', answered, dict(unanswerable, is_impossible=False))
+  with pytest.raises(UserError, match=r"question 'u' is unanswerable \(answers: \[\]\), a SQuAD"):
+    v1_of(empty, v1)
+  assert [e['id'] for e in v1_of(v1, v1)[2][0][1]] == ['q1']
+  assert [e['id'] for e in loop.read_examples(c('squad_v2', v2, v2),
+                                              tasks.get_task('squad_v2'))[1]] == ['q1', 'u']
+  # A training file's question without answers is no unanswerable one (nor is_impossible).
+  unlabelled = write('unlabelled.json', answered, {'id': 'x', 'question': 'Who?'})
+  for task in ('squad_v1', 'squad_v2'):
+    with pytest.raises(UserError, match=r"unlabelled.json' question 'x' has no answers"):
+      loop.read_examples(c(task, unlabelled, v2 if task == 'squad_v2' else v1),
+                         tasks.get_task(task))
+  # Predictions: a file without answers is unlabelled; a SQuAD 2.0 file still refused by v1.
+  from electra_jax.finetune import predictions, saved_run  # pylint: disable=import-outside-toplevel
+  run = lambda task: saved_run.FinetunedRun(workdir='', config=ft_config(task=task),
+                                            task=tasks.TASKS[task], model_config=None,
+                                            network=None, tokenizer=tokenizer, runs=[])
+  test = write('test.json', {'id': 'x', 'question': 'Who?'})
+  assert not predictions.file_part(run('squad_v1'), test).labelled
+  with pytest.raises(UserError, match="question 'u' is unanswerable"):
+    predictions.file_part(run('squad_v1'), v2)
+  assert predictions.file_part(run('squad_v2'), v2).labelled
 
 
 def test_squad_training_leaves_out_answers_not_at_their_answer_start(tokenizer, tmp_path,
@@ -1463,7 +1512,7 @@ def test_squad_training_leaves_out_answers_not_at_their_answer_start(tokenizer, 
                                        eval_file=train)
   with caplog.at_level('WARNING'):
     data = loop.load_data(config(train), tasks.get_task('squad_v2'), tokenizer)
-  kept = [e for e in tasks.squad_file_examples(train)[0] if e['id'] != '1']
+  kept = [e for e in tasks.squad_file_examples(train, True)[0] if e['id'] != '1']
   np.testing.assert_array_equal(data.train['input_ids'],
                                 features.encode_squad(tokenizer, kept, 32, 8, 8)['input_ids'])
   assert len(data.evals[0].examples) == 5  # Evaluation reads the answers' texts: all kept.

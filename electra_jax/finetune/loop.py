@@ -109,13 +109,10 @@ def read_examples(c, task) -> tuple:
     evals = [('', tasks_lib.tagging_examples(task, read(c.eval_file), c.eval_file,
                                              c.max_eval_examples))]
   elif from_files and task.kind == tasks_lib.SPAN:  # The official JSON files.
-    train = tasks_lib.answers_in_place(tasks_lib.squad_file_examples(c.train_file)[0],
+    read = lambda path: tasks_lib.squad_file_examples(path, tasks_lib.is_squad_v2(task))[0]
+    train = tasks_lib.answers_in_place(read(c.train_file),
                                        c.train_file)[:c.max_train_examples or None]
-    examples, labelled = tasks_lib.squad_file_examples(c.eval_file)
-    if not labelled:
-      raise UserError(f"config.eval_file '{c.eval_file}' has questions without answers (or "
-                      'is_impossible); evaluation needs them all answered')
-    evals = [('', examples[:c.max_eval_examples or None])]
+    evals = [('', read(c.eval_file)[:c.max_eval_examples or None])]
   elif from_files:  # Your files, or a GLUE task's own copies (GLUE's, the Hub's).
     columns = tasks_lib.file_columns(c, task)
     train_rows, eval_rows = (tasks_lib.complete_rows(

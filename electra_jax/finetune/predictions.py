@@ -87,7 +87,8 @@ def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0)
     examples = tasks_lib.tagging_examples(run.task, sentences, path, max_examples)
     return Part(name, examples, examples[0]['label'] is not None, source=path)
   if run.task.kind == tasks_lib.SPAN:
-    examples, labelled = tasks_lib.squad_file_examples(path)
+    examples, labelled = tasks_lib.squad_file_examples(path, tasks_lib.is_squad_v2(run.task),
+                                                       need_label=False)
     return Part(name, _limit(examples, max_examples), labelled, source=path)
   examples = _file_examples(run, path, max_examples)[1]
   return Part(name, examples, examples[0]['label'] is not None, source=path)

@@ -290,9 +290,10 @@ def _squad_answers(path: str, where: str, qa: dict) -> list | None:
   return out
 
 
-def _squad_question(path: str, where: str, qa, context: str, ids: set) -> dict:
-  """One question of a SQuAD-format file as an example; `ids` (the ids seen so far) gets
-  its id."""
+def _squad_question(path: str, where: str, qa, context: str, ids: set, version_2: bool,
+                    need_label: bool) -> dict:
+  """One question of a SQuAD-format file as an example (squad_file_examples' checks); `ids`
+  (the ids seen so far) gets its id."""
   if not isinstance(qa, dict):
     raise _squad_error(path, where, f'is {qa!r:.40}, not an object')
   qid = qa.get('id')
@@ -308,16 +309,29 @@ def _squad_question(path: str, where: str, qa, context: str, ids: set) -> dict:
     raise _squad_error(path, where, _squad_field('question', question, 'a string'))
   if not isinstance(impossible, bool):
     raise _squad_error(path, where, _squad_field('is_impossible', impossible, 'true or false'))
-  answers = _squad_answers(path, where, qa) or []
+  answers = _squad_answers(path, where, qa)
+  if not version_2 and (impossible or answers == []):
+    raise UserError(f"file '{path}' {where} is unanswerable "
+                    f"({'is_impossible' if impossible else 'answers: []'}), a SQuAD 2.0 "
+                    'question, which squad_v1 (never predicting no answer) cannot get right; '
+                    'use --config.task=squad_v2 for SQuAD 2.0 files')
+  if need_label and not (answers or impossible):
+    raise UserError(f"file '{path}' {where} has no answers"
+                    f"{' (nor is_impossible: true)' if version_2 else ''}; fine-tuning trains "
+                    'and scores answered questions (a file to predict may leave them out)')
   return dict(id=qid, question=question, context=context,
-              answers=[] if impossible else answers, is_impossible=impossible)
+              answers=[] if impossible else answers or [], is_impossible=impossible)
 
 
-def squad_file_examples(path: str) -> tuple[list[dict], bool]:
+def squad_file_examples(path: str, version_2: bool,
+                        need_label: bool = True) -> tuple[list[dict], bool]:
   """(examples, labelled) of a SQuAD-format JSON file (the official train/dev files: data ->
-  paragraphs -> qas). labelled: every question has its answers (or is_impossible). A file of
+  paragraphs -> qas). labelled: every question has its answers (or is_impossible); need_label
+  makes one without them an error (fine-tuning's files; predict's may have none). A file of
   another shape is an error naming the question (by id) or paragraph, not a traceback or a
-  question the tokenizer chokes on later."""
+  question the tokenizer chokes on later; so is an unanswerable question for a SQuAD 1.1
+  task (version_2 false): trained towards [CLS] and scored against a no-answer it never
+  predicts, it would cap F1 silently."""
   resolved = paths.resolve(path)
   if not paths.is_file(resolved):
     raise UserError(f"file '{path}' not found; pass a SQuAD-format JSON file")
@@ -345,7 +359,8 @@ def squad_file_examples(path: str) -> tuple[list[dict], bool]:
       if not isinstance(qas, list):
         raise _squad_error(path, where, _squad_field('qas', qas, 'a list of questions'))
       for q, qa in enumerate(qas, 1):
-        examples.append(_squad_question(path, f'{where} question {q}', qa, context, ids))
+        examples.append(_squad_question(path, f'{where} question {q}', qa, context, ids,
+                                        version_2, need_label))
   if not examples:
     raise UserError(f"file '{path}' holds no questions")
   return examples, all(e['answers'] or e['is_impossible'] for e in examples)
