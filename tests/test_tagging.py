@@ -47,7 +47,8 @@ def test_conll_files_read_as_sentences_of_words_and_tag_ids(tmp_path):
   with pytest.raises(UserError, match='has no tags'):
     tasks.read_conll(str(tmp_path / 'words.txt'))
   (tmp_path / 'mixed.txt').write_text('Emma B-PER\nsmiled\n')
-  with pytest.raises(UserError, match=r"mixed.txt' line 2 has 1 column\(s\) where earlier"):
+  with pytest.raises(UserError, match=r"mixed.txt' line 2 has 1 column\(s\) where the file's "
+                                      r'first word has 2'):
     tasks.read_conll(str(tmp_path / 'mixed.txt'))
   (tmp_path / 'eval.txt').write_text('Emma B-LOC\n')
   with pytest.raises(UserError, match=r"sentence 1 uses tag\(s\) \['B-LOC'\] the training"):
@@ -114,12 +115,32 @@ def test_hub_style_tagged_records_read_as_the_same_conll_file(tmp_path):
     tasks.read_tagged_file(str(tmp_path / 'ids.parquet'), 'file', columns=ner)
 
 
+def test_a_conll_line_of_another_column_count_than_the_first_is_a_bad_line(tmp_path, caplog):
+  """`New York<TAB>B-LOC` in a file of word and tag splits into three columns: it is named (or
+  its sentence skipped with skip_bad_rows), never read as the word `New` with `York` lost; the
+  same for two columns among CoNLL-2003's four."""
+  path = tmp_path / 'train.txt'
+  path.write_text('Elizabeth\tB-PER\nwent\tO\nto\tO\nNew York\tB-LOC\n\nDarcy\tB-PER\n'
+                  'smiled\tO\n')
+  with pytest.raises(UserError, match=r"train.txt' line 4 has 3 column\(s\) where the file's "
+                                      r'first word has 2; .*skip_bad_rows=true'):
+    tasks.read_conll(str(path), skip_bad_rows=False)
+  with caplog.at_level('WARNING'):
+    assert tasks.read_conll(str(path), skip_bad_rows=True) == [
+        (['Darcy', 'smiled'], ['B-PER', 'O'])]
+  assert 'skipped 1 sentence(s)' in caplog.records[-1].getMessage()
+  (tmp_path / 'conll.txt').write_text(CONLL.replace('came VBD B-VP O', 'came O'))
+  with pytest.raises(UserError, match=r"conll.txt' line 5 has 2 column\(s\) where the file's "
+                                      r'first word has 4'):
+    tasks.read_conll(str(tmp_path / 'conll.txt'))
+
+
 def test_skip_bad_rows_drops_tagging_sentences_it_cannot_read_and_counts_them(tmp_path, caplog):
   """A CoNLL line of another column count (here a word whose tag went missing), or a record
   whose tags do not match its words, fails naming it and the option; with the option its
   sentence is dropped, counted in the log, and fine-tuning reads the rest."""
   (tmp_path / 'train.txt').write_text(CONLL.replace('came VBD B-VP O', 'came'))
-  with pytest.raises(UserError, match=r"train.txt' line 5 has 1 column\(s\) where earlier .*"
+  with pytest.raises(UserError, match=r"train.txt' line 5 has 1 column\(s\) where the file's .*"
                                       r'or set --config.skip_bad_rows=true to skip such rows'):
     tasks.read_conll(str(tmp_path / 'train.txt'), skip_bad_rows=False)
   with caplog.at_level('WARNING'):
@@ -128,8 +149,9 @@ def test_skip_bad_rows_drops_tagging_sentences_it_cannot_read_and_counts_them(tm
   assert caplog.records[-1].getMessage() == (
       f"skipped 1 sentence(s) of '{tmp_path / 'train.txt'}' with a line of another column count "
       '(skip_bad_rows)')
-  with pytest.raises(UserError, match=r'earlier lines have more; write every word with its tag '
-                                      r'\(or none at all: a file to predict\)$'):
+  with pytest.raises(UserError, match=r"file's first word has 4; give every line the same "
+                                      r'columns \(a word without spaces and its tag; a file to '
+                                      r'predict: words alone\)$'):
     tasks.read_conll(str(tmp_path / 'train.txt'))  # predict: skipping not offered.
   with open(tmp_path / 'train.jsonl', 'w', encoding='utf-8') as f:
     for words, tags in [(['Emma', 'smiled'], ['B-PER', 'O']), (['Harriet', 'wept'], ['B-PER']),

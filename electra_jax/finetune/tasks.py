@@ -720,14 +720,15 @@ def read_conll(path: str, need_label: bool = True,
   """Sentences of a CoNLL-format file: one word per line, its tag in the last whitespace-
   separated column (CoNLL-2003's `word POS chunk NER` reads as word and NER), a blank line
   between sentences, -DOCSTART- lines skipped. Lines of one column are words without tags
-  (a file to predict); a file mixes none of both: `skip_bad_rows` drops (and counts) the
-  sentences of lines unlike the first, else the first is an error (None: skipping not offered,
-  predict). Returns [(words, tags or None)]."""
+  (a file to predict). Every line has the first's column count (a word holding a space,
+  `New York`, would otherwise read as `New` and lose the rest): `skip_bad_rows` drops (and
+  counts) the sentences of other lines, else the first is an error (None: skipping not
+  offered, predict). Returns [(words, tags or None)]."""
   resolved = paths.resolve(path)
   if not paths.is_file(resolved):
     raise UserError(f"file '{path}' not found; pass a CoNLL-format file (one word and its tag "
                     'per line, a blank line between sentences)')
-  sentences, words, tags, tagged, bad, skipped = [], [], [], None, False, 0
+  sentences, words, tags, width, bad, skipped = [], [], [], None, False, 0
   text = ''.join(sources.read_lines(resolved, flags=None))  # UTF-8, or an error naming the file
   for n, line in enumerate(text.splitlines() + [''], 1):
     columns = line.split()
@@ -735,17 +736,17 @@ def read_conll(path: str, need_label: bool = True,
       continue
     if not columns:
       if words and not bad:
-        sentences.append((words, tags if tagged else None))
+        sentences.append((words, tags if width > 1 else None))
       skipped += bad
       words, tags, bad = [], [], False
       continue
-    if tagged is None:
-      tagged = len(columns) > 1
-    if tagged != (len(columns) > 1):
+    width = width or len(columns)
+    if len(columns) != width:
       if not skip_bad_rows:
-        raise UserError(f"file '{path}' line {n} has {len(columns)} column(s) where earlier "
-                        f"lines have {'more' if tagged else 'one'}; write every word with its "
-                        f'tag (or none at all: a file to predict){_skip_hint(skip_bad_rows)}')
+        raise UserError(f"file '{path}' line {n} has {len(columns)} column(s) where the file's "
+                        f'first word has {width}; give every line the same columns (a word '
+                        'without spaces and its tag; a file to predict: words alone)'
+                        f'{_skip_hint(skip_bad_rows)}')
       bad = True
     words.append(columns[0])
     tags.append(columns[-1])
@@ -753,7 +754,7 @@ def read_conll(path: str, need_label: bool = True,
   if not sentences:
     raise UserError(f"file '{path}' holds no sentences; write one word (and its tag) per line, "
                     'a blank line between sentences')
-  if need_label and not tagged:
+  if need_label and width == 1:
     raise UserError(f"file '{path}' has no tags (one column); training and evaluation need "
                     'a tag after each word')
   return sentences
