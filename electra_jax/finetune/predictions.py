@@ -5,8 +5,9 @@ Classification / regression: OUT/<name>.tsv (`index<TAB>prediction`: class names
 where the GLUE leaderboard wants them; regression on the task's own scale) and
 OUT/<name>.jsonl (per example: index, prediction, the class probabilities, the label if known).
 Tagging: OUT/<name>.conll (each word and its predicted tag, a blank line between sentences: the
-input's format) and OUT/<name>.jsonl (per sentence: index, words, predicted tags, the tags if
-known). SQuAD: OUT/<name>_predictions.json (question id -> answer, '' for none: what the official
+input's format) and OUT/<name>.jsonl (per sentence: index, its number in the input, so a
+sentence skipped leaves a gap; words, predicted tags, the tags if known). SQuAD:
+OUT/<name>_predictions.json (question id -> answer, '' for none: what the official
 evaluation script and the leaderboard read); SQuAD 2.0 also OUT/<name>_null_odds.json (each
 question's no-answer probability: the script's --na-prob-file) and OUT/<name>_best_spans.json
 (each question's best span however unanswerable it looks: with the null odds, what the script's

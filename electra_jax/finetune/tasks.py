@@ -6,8 +6,9 @@ dataset is downloaded and prepared as ArrayRecord on first use unless `tfds_down
 Every loader returns plain Python examples: classification/regression: {'text_a', 'text_b' (or
 None), 'label', 'index'}; span (SQuAD): {'id', 'question', 'context', 'answers':
 [(text, start_char)], 'is_impossible'}; tagging: {'words', 'label' (one tag id per word),
-'index'}. A label is None where the data has none (GLUE's test splits, a file to predict
-without label values).
+'index' (the sentence's number in its file or split, from 0: a skipped one leaves a gap)}. A
+label is None where the data has none (GLUE's test splits, a file to predict without label
+values).
 """
 import csv
 import dataclasses
@@ -231,7 +232,7 @@ def tagging_tfds_examples(task: Task, source, max_examples: int = 0,
     if len(words) != len(tags):
       raise UserError(f'{task.tfds_name} record {i} has {len(words)} words but {len(tags)} '
                       f"'{task.tag_key}' tags; prepare the dataset again")
-    sentences.append(([_text(w) for w in words], [names[int(t)] for t in tags]))
+    sentences.append(([_text(w) for w in words], [names[int(t)] for t in tags], i))
   return tagging_examples(task, encode_tags(sentences, encoding, task.tfds_name),
                           task.tfds_name)
 
@@ -711,24 +712,28 @@ def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0
 
 # --- Tagging files (task=tagging) -------------------------------------------------------------
 
+# A tagging file's sentence: its words, their tags (None: a file to predict without them) and
+# its number in the file from 0 (the example's index: predictions name the input's sentence).
+Sentence = tuple[list[str], list[str] | None, int]
+
 # Tags of labelled spans: O, or a B/I/E/S (IOB1, IOB2, BIOES; L/U for E/S) prefix and a type.
 _SPAN_TAG = re.compile(r'^(O|[BIESLU]-.+)$')
 
 
 def read_conll(path: str, need_label: bool = True,
-               skip_bad_rows: bool | None = None) -> list[tuple[list[str], list[str] | None]]:
+               skip_bad_rows: bool | None = None) -> list[Sentence]:
   """Sentences of a CoNLL-format file: one word per line, its tag in the last whitespace-
   separated column (CoNLL-2003's `word POS chunk NER` reads as word and NER), a blank line
   between sentences, -DOCSTART- lines skipped. Lines of one column are words without tags
   (a file to predict). Every line has the first's column count (a word holding a space,
   `New York`, would otherwise read as `New` and lose the rest): `skip_bad_rows` drops (and
   counts) the sentences of other lines, else the first is an error (None: skipping not
-  offered, predict). Returns [(words, tags or None)]."""
+  offered, predict)."""
   resolved = paths.resolve(path)
   if not paths.is_file(resolved):
     raise UserError(f"file '{path}' not found; pass a CoNLL-format file (one word and its tag "
                     'per line, a blank line between sentences)')
-  sentences, words, tags, width, bad, skipped = [], [], [], None, False, 0
+  sentences, words, tags, width, bad, skipped, number = [], [], [], None, False, 0, 0
   text = ''.join(sources.read_lines(resolved, flags=None))  # UTF-8, or an error naming the file
   for n, line in enumerate(text.splitlines() + [''], 1):
     columns = line.split()
@@ -736,8 +741,9 @@ def read_conll(path: str, need_label: bool = True,
       continue
     if not columns:
       if words and not bad:
-        sentences.append((words, tags if width > 1 else None))
+        sentences.append((words, tags if width > 1 else None, number))
       skipped += bad
+      number += bool(words)
       words, tags, bad = [], [], False
       continue
     width = width or len(columns)
@@ -765,7 +771,7 @@ def tagging_task(sentences: list, path: str = 'the training file',
   """The tagging task of a training file's tags (sorted; its sentences in `encoding`). BIOES
   learns every prefix of the file's types, as encoded_task does, so a one-word chunk of a type
   the training file spans only over several words still has its S- tag."""
-  names = tuple(sorted({t for _, tags in sentences for t in tags}))
+  names = tuple(sorted({t for _, tags, _ in sentences for t in tags}))
   if len(names) < 2:
     raise UserError(f"file '{path}' uses a single tag {names}; a tagger needs at least two")
   return encoded_task(named_tagging_task(names), encoding)
@@ -800,20 +806,23 @@ def _check_span_tags(tags, where: str):
 
 
 def encode_tags(sentences: list, encoding: str, where: str) -> list:
-  """Sentences [(words, tags or None)] with their tags in `encoding` ('file': as they are)."""
+  """Sentences [(words, tags or None, index)] with their tags in `encoding` ('file': as they
+  are)."""
   if encoding == 'file':
     return sentences
-  _check_span_tags({t for _, tags in sentences for t in tags or ()}, where)
-  return [(words, None if tags is None else to_bioes(tags)) for words, tags in sentences]
+  _check_span_tags({t for _, tags, _ in sentences for t in tags or ()}, where)
+  return [(words, None if tags is None else to_bioes(tags), i) for words, tags, i in sentences]
 
 
 def read_tagged_records(path: str, records: list[dict], columns: FileColumns,
                         need_label: bool = True, skip_bad_rows: bool | None = None
-                        ) -> list[tuple[list[str], list[str] | None]]:
+                        ) -> list[Sentence]:
   """Sentences of a JSON Lines, Parquet or Arrow file, a record each: its words (column
   text_columns, default tokens, as the Hub's and TFDS's conll2003) and tags (label_column, e.g.
   ner_tags: names, or ids of a `datasets` ClassLabel list); `skip_bad_rows` as read_conll's,
-  for records without a list of words or of one tag per word. Returns [(words, tags or None)]."""
+  for records without a list of words or of one tag per word. A record of no words has nothing
+  to tag: it is skipped with a warning. A sentence's number is its record's, so predictions
+  name their records whatever was skipped."""
   present = set().union(*records)
   words_column = columns.text[0] if columns.text else 'tokens'
   missing = [name for name, needed in ((words_column, True), (columns.label, need_label))
@@ -823,7 +832,7 @@ def read_tagged_records(path: str, records: list[dict], columns: FileColumns,
                     'name the words and tags columns when fine-tuning: --config.text_columns, '
                     '--config.label_column (e.g. tokens, ner_tags)')
   tagged = columns.label in present
-  sentences, skipped = [], 0
+  sentences, skipped, empty = [], 0, 0
   for n, record in enumerate(records, 1):
     words, tags = record.get(words_column), record.get(columns.label) if tagged else None
     problem = None
@@ -836,9 +845,13 @@ def read_tagged_records(path: str, records: list[dict], columns: FileColumns,
     if problem and not skip_bad_rows:
       raise UserError(f"file '{path}' record {n}: {problem}{_skip_hint(skip_bad_rows)}")
     skipped += bool(problem)
+    empty += not problem and not words
     if words and not problem:
-      sentences.append((words, tags))
+      sentences.append((words, tags, n - 1))
   _note_skipped(path, skipped, 'without a list of words and of one tag per word')
+  if empty:
+    logging.warning("skipped %d record(s) of '%s' without words (an empty %r list): nothing to "
+                    'tag', empty, path, words_column)
   if not sentences:
     raise UserError(f"file '{path}' holds no sentences")
   return sentences
@@ -873,14 +886,15 @@ def is_span_tagging(task: Task) -> bool:
 
 def tagging_examples(task: Task, sentences: list, path: str,
                      max_examples: int = 0) -> list[dict]:
-  """Sentences -> examples with tag ids of `task` (label None for an untagged file)."""
-  index = {name: i for i, name in enumerate(task.label_names)}
+  """Sentences -> examples with tag ids of `task` (label None for an untagged file), each
+  keeping its sentence's own index."""
+  ids = {name: i for i, name in enumerate(task.label_names)}
   examples = []
-  for n, (words, tags) in enumerate(sentences[:_limit(max_examples, len(sentences))]):
-    unknown = sorted({t for t in tags or () if t not in index})
+  for words, tags, index in sentences[:_limit(max_examples, len(sentences))]:
+    unknown = sorted({t for t in tags or () if t not in ids})
     if unknown:
-      raise UserError(f"file '{path}' sentence {n + 1} uses tag(s) {unknown} the training file "
-                      f'never uses (its tags: {list(task.label_names)})')
+      raise UserError(f"file '{path}' sentence {index + 1} uses tag(s) {unknown} the training "
+                      f'file never uses (its tags: {list(task.label_names)})')
     examples.append(dict(words=list(words), label=None if tags is None else
-                         [index[t] for t in tags], index=n))
+                         [ids[t] for t in tags], index=index))
   return examples
