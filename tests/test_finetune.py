@@ -253,6 +253,37 @@ def test_a_glue_task_reads_its_own_files_by_its_column_names(tmp_path, tokenizer
                    tokenizer)
 
 
+def test_eval_files_are_read_by_the_text_columns_the_training_file_was_read_by(tmp_path):
+  """Each file used to pick its own text columns: a pair model (text_a, text_b) evaluated on an
+  eval file of one `text` column scored single sentences. The training file's columns now hold
+  for the eval file (a GLUE task's own names, the Hub's or GLUE's TSVs', stay alike)."""
+  def write(name, header, *rows):
+    (tmp_path / name).write_text('\n'.join(['\t'.join(header)] + ['\t'.join(r) for r in rows])
+                                 + '\n')
+    return str(tmp_path / name)
+  pairs = write('pairs.tsv', ('text_a', 'text_b', 'label'), ('a', 'b', 'x'), ('c', 'd', 'y'))
+  single = write('single.tsv', ('text', 'label'), ('a b', 'x'), ('c d', 'y'))
+  read = lambda train, eval_file, task='files': loop.read_examples(
+      ft_config(task=task, train_file=train, eval_file=eval_file), tasks.get_task(task))
+  with pytest.raises(UserError, match=f"^file '{re.escape(single)}' has text column\\(s\\) text "
+                                      r"\(its columns: \['label', 'text'\]\) where the run "
+                                      r"trained on text_a, text_b; give it the training file's "):
+    read(pairs, single)
+  with pytest.raises(UserError, match=r"pairs.tsv' has text column\(s\) text_a, text_b .*where "
+                                      r'the run trained on text;'):
+    read(single, pairs)
+  task, _, ((_, evals),) = read(pairs, pairs)
+  assert task.file_text == ('text_a', 'text_b') and evals[0]['text_b'] == 'b'
+  # MNLI: the Hub's names and GLUE's TSVs' are one task's; a file of other names is not.
+  hub = write('hub.tsv', ('premise', 'hypothesis', 'label'), ('p', 'h', 'neutral'))
+  glue = write('glue.tsv', ('sentence1', 'sentence2', 'gold_label'), ('p', 'h', 'neutral'))
+  task, _, ((_, evals),) = read(hub, glue, 'mnli')
+  assert task == tasks.TASKS['mnli'] and evals[0]['text_b'] == 'h'
+  with pytest.raises(UserError, match=r"single.tsv' has text column\(s\) text .*where the run "
+                                      r'trained on premise, hypothesis or sentence1, sentence2;'):
+    read(hub, single, 'mnli')
+
+
 def test_glue_data_tsvs_read_as_the_official_code_reads_them(tmp_path, tokenizer):
   """GLUE's own TSVs (glue_data/, the official code's input): CoLA's train/dev without a header
   row, MRPC's Quality/#1 String/#2 String, QQP's is_duplicate, STS-B's score, MNLI's
@@ -1126,6 +1157,24 @@ def test_hub_style_parquet_files_finetune_and_predict_through_the_named_columns(
   assert header == 'index\tprediction' and len(rows) == len(table['review'])
   accuracy = np.mean([r[1] == str(y) for r, y in zip(rows, table['stars'])])
   assert accuracy == pytest.approx(summary['median_best_accuracy'])
+
+
+def test_predict_reads_files_by_the_text_columns_training_read(finetuned, tmp_path):
+  """results.json keeps the training file's text columns, and a file to predict must hold them:
+  a text_a/text_b file given to a model trained on `text` is named, not read as text_a alone."""
+  from electra_jax.finetune import predictions, saved_run  # pylint: disable=import-outside-toplevel
+  with open(os.path.join(finetuned['out'], 'results.json'), encoding='utf-8') as f:
+    assert json.load(f)['text_columns'] == ['text']
+  run = saved_run.load(finetuned['out'])
+  assert run.task.file_text == ('text',)
+  (tmp_path / 'pairs.jsonl').write_text('{"text_a": "a happy day", "text_b": "and sad"}\n')
+  with pytest.raises(UserError, match=r"pairs.jsonl' has text column\(s\) text_a, text_b \(its "
+                                      r"columns: \['text_a', 'text_b'\]\) where the run trained "
+                                      r'on text;'):
+    predictions.file_part(run, str(tmp_path / 'pairs.jsonl'))
+  (tmp_path / 'texts.jsonl').write_text('{"text": "a happy day", "id": 3}\n')
+  assert predictions.file_part(run, str(tmp_path / 'texts.jsonl')).examples[0]['text_a'] == (
+      'a happy day')
 
 
 def test_a_finetuned_workdir_predicts_without_its_pretraining_workdir(finetuned, tmp_path):

@@ -97,9 +97,10 @@ def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0)
 
 def _file_examples(run: saved_run_lib.FinetunedRun, path: str, max_examples: int,
                    columns: tasks_lib.FileColumns | None = None):
-  """A classification or regression file's rows and examples (default: the run's columns)."""
+  """A classification or regression file's rows and examples (default: the run's columns, its
+  text columns those training read)."""
   rows = tasks_lib.read_rows(path, run.task.glue_tsv_headerless)
-  columns = columns or tasks_lib.file_columns(run.config, run.task)
+  columns = columns or tasks_lib.file_columns(run.config, run.task, trained=True)
   return rows, tasks_lib.file_examples(run.task, rows, path, max_examples, need_label=False,
                                        columns=columns)
 

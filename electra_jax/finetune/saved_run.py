@@ -111,6 +111,8 @@ def load(workdir: str) -> FinetunedRun:
     task = tasks_lib.named_tagging_task(tuple(results['label_names']))
   elif task.kind == tasks_lib.TAGGING:
     task = tasks_lib.encoded_task(task, c.tag_encoding)
+  if task.kind in (tasks_lib.CLASSIFICATION, tasks_lib.REGRESSION):
+    task = dataclasses.replace(task, file_text=tuple(results.get('text_columns') or ()))
   source, tokenizer = _network(workdir, c)
   return FinetunedRun(workdir=workdir, config=c, task=task,
                       model_config=pretrained.fine_tuned_config(source, c), network=source,

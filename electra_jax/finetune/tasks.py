@@ -53,12 +53,22 @@ class Task:
   glue_tsv_text_keys: tuple = ()
   glue_tsv_label: str | None = None
   glue_tsv_headerless: tuple = ()
+  # The text columns a run's training file was read by where they are none of file_text_choices
+  # (the files task's; a GLUE task's file of other names): results.json keeps them, and an eval
+  # file or a file to predict must hold the same (a pair model is never fed single texts).
+  file_text: tuple = ()
 
   @property
   def file_text_choices(self) -> tuple:
     """The text columns a file of this GLUE task may hold, each a choice: the Hub's (TFDS's
     names), then GLUE's TSVs' where they differ."""
     return tuple(keys for keys in (self.text_keys, self.glue_tsv_text_keys) if keys)
+
+  @property
+  def trained_text_choices(self) -> tuple:
+    """The text columns a file read after training (eval, predict) may hold, each a choice:
+    the training file's (file_text), else the task's own; () where unknown (an old run)."""
+    return (self.file_text,) if self.file_text else self.file_text_choices
 
   @property
   def num_outputs(self) -> int:
@@ -548,23 +558,38 @@ class FileColumns:
   task_text: tuple = ()
   # Where `label` (the default label_column) is absent: the GLUE TSVs' (MNLI's gold_label).
   task_label: str | None = None
+  # The text columns the file must be read by, each a choice (Task.trained_text_choices): a
+  # file read after training; () for the training file itself.
+  trained: tuple = ()
 
 
-def file_columns(c, task: Task | None = None) -> FileColumns:
+def file_columns(c, task: Task | None = None, trained: bool = False) -> FileColumns:
   """The columns a fine-tuning config names (config.text_columns, config.label_column), and a
-  GLUE task's own column names to try first when it names none."""
+  GLUE task's own column names to try first when it names none. trained: for a file read
+  after training (eval, predict), which must hold the text columns training read."""
   names = tuple(n.strip() for n in (c.get('text_columns') or '').split(',') if n.strip())
-  task_text, task_label = (), None
-  if task is not None and task.kind in (CLASSIFICATION, REGRESSION) and task.text_keys:
-    task_text = task.file_text_choices
-    task_label = task.glue_tsv_label if c.get('label_column', 'label') in ('', 'label') else None
-  return FileColumns(names, c.get('label_column') or 'label', task_text, task_label)
+  task_text, task_label, text_choices = (), None, ()
+  if task is not None and task.kind in (CLASSIFICATION, REGRESSION):
+    text_choices = task.trained_text_choices if trained else ()
+    if task.text_keys:
+      task_text = task.file_text_choices
+      task_label = task.glue_tsv_label if c.get('label_column', 'label') in ('', 'label') else None
+  return FileColumns(names, c.get('label_column') or 'label', task_text, task_label,
+                     text_choices)
+
+
+def with_file_text(task: Task, rows: list[dict], path: str, columns: FileColumns) -> Task:
+  """`task` keeping the text columns its training file `rows` was read by (Task.file_text),
+  unless they are one of the task's own."""
+  text_a, text_b, _ = _columns(rows, path, columns=columns)
+  found = (text_a, text_b) if text_b else (text_a,)
+  return task if found in task.file_text_choices else dataclasses.replace(task, file_text=found)
 
 
 def _columns(rows, path, need_label: bool = True,
              columns: FileColumns = FileColumns()) -> tuple[str, str | None, str]:
   """The columns of text_a, text_b (None: no pair) and the label; a UserError naming what
-  the file lacks."""
+  the file lacks, or text columns other than columns.trained allows."""
   present = set().union(*rows)  # JSON Lines records need not all hold every field.
   named = columns.text or next((t for t in columns.task_text if set(t) <= present), ())
   if named:
@@ -576,6 +601,13 @@ def _columns(rows, path, need_label: bool = True,
     own = (f" (or the task's {' or '.join(', '.join(t) for t in columns.task_text)})"
            if columns.task_text else '')
     missing = [] if text_a else [f'text (or text_a){own}']
+  found = tuple(name for name in (text_a, text_b) if name)
+  if columns.trained and found not in columns.trained:
+    raise UserError(f"file '{path}' has text column(s) {', '.join(found) or 'none'} (its "
+                    f'columns: {sorted(present)}) where the run trained on '
+                    f"{' or '.join(', '.join(t) for t in columns.trained)}; give it the "
+                    "training file's text columns (a pair model reads pairs, a one-text model "
+                    'one text)')
   label = columns.label
   if label not in present and columns.task_label in present:
     label = columns.task_label
