@@ -760,6 +760,23 @@ def test_head_init_normal_is_berts_and_glorot_the_official_releases():
   assert official.get_config().head_init == 'glorot'
 
 
+def test_a_nan_main_metric_ranks_below_every_number_in_best_epoch_and_seed_selection():
+  """A diverged regression's Spearman is NaN; compared with `>`, a NaN first epoch was never
+  replaced by a later finite one, and max() over seeds kept whichever came first."""
+  from electra_jax.finetune import saved_run  # pylint: disable=import-outside-toplevel
+  nan = float('nan')
+  history = [dict(epoch=1, eval_spearman=nan), dict(epoch=2, eval_spearman=0.5),
+             dict(epoch=3, eval_spearman=nan), dict(epoch=4, eval_spearman=0.5)]
+  best = loop._best_record  # pylint: disable=protected-access
+  assert best(history, 'eval_spearman')['epoch'] == 2
+  assert best(history[:1], 'eval_spearman')['epoch'] == 1
+  run = saved_run.FinetunedRun(workdir='', config=None, task=tasks.named_files_task(()),
+                               model_config=None, network=None, tokenizer=None, runs=[
+                                   dict(seed=0, best=dict(eval_spearman=nan)),
+                                   dict(seed=1, best=dict(eval_spearman=-0.2))])
+  assert run.best_seed() == 1
+
+
 def test_span_decoding_picks_the_best_candidate_across_windows():
   context = 'alpha beta gamma delta'
   # Two windows of one example; tokens 1..4 are the four words (spans), 0 is [CLS].

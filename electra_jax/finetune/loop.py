@@ -310,10 +310,11 @@ def _abstract(tree):
 
 
 def _best_record(history: list, main_key: str):
-  """The first epoch with the highest main metric (later ties do not replace it)."""
+  """The first epoch with the highest main metric (later ties do not replace it; NaN ranks
+  below every number)."""
   best = None
   for record in history:
-    if best is None or record[main_key] > best[main_key]:
+    if best is None or metrics_lib.ranked(record[main_key]) > metrics_lib.ranked(best[main_key]):
       best = record
   return best
 
