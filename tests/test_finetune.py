@@ -5,6 +5,7 @@ import dataclasses
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -250,6 +251,37 @@ def test_a_glue_task_reads_its_own_files_by_its_column_names(tmp_path, tokenizer
                                       r"#2 String\) and label \(or Quality\)\)"):
     loop.load_data(ft_config(task='mrpc', train_file=str(tmp_path / 'train.parquet')), mrpc,
                    tokenizer)
+
+
+def test_eval_files_are_read_by_the_text_columns_the_training_file_was_read_by(tmp_path):
+  """Each file used to pick its own text columns: a pair model (text_a, text_b) evaluated on an
+  eval file of one `text` column scored single sentences. The training file's columns now hold
+  for the eval file (a GLUE task's own names, the Hub's or GLUE's TSVs', stay alike)."""
+  def write(name, header, *rows):
+    (tmp_path / name).write_text('\n'.join(['\t'.join(header)] + ['\t'.join(r) for r in rows])
+                                 + '\n')
+    return str(tmp_path / name)
+  pairs = write('pairs.tsv', ('text_a', 'text_b', 'label'), ('a', 'b', 'x'), ('c', 'd', 'y'))
+  single = write('single.tsv', ('text', 'label'), ('a b', 'x'), ('c d', 'y'))
+  read = lambda train, eval_file, task='files': loop.read_examples(
+      ft_config(task=task, train_file=train, eval_file=eval_file), tasks.get_task(task))
+  with pytest.raises(UserError, match=f"^file '{re.escape(single)}' has text column\\(s\\) text "
+                                      r"\(its columns: \['label', 'text'\]\) where the run "
+                                      r"trained on text_a, text_b; give it the training file's "):
+    read(pairs, single)
+  with pytest.raises(UserError, match=r"pairs.tsv' has text column\(s\) text_a, text_b .*where "
+                                      r'the run trained on text;'):
+    read(single, pairs)
+  task, _, ((_, evals),) = read(pairs, pairs)
+  assert task.file_text == ('text_a', 'text_b') and evals[0]['text_b'] == 'b'
+  # MNLI: the Hub's names and GLUE's TSVs' are one task's; a file of other names is not.
+  hub = write('hub.tsv', ('premise', 'hypothesis', 'label'), ('p', 'h', 'neutral'))
+  glue = write('glue.tsv', ('sentence1', 'sentence2', 'gold_label'), ('p', 'h', 'neutral'))
+  task, _, ((_, evals),) = read(hub, glue, 'mnli')
+  assert task == tasks.TASKS['mnli'] and evals[0]['text_b'] == 'h'
+  with pytest.raises(UserError, match=r"single.tsv' has text column\(s\) text .*where the run "
+                                      r'trained on premise, hypothesis or sentence1, sentence2;'):
+    read(hub, single, 'mnli')
 
 
 def test_glue_data_tsvs_read_as_the_official_code_reads_them(tmp_path, tokenizer):
@@ -728,6 +760,23 @@ def test_head_init_normal_is_berts_and_glorot_the_official_releases():
   assert official.get_config().head_init == 'glorot'
 
 
+def test_a_nan_main_metric_ranks_below_every_number_in_best_epoch_and_seed_selection():
+  """A diverged regression's Spearman is NaN; compared with `>`, a NaN first epoch was never
+  replaced by a later finite one, and max() over seeds kept whichever came first."""
+  from electra_jax.finetune import saved_run  # pylint: disable=import-outside-toplevel
+  nan = float('nan')
+  history = [dict(epoch=1, eval_spearman=nan), dict(epoch=2, eval_spearman=0.5),
+             dict(epoch=3, eval_spearman=nan), dict(epoch=4, eval_spearman=0.5)]
+  best = loop._best_record  # pylint: disable=protected-access
+  assert best(history, 'eval_spearman')['epoch'] == 2
+  assert best(history[:1], 'eval_spearman')['epoch'] == 1
+  run = saved_run.FinetunedRun(workdir='', config=None, task=tasks.named_files_task(()),
+                               model_config=None, network=None, tokenizer=None, runs=[
+                                   dict(seed=0, best=dict(eval_spearman=nan)),
+                                   dict(seed=1, best=dict(eval_spearman=-0.2))])
+  assert run.best_seed() == 1
+
+
 def test_span_decoding_picks_the_best_candidate_across_windows():
   context = 'alpha beta gamma delta'
   # Two windows of one example; tokens 1..4 are the four words (spans), 0 is [CLS].
@@ -1127,6 +1176,24 @@ def test_hub_style_parquet_files_finetune_and_predict_through_the_named_columns(
   assert accuracy == pytest.approx(summary['median_best_accuracy'])
 
 
+def test_predict_reads_files_by_the_text_columns_training_read(finetuned, tmp_path):
+  """results.json keeps the training file's text columns, and a file to predict must hold them:
+  a text_a/text_b file given to a model trained on `text` is named, not read as text_a alone."""
+  from electra_jax.finetune import predictions, saved_run  # pylint: disable=import-outside-toplevel
+  with open(os.path.join(finetuned['out'], 'results.json'), encoding='utf-8') as f:
+    assert json.load(f)['text_columns'] == ['text']
+  run = saved_run.load(finetuned['out'])
+  assert run.task.file_text == ('text',)
+  (tmp_path / 'pairs.jsonl').write_text('{"text_a": "a happy day", "text_b": "and sad"}\n')
+  with pytest.raises(UserError, match=r"pairs.jsonl' has text column\(s\) text_a, text_b \(its "
+                                      r"columns: \['text_a', 'text_b'\]\) where the run trained "
+                                      r'on text;'):
+    predictions.file_part(run, str(tmp_path / 'pairs.jsonl'))
+  (tmp_path / 'texts.jsonl').write_text('{"text": "a happy day", "id": 3}\n')
+  assert predictions.file_part(run, str(tmp_path / 'texts.jsonl')).examples[0]['text_a'] == (
+      'a happy day')
+
+
 def test_a_finetuned_workdir_predicts_without_its_pretraining_workdir(finetuned, tmp_path):
   """FT_DIR/network/ keeps the shape and the vocabulary: a moved copy whose init_checkpoint
   no longer exists predicts what the original does, unlabelled input too."""
@@ -1347,15 +1414,15 @@ def test_squad_files_give_the_official_scripts_inputs(tokenizer, tmp_path):
               {'id': 'b', 'question': 'Who is Mr. Knightley?', 'answers': [],
                'is_impossible': True}]}]}]}
   (tmp_path / 'dev.json').write_text(json.dumps(squad))
-  examples, labelled = tasks.squad_file_examples(str(tmp_path / 'dev.json'))
+  examples, labelled = tasks.squad_file_examples(str(tmp_path / 'dev.json'), True)
   assert labelled and [e['id'] for e in examples] == ['a', 'b']
   assert examples[0]['answers'] == [('Hartfield', 24)] and examples[1]['is_impossible']
   del squad['data'][0]['paragraphs'][0]['qas'][0]['answers']
   (tmp_path / 'test.json').write_text(json.dumps(squad))
-  assert not tasks.squad_file_examples(str(tmp_path / 'test.json'))[1]
+  assert not tasks.squad_file_examples(str(tmp_path / 'test.json'), True, need_label=False)[1]
   (tmp_path / 'bad.json').write_text('{"version": 1}')
   with pytest.raises(UserError, match="file '.*bad.json' is not SQuAD-format JSON"):
-    tasks.squad_file_examples(str(tmp_path / 'bad.json'))
+    tasks.squad_file_examples(str(tmp_path / 'bad.json'), True)
   # The official files train and evaluate SQuAD without TFDS; an eval file without answers is
   # refused, as is a train file without an eval file.
   squad_v2 = tasks.get_task('squad_v2')
@@ -1366,7 +1433,8 @@ def test_squad_files_give_the_official_scripts_inputs(tokenizer, tmp_path):
   assert data.task == squad_v2 and [e['id'] for e in data.evals[0].examples] == ['a', 'b']
   np.testing.assert_array_equal(data.evals[0].features['input_ids'],
                                 features.encode_squad(tokenizer, examples, 32, 8, 8)['input_ids'])
-  with pytest.raises(UserError, match=r"config.eval_file '.*test.json' has questions without "):
+  with pytest.raises(UserError, match=r"test.json' question 'a' has no answers \(nor is_impossible"
+                                      r': true\); fine-tuning trains and scores answered'):
     loop.load_data(offline(train_file=str(tmp_path / 'dev.json'),
                            eval_file=str(tmp_path / 'test.json')), squad_v2, tokenizer)
   with pytest.raises(UserError, match=r'config.task=squad_v2 needs --config.eval_file=PATH '
@@ -1394,6 +1462,103 @@ def test_squad_files_give_the_official_scripts_inputs(tokenizer, tmp_path):
     assert json.load(f) == {'a': 'Emma', 'b': 'Emma'}
 
 
+_GOOD_QA = {'id': 'q1', 'question': 'Who sat?', 'answers': [{'text': 'cat', 'answer_start': 4}]}
+
+
+def _squad_with(qa=None, paragraph=None, data=None) -> dict:
+  """A one-question SQuAD file, with the question, its paragraph or `data` replaced."""
+  paragraph = paragraph or {'context': 'The cat sat on the mat.', 'qas': [qa or _GOOD_QA]}
+  return {'data': [{'paragraphs': [paragraph]}] if data is None else data}
+
+
+@pytest.mark.parametrize('squad, message', [
+    (_squad_with(dict(_GOOD_QA, answers=[{'text': 'cat'}])),
+     "question 'q1' answer 1 has no answer_start"),
+    (_squad_with(dict(_GOOD_QA, answers=[{'text': 'cat', 'answer_start': 'four'}])),
+     "question 'q1' answer 1 has answer_start 'four', not a character offset into the context"),
+    (_squad_with(dict(_GOOD_QA, answers=[{'text': 'cat', 'answer_start': -1}])),
+     "question 'q1' answer 1 has answer_start -1, not a character offset"),
+    (_squad_with(dict(_GOOD_QA, answers=[{'text': None, 'answer_start': 4}])),
+     "question 'q1' answer 1 has no text"),
+    (_squad_with(dict(_GOOD_QA, answers='cat')), "question 'q1' has answers 'cat', not a list"),
+    (_squad_with(dict(_GOOD_QA, question=None)), "question 'q1' has no question"),
+    (_squad_with(dict(_GOOD_QA, question=7)), "question 'q1' has question 7, not a string"),
+    (_squad_with(dict(_GOOD_QA, is_impossible='no')),
+     "question 'q1' has is_impossible 'no', not true or false"),
+    (_squad_with(dict(_GOOD_QA, id=7)),
+     'article 1 paragraph 1 question 1 has id 7, not a string'),
+    (_squad_with(paragraph={'context': 'x', 'qas': [_GOOD_QA, _GOOD_QA]}),
+     "question 'q1' repeats an earlier question's id"),
+    (_squad_with(paragraph={'qas': [_GOOD_QA]}), 'article 1 paragraph 1 has no context'),
+    (_squad_with(paragraph={'context': 'x', 'qas': {}}),
+     r'article 1 paragraph 1 has qas \{\}, not a list of questions'),
+    (_squad_with(data=['article']), 'article 1 is not an object with a list of paragraphs'),
+    (_squad_with(data={'paragraphs': []}), r'is not SQuAD-format JSON \(no list at "data"\)'),
+    ([1, 2], r'is not SQuAD-format JSON \(no list at "data"\)'),
+])
+def test_a_malformed_squad_file_is_one_line_naming_the_question(tmp_path, squad, message):
+  """Each wrong type or missing field of a SQuAD-format file names the question (its id) or
+  paragraph and the file's expected shape, instead of a KeyError, a ValueError, or a null
+  question reaching the tokenizer."""
+  path = tmp_path / 'bad.json'
+  path.write_text(json.dumps(squad))
+  shape = r'; a SQuAD-format file is \{"data": \[\{"paragraphs"'
+  with pytest.raises(UserError, match=f"file '{re.escape(str(path))}' {message}.*{shape}"):
+    tasks.squad_file_examples(str(path), True)
+  path.write_text(json.dumps(_squad_with()))
+  assert tasks.squad_file_examples(str(path), True) == ([dict(
+      id='q1', question='Who sat?', context='The cat sat on the mat.', answers=[('cat', 4)],
+      is_impossible=False)], True)
+
+
+def test_squad_v1_refuses_squad_v2_files_whose_unanswerable_questions_it_cannot_get_right(
+    tokenizer, tmp_path):
+  """squad_v1 never predicts no answer: a SQuAD 2.0 file's unanswerable question (is_impossible,
+  or an empty answers list) would train towards [CLS] and cap its F1 silently, so it is an error
+  naming the question and squad_v2; fine-tuning's files need every question answered, while a
+  file to predict may carry no answers at all."""
+  answered = dict(_GOOD_QA, is_impossible=False)
+  unanswerable = {'id': 'u', 'question': 'Who left?', 'answers': [], 'is_impossible': True}
+  def write(name, *qas):
+    (tmp_path / name).write_text(json.dumps(_squad_with(
+        paragraph={'context': 'The cat sat on the mat.', 'qas': list(qas)})))
+    return str(tmp_path / name)
+  v2 = write('v2.json', answered, unanswerable)
+  c = lambda task, train, eval_file: ft_config(task=task, train_file=train, eval_file=eval_file,
+                                               max_seq_length=32, doc_stride=8,
+                                               max_query_length=8)
+  v1_of = lambda train, eval_file: loop.read_examples(c('squad_v1', train, eval_file),
+                                                      tasks.get_task('squad_v1'))
+  v1 = write('v1.json', answered)
+  for train, eval_file in ((v2, v1), (v1, v2)):
+    with pytest.raises(UserError, match=f"file '{re.escape(v2)}' question 'u' is unanswerable "
+                                        r'\(is_impossible\), a SQuAD 2.0 question, which squad_v1 '
+                                        r'.*; use --config.task=squad_v2 for SQuAD 2.0 files$'):
+      v1_of(train, eval_file)
+  empty = write('empty.json', answered, dict(unanswerable, is_impossible=False))
+  with pytest.raises(UserError, match=r"question 'u' is unanswerable \(answers: \[\]\), a SQuAD"):
+    v1_of(empty, v1)
+  assert [e['id'] for e in v1_of(v1, v1)[2][0][1]] == ['q1']
+  assert [e['id'] for e in loop.read_examples(c('squad_v2', v2, v2),
+                                              tasks.get_task('squad_v2'))[1]] == ['q1', 'u']
+  # A training file's question without answers is no unanswerable one (nor is_impossible).
+  unlabelled = write('unlabelled.json', answered, {'id': 'x', 'question': 'Who?'})
+  for task in ('squad_v1', 'squad_v2'):
+    with pytest.raises(UserError, match=r"unlabelled.json' question 'x' has no answers"):
+      loop.read_examples(c(task, unlabelled, v2 if task == 'squad_v2' else v1),
+                         tasks.get_task(task))
+  # Predictions: a file without answers is unlabelled; a SQuAD 2.0 file still refused by v1.
+  from electra_jax.finetune import predictions, saved_run  # pylint: disable=import-outside-toplevel
+  run = lambda task: saved_run.FinetunedRun(workdir='', config=ft_config(task=task),
+                                            task=tasks.TASKS[task], model_config=None,
+                                            network=None, tokenizer=tokenizer, runs=[])
+  test = write('test.json', {'id': 'x', 'question': 'Who?'})
+  assert not predictions.file_part(run('squad_v1'), test).labelled
+  with pytest.raises(UserError, match="question 'u' is unanswerable"):
+    predictions.file_part(run('squad_v1'), v2)
+  assert predictions.file_part(run('squad_v2'), v2).labelled
+
+
 def test_squad_training_leaves_out_answers_not_at_their_answer_start(tokenizer, tmp_path,
                                                                      caplog):
   context = 'Emma Woodhouse lived at Hartfield with her father.'
@@ -1413,7 +1578,7 @@ def test_squad_training_leaves_out_answers_not_at_their_answer_start(tokenizer, 
                                        eval_file=train)
   with caplog.at_level('WARNING'):
     data = loop.load_data(config(train), tasks.get_task('squad_v2'), tokenizer)
-  kept = [e for e in tasks.squad_file_examples(train)[0] if e['id'] != '1']
+  kept = [e for e in tasks.squad_file_examples(train, True)[0] if e['id'] != '1']
   np.testing.assert_array_equal(data.train['input_ids'],
                                 features.encode_squad(tokenizer, kept, 32, 8, 8)['input_ids'])
   assert len(data.evals[0].examples) == 5  # Evaluation reads the answers' texts: all kept.

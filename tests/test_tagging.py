@@ -32,8 +32,8 @@ smiled VBD B-VP O
 def test_conll_files_read_as_sentences_of_words_and_tag_ids(tmp_path):
   (tmp_path / 'train.txt').write_text(CONLL)
   sentences = tasks.read_conll(str(tmp_path / 'train.txt'))
-  assert sentences == [(['Mr.', 'Knightley', 'came', '.'], ['O', 'B-PER', 'O', 'O']),
-                       (['Jane', 'Fairfax', 'smiled'], ['B-PER', 'I-PER', 'O'])]
+  assert sentences == [(['Mr.', 'Knightley', 'came', '.'], ['O', 'B-PER', 'O', 'O'], 0),
+                       (['Jane', 'Fairfax', 'smiled'], ['B-PER', 'I-PER', 'O'], 1)]
   task = tasks.tagging_task(sentences)
   assert task.label_names == ('B-PER', 'I-PER', 'O') and task.main_metric == 'f1'
   examples = tasks.tagging_examples(task, sentences, 'train.txt')
@@ -47,7 +47,8 @@ def test_conll_files_read_as_sentences_of_words_and_tag_ids(tmp_path):
   with pytest.raises(UserError, match='has no tags'):
     tasks.read_conll(str(tmp_path / 'words.txt'))
   (tmp_path / 'mixed.txt').write_text('Emma B-PER\nsmiled\n')
-  with pytest.raises(UserError, match=r"mixed.txt' line 2 has 1 column\(s\) where earlier"):
+  with pytest.raises(UserError, match=r"mixed.txt' line 2 has 1 column\(s\) where the file's "
+                                      r'first word has 2'):
     tasks.read_conll(str(tmp_path / 'mixed.txt'))
   (tmp_path / 'eval.txt').write_text('Emma B-LOC\n')
   with pytest.raises(UserError, match=r"sentence 1 uses tag\(s\) \['B-LOC'\] the training"):
@@ -88,8 +89,8 @@ def test_hub_style_tagged_records_read_as_the_same_conll_file(tmp_path):
   features = dict(tokens=dict(feature=dict(dtype='string', _type='Value'), _type='List'),
                   ner_tags=dict(feature=dict(names=names, _type='ClassLabel'), _type='List'),
                   id=dict(dtype='string', _type='Value'))
-  table = pyarrow.table(dict(tokens=[w for w, _ in want], id=['0', '1'],
-                             ner_tags=[[names.index(t) for t in tags] for _, tags in want]))
+  table = pyarrow.table(dict(tokens=[w for w, _, _ in want], id=['0', '1'],
+                             ner_tags=[[names.index(t) for t in tags] for _, tags, _ in want]))
   pyarrow.parquet.write_table(table.replace_schema_metadata(
       {b'huggingface': json.dumps(dict(info=dict(features=features)))}),
       tmp_path / 'train.parquet')
@@ -98,13 +99,13 @@ def test_hub_style_tagged_records_read_as_the_same_conll_file(tmp_path):
   assert tasks.read_tagged_file(str(tmp_path / 'train.parquet'), 'bioes', columns=ner) == \
       tasks.read_tagged_file(str(tmp_path / 'train.txt'), 'bioes')
   with open(tmp_path / 'train.jsonl', 'w', encoding='utf-8') as f:
-    for words, tags in want:
+    for words, tags, _ in want:
       f.write(json.dumps(dict(words=words, tags=tags)) + '\n')
   named = tasks.FileColumns(('words',), 'tags')
   assert tasks.read_tagged_file(str(tmp_path / 'train.jsonl'), 'file', columns=named) == want
   assert tasks.read_tagged_file(str(tmp_path / 'train.jsonl'), 'file', need_label=False,
                                 columns=tasks.FileColumns(('words',))) == [
-                                    (words, None) for words, _ in want]
+                                    (words, None, i) for words, _, i in want]
   with pytest.raises(UserError, match=r"train.parquet' lacks column\(s\) label \(has \['id', "
                                       r"'ner_tags', 'tokens'\]\); name the words and tags "):
     tasks.read_tagged_file(str(tmp_path / 'train.parquet'), 'file')
@@ -114,22 +115,80 @@ def test_hub_style_tagged_records_read_as_the_same_conll_file(tmp_path):
     tasks.read_tagged_file(str(tmp_path / 'ids.parquet'), 'file', columns=ner)
 
 
+def test_a_conll_line_of_another_column_count_than_the_first_is_a_bad_line(tmp_path, caplog):
+  """`New York<TAB>B-LOC` in a file of word and tag splits into three columns: it is named (or
+  its sentence skipped with skip_bad_rows), never read as the word `New` with `York` lost; the
+  same for two columns among CoNLL-2003's four."""
+  path = tmp_path / 'train.txt'
+  path.write_text('Elizabeth\tB-PER\nwent\tO\nto\tO\nNew York\tB-LOC\n\nDarcy\tB-PER\n'
+                  'smiled\tO\n')
+  with pytest.raises(UserError, match=r"train.txt' line 4 has 3 column\(s\) where the file's "
+                                      r'first word has 2; .*skip_bad_rows=true'):
+    tasks.read_conll(str(path), skip_bad_rows=False)
+  with caplog.at_level('WARNING'):
+    assert tasks.read_conll(str(path), skip_bad_rows=True) == [
+        (['Darcy', 'smiled'], ['B-PER', 'O'], 1)]
+  assert 'skipped 1 sentence(s)' in caplog.records[-1].getMessage()
+  (tmp_path / 'conll.txt').write_text(CONLL.replace('came VBD B-VP O', 'came O'))
+  with pytest.raises(UserError, match=r"conll.txt' line 5 has 2 column\(s\) where the file's "
+                                      r'first word has 4'):
+    tasks.read_conll(str(tmp_path / 'conll.txt'))
+
+
+def test_tagging_examples_and_predictions_name_their_input_records_whatever_was_skipped(
+    tmp_path, caplog):
+  """An example's index is its record's (its sentence's in a CoNLL file): a record without words
+  is skipped with a warning, and one skipped by skip_bad_rows too, and the predictions' .jsonl
+  names each input record, not its place among the kept ones."""
+  from electra_jax.finetune import saved_run  # pylint: disable=import-outside-toplevel
+  from tests.test_finetune import ft_config  # pylint: disable=import-outside-toplevel
+  path = tmp_path / 'input.jsonl'
+  path.write_text('{"tokens": ["Elizabeth", "smiled"]}\n{"tokens": []}\n'
+                  '{"tokens": ["Darcy", "left", "."]}\n')
+  task = tasks.named_tagging_task(('B-PER', 'O'))
+  run = saved_run.FinetunedRun(workdir='', config=ft_config(task='tagging'), task=task,
+                               model_config=None, network=None, tokenizer=None, runs=[])
+  with caplog.at_level('WARNING'):
+    part = predictions.file_part(run, str(path))
+  assert [(e['index'], e['words']) for e in part.examples] == [
+      (0, ['Elizabeth', 'smiled']), (2, ['Darcy', 'left', '.'])]
+  assert caplog.records[-1].getMessage() == (
+      f"skipped 1 record(s) of '{path}' without words (an empty 'tokens' list): nothing to tag")
+  predictions.write_part(str(tmp_path), task, part, {},
+                         decoded=[['B-PER', 'O'], ['B-PER', 'O', 'O']])
+  written = [json.loads(line) for line in (tmp_path / 'input.jsonl').read_text().splitlines()]
+  assert [(w['index'], w['words'][0]) for w in written] == [(0, 'Elizabeth'), (2, 'Darcy')]
+  # A record skipped with skip_bad_rows, or a CoNLL sentence, keeps the later ones' numbers.
+  path.write_text('{"tokens": ["Emma"], "tags": ["B-PER"]}\n{"tokens": ["Jane"], "tags": []}\n'
+                  '{"tokens": ["Harriet", "wept"], "tags": ["B-PER", "O"]}\n')
+  sentences = tasks.read_tagged_file(str(path), 'file', columns=tasks.FileColumns(label='tags'),
+                                     skip_bad_rows=True)
+  assert [e['index'] for e in tasks.tagging_examples(task, sentences, str(path))] == [0, 2]
+  (tmp_path / 'train.txt').write_text(CONLL.replace('came VBD B-VP O', 'came'))
+  sentences = tasks.read_conll(str(tmp_path / 'train.txt'), skip_bad_rows=True)
+  with pytest.raises(UserError, match=r"train.txt' sentence 2 uses tag\(s\) \['I-PER'\]"):
+    tasks.tagging_examples(task, sentences, str(tmp_path / 'train.txt'))
+  assert [e['index'] for e in tasks.tagging_examples(tasks.tagging_task(sentences), sentences,
+                                                     'train.txt')] == [1]
+
+
 def test_skip_bad_rows_drops_tagging_sentences_it_cannot_read_and_counts_them(tmp_path, caplog):
   """A CoNLL line of another column count (here a word whose tag went missing), or a record
   whose tags do not match its words, fails naming it and the option; with the option its
   sentence is dropped, counted in the log, and fine-tuning reads the rest."""
   (tmp_path / 'train.txt').write_text(CONLL.replace('came VBD B-VP O', 'came'))
-  with pytest.raises(UserError, match=r"train.txt' line 5 has 1 column\(s\) where earlier .*"
+  with pytest.raises(UserError, match=r"train.txt' line 5 has 1 column\(s\) where the file's .*"
                                       r'or set --config.skip_bad_rows=true to skip such rows'):
     tasks.read_conll(str(tmp_path / 'train.txt'), skip_bad_rows=False)
   with caplog.at_level('WARNING'):
     assert tasks.read_conll(str(tmp_path / 'train.txt'), skip_bad_rows=True) == [
-        (['Jane', 'Fairfax', 'smiled'], ['B-PER', 'I-PER', 'O'])]
+        (['Jane', 'Fairfax', 'smiled'], ['B-PER', 'I-PER', 'O'], 1)]
   assert caplog.records[-1].getMessage() == (
       f"skipped 1 sentence(s) of '{tmp_path / 'train.txt'}' with a line of another column count "
       '(skip_bad_rows)')
-  with pytest.raises(UserError, match=r'earlier lines have more; write every word with its tag '
-                                      r'\(or none at all: a file to predict\)$'):
+  with pytest.raises(UserError, match=r"file's first word has 4; give every line the same "
+                                      r'columns \(a word without spaces and its tag; a file to '
+                                      r'predict: words alone\)$'):
     tasks.read_conll(str(tmp_path / 'train.txt'))  # predict: skipping not offered.
   with open(tmp_path / 'train.jsonl', 'w', encoding='utf-8') as f:
     for words, tags in [(['Emma', 'smiled'], ['B-PER', 'O']), (['Harriet', 'wept'], ['B-PER']),

@@ -109,24 +109,26 @@ def read_examples(c, task) -> tuple:
     evals = [('', tasks_lib.tagging_examples(task, read(c.eval_file), c.eval_file,
                                              c.max_eval_examples))]
   elif from_files and task.kind == tasks_lib.SPAN:  # The official JSON files.
-    train = tasks_lib.answers_in_place(tasks_lib.squad_file_examples(c.train_file)[0],
+    read = lambda path: tasks_lib.squad_file_examples(path, tasks_lib.is_squad_v2(task))[0]
+    train = tasks_lib.answers_in_place(read(c.train_file),
                                        c.train_file)[:c.max_train_examples or None]
-    examples, labelled = tasks_lib.squad_file_examples(c.eval_file)
-    if not labelled:
-      raise UserError(f"config.eval_file '{c.eval_file}' has questions without answers (or "
-                      'is_impossible); evaluation needs them all answered')
-    evals = [('', examples[:c.max_eval_examples or None])]
+    evals = [('', read(c.eval_file)[:c.max_eval_examples or None])]
   elif from_files:  # Your files, or a GLUE task's own copies (GLUE's, the Hub's).
-    columns = tasks_lib.file_columns(c, task)
-    train_rows, eval_rows = (tasks_lib.complete_rows(
+    read = lambda path, columns: tasks_lib.complete_rows(
         tasks_lib.read_rows(path, task.glue_tsv_headerless, c.skip_bad_rows), path, columns,
-        c.skip_bad_rows) for path in (c.train_file, c.eval_file))
+        c.skip_bad_rows)
+    columns = tasks_lib.file_columns(c, task)
+    train_rows = read(c.train_file, columns)
     if task.name == 'files':
       task = tasks_lib.files_task(train_rows, c.label_type, c.train_file, columns)
+    # The eval file is read by the training file's text columns (a pair model on pairs).
+    task = tasks_lib.with_file_text(task, train_rows, c.train_file, columns)
+    eval_columns = tasks_lib.file_columns(c, task, trained=True)
+    eval_rows = read(c.eval_file, eval_columns)
     train = tasks_lib.file_examples(task, train_rows, c.train_file, c.max_train_examples,
                                     columns=columns)
     evals = [('', tasks_lib.file_examples(task, eval_rows, c.eval_file, c.max_eval_examples,
-                                          columns=columns))]
+                                          columns=eval_columns))]
   else:
     source = lambda split: tasks_lib.tfds_source(task.tfds_name, split, c.tfds_data_dir,
                                                  c.tfds_download)
@@ -308,10 +310,11 @@ def _abstract(tree):
 
 
 def _best_record(history: list, main_key: str):
-  """The first epoch with the highest main metric (later ties do not replace it)."""
+  """The first epoch with the highest main metric (later ties do not replace it; NaN ranks
+  below every number)."""
   best = None
   for record in history:
-    if best is None or record[main_key] > best[main_key]:
+    if best is None or metrics_lib.ranked(record[main_key]) > metrics_lib.ranked(best[main_key]):
       best = record
   return best
 
@@ -492,7 +495,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                  init_checkpoint=c.init_checkpoint, init_step=init_step,
                  random_init=bool(c.random_init or not c.init_checkpoint),
                  wall_time_sec=round(time.time() - start_time, 2))
-  results = dict(summary, runs=runs, config=c.to_dict())
+  # The training file's text columns (predict reads files by them; saved_run.load).
+  results = dict(summary, text_columns=list(task.file_text), runs=runs, config=c.to_dict())
   atomic.write_json(paths.join(workdir, progress.RESULTS), results)
   return summary
 

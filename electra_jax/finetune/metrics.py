@@ -7,6 +7,7 @@ each prediction scored against its best-matching gold answer. Tagging: word accu
 span tags chunk precision / recall / F1 as CoNLL's conlleval counts them.
 """
 import collections
+import math
 import re
 import string
 
@@ -197,3 +198,10 @@ def squad_metrics(predictions: dict, gold_answers: dict, best_spans: dict | None
     score, threshold = _best_threshold(raw, best_spans, no_answer_probs, has_answer)
     result[f'best_{name}'], result[f'best_{name}_threshold'] = score, threshold
   return result
+
+
+def ranked(value: float) -> float:
+  """A main metric as best-epoch and best-seed selection compare it: NaN (a diverged
+  regression's Spearman) below every number, where `>` would never let a later epoch replace
+  it."""
+  return -math.inf if math.isnan(value) else value

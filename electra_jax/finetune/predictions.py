@@ -5,8 +5,9 @@ Classification / regression: OUT/<name>.tsv (`index<TAB>prediction`: class names
 where the GLUE leaderboard wants them; regression on the task's own scale) and
 OUT/<name>.jsonl (per example: index, prediction, the class probabilities, the label if known).
 Tagging: OUT/<name>.conll (each word and its predicted tag, a blank line between sentences: the
-input's format) and OUT/<name>.jsonl (per sentence: index, words, predicted tags, the tags if
-known). SQuAD: OUT/<name>_predictions.json (question id -> answer, '' for none: what the official
+input's format) and OUT/<name>.jsonl (per sentence: index, its number in the input, so a
+sentence skipped leaves a gap; words, predicted tags, the tags if known). SQuAD:
+OUT/<name>_predictions.json (question id -> answer, '' for none: what the official
 evaluation script and the leaderboard read); SQuAD 2.0 also OUT/<name>_null_odds.json (each
 question's no-answer probability: the script's --na-prob-file) and OUT/<name>_best_spans.json
 (each question's best span however unanswerable it looks: with the null odds, what the script's
@@ -87,7 +88,8 @@ def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0)
     examples = tasks_lib.tagging_examples(run.task, sentences, path, max_examples)
     return Part(name, examples, examples[0]['label'] is not None, source=path)
   if run.task.kind == tasks_lib.SPAN:
-    examples, labelled = tasks_lib.squad_file_examples(path)
+    examples, labelled = tasks_lib.squad_file_examples(path, tasks_lib.is_squad_v2(run.task),
+                                                       need_label=False)
     return Part(name, _limit(examples, max_examples), labelled, source=path)
   examples = _file_examples(run, path, max_examples)[1]
   return Part(name, examples, examples[0]['label'] is not None, source=path)
@@ -95,9 +97,10 @@ def file_part(run: saved_run_lib.FinetunedRun, path: str, max_examples: int = 0)
 
 def _file_examples(run: saved_run_lib.FinetunedRun, path: str, max_examples: int,
                    columns: tasks_lib.FileColumns | None = None):
-  """A classification or regression file's rows and examples (default: the run's columns)."""
+  """A classification or regression file's rows and examples (default: the run's columns, its
+  text columns those training read)."""
   rows = tasks_lib.read_rows(path, run.task.glue_tsv_headerless)
-  columns = columns or tasks_lib.file_columns(run.config, run.task)
+  columns = columns or tasks_lib.file_columns(run.config, run.task, trained=True)
   return rows, tasks_lib.file_examples(run.task, rows, path, max_examples, need_label=False,
                                        columns=columns)
 

@@ -20,6 +20,7 @@ from electra_jax import paths
 from electra_jax import saved_config
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
+from electra_jax.finetune import metrics
 from electra_jax.finetune import pretrained
 from electra_jax.finetune import tasks as tasks_lib
 
@@ -50,9 +51,10 @@ class FinetunedRun:
   runs: list  # results.json's per-seed records (seed, best, final, history)
 
   def best_seed(self) -> int:
-    """The seed whose best epoch scored highest on the main metric (the lowest on a tie)."""
+    """The seed whose best epoch scored highest on the main metric (the lowest on a tie; NaN
+    ranks below every number)."""
     key = f'eval_{self.task.main_metric}'
-    return max(self.runs, key=lambda r: (r['best'][key], -r['seed']))['seed']
+    return max(self.runs, key=lambda r: (metrics.ranked(r['best'][key]), -r['seed']))['seed']
 
   def read_params(self, seed: int) -> tuple[dict, int]:
     """(the seed's best-epoch params as numpy arrays, its step)."""
@@ -111,6 +113,8 @@ def load(workdir: str) -> FinetunedRun:
     task = tasks_lib.named_tagging_task(tuple(results['label_names']))
   elif task.kind == tasks_lib.TAGGING:
     task = tasks_lib.encoded_task(task, c.tag_encoding)
+  if task.kind in (tasks_lib.CLASSIFICATION, tasks_lib.REGRESSION):
+    task = dataclasses.replace(task, file_text=tuple(results.get('text_columns') or ()))
   source, tokenizer = _network(workdir, c)
   return FinetunedRun(workdir=workdir, config=c, task=task,
                       model_config=pretrained.fine_tuned_config(source, c), network=source,

@@ -6,8 +6,9 @@ dataset is downloaded and prepared as ArrayRecord on first use unless `tfds_down
 Every loader returns plain Python examples: classification/regression: {'text_a', 'text_b' (or
 None), 'label', 'index'}; span (SQuAD): {'id', 'question', 'context', 'answers':
 [(text, start_char)], 'is_impossible'}; tagging: {'words', 'label' (one tag id per word),
-'index'}. A label is None where the data has none (GLUE's test splits, a file to predict
-without label values).
+'index' (the sentence's number in its file or split, from 0: a skipped one leaves a gap)}. A
+label is None where the data has none (GLUE's test splits, a file to predict without label
+values).
 """
 import csv
 import dataclasses
@@ -52,12 +53,22 @@ class Task:
   glue_tsv_text_keys: tuple = ()
   glue_tsv_label: str | None = None
   glue_tsv_headerless: tuple = ()
+  # The text columns a run's training file was read by where they are none of file_text_choices
+  # (the files task's; a GLUE task's file of other names): results.json keeps them, and an eval
+  # file or a file to predict must hold the same (a pair model is never fed single texts).
+  file_text: tuple = ()
 
   @property
   def file_text_choices(self) -> tuple:
     """The text columns a file of this GLUE task may hold, each a choice: the Hub's (TFDS's
     names), then GLUE's TSVs' where they differ."""
     return tuple(keys for keys in (self.text_keys, self.glue_tsv_text_keys) if keys)
+
+  @property
+  def trained_text_choices(self) -> tuple:
+    """The text columns a file read after training (eval, predict) may hold, each a choice:
+    the training file's (file_text), else the task's own; () where unknown (an old run)."""
+    return (self.file_text,) if self.file_text else self.file_text_choices
 
   @property
   def num_outputs(self) -> int:
@@ -231,7 +242,7 @@ def tagging_tfds_examples(task: Task, source, max_examples: int = 0,
     if len(words) != len(tags):
       raise UserError(f'{task.tfds_name} record {i} has {len(words)} words but {len(tags)} '
                       f"'{task.tag_key}' tags; prepare the dataset again")
-    sentences.append(([_text(w) for w in words], [names[int(t)] for t in tags]))
+    sentences.append(([_text(w) for w in words], [names[int(t)] for t in tags], i))
   return tagging_examples(task, encode_tags(sentences, encoding, task.tfds_name),
                           task.tfds_name)
 
@@ -254,35 +265,116 @@ def squad_examples(source, max_examples: int = 0) -> list[dict]:
   return examples
 
 
-def squad_file_examples(path: str) -> tuple[list[dict], bool]:
+# What every SQuAD-format error points at: the official files' shape.
+_SQUAD_SHAPE = ('a SQuAD-format file is {"data": [{"paragraphs": [{"context": "...", "qas": '
+                '[{"id": "...", "question": "...", "answers": [{"text": "...", '
+                '"answer_start": 0}]}]}]}]}, as the official dev-v2.0.json')
+
+
+def _squad_error(path: str, where: str, problem: str) -> UserError:
+  return UserError(f"file '{path}' {where} {problem}; {_SQUAD_SHAPE}")
+
+
+def _squad_field(name: str, value, want: str) -> str:
+  return f'has no {name}' if value is None else f'has {name} {value!r:.40}, not {want}'
+
+
+def _squad_answers(path: str, where: str, qa: dict) -> list | None:
+  """A question's answers as [(text, start_char)], None where it has no answers field (a file
+  to predict); a malformed answer is an error naming it."""
+  answers = qa.get('answers')
+  if answers is None:
+    return None
+  if not isinstance(answers, list):
+    raise _squad_error(path, where, _squad_field('answers', answers, 'a list'))
+  out = []
+  for k, answer in enumerate(answers, 1):
+    if not isinstance(answer, dict):
+      raise _squad_error(path, f'{where} answer {k}', f'is {answer!r:.40}, not an object')
+    text, start = answer.get('text'), answer.get('answer_start')
+    if not isinstance(text, str):
+      raise _squad_error(path, f'{where} answer {k}', _squad_field('text', text, 'a string'))
+    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+      raise _squad_error(path, f'{where} answer {k}', _squad_field(
+          'answer_start', start, 'a character offset into the context (an integer >= 0)'))
+    out.append((text, start))
+  return out
+
+
+def _squad_question(path: str, where: str, qa, context: str, ids: set, version_2: bool,
+                    need_label: bool) -> dict:
+  """One question of a SQuAD-format file as an example (squad_file_examples' checks); `ids`
+  (the ids seen so far) gets its id."""
+  if not isinstance(qa, dict):
+    raise _squad_error(path, where, f'is {qa!r:.40}, not an object')
+  qid = qa.get('id')
+  if not isinstance(qid, str) or not qid:
+    raise _squad_error(path, where, _squad_field(
+        'id', None if qid == '' else qid, 'a string (the prediction files are keyed by it)'))
+  where = f"question '{qid}'"
+  if qid in ids:
+    raise _squad_error(path, where, "repeats an earlier question's id; give each its own")
+  ids.add(qid)
+  question, impossible = qa.get('question'), qa.get('is_impossible', False)
+  if not isinstance(question, str):
+    raise _squad_error(path, where, _squad_field('question', question, 'a string'))
+  if not isinstance(impossible, bool):
+    raise _squad_error(path, where, _squad_field('is_impossible', impossible, 'true or false'))
+  answers = _squad_answers(path, where, qa)
+  if not version_2 and (impossible or answers == []):
+    raise UserError(f"file '{path}' {where} is unanswerable "
+                    f"({'is_impossible' if impossible else 'answers: []'}), a SQuAD 2.0 "
+                    'question, which squad_v1 (never predicting no answer) cannot get right; '
+                    'use --config.task=squad_v2 for SQuAD 2.0 files')
+  if need_label and not (answers or impossible):
+    raise UserError(f"file '{path}' {where} has no answers"
+                    f"{' (nor is_impossible: true)' if version_2 else ''}; fine-tuning trains "
+                    'and scores answered questions (a file to predict may leave them out)')
+  return dict(id=qid, question=question, context=context,
+              answers=[] if impossible else answers or [], is_impossible=impossible)
+
+
+def squad_file_examples(path: str, version_2: bool,
+                        need_label: bool = True) -> tuple[list[dict], bool]:
   """(examples, labelled) of a SQuAD-format JSON file (the official train/dev files: data ->
-  paragraphs -> qas). labelled: every question has its answers (or is_impossible)."""
+  paragraphs -> qas). labelled: every question has its answers (or is_impossible); need_label
+  makes one without them an error (fine-tuning's files; predict's may have none). A file of
+  another shape is an error naming the question (by id) or paragraph, not a traceback or a
+  question the tokenizer chokes on later; so is an unanswerable question for a SQuAD 1.1
+  task (version_2 false): trained towards [CLS] and scored against a no-answer it never
+  predicts, it would cap F1 silently."""
   resolved = paths.resolve(path)
   if not paths.is_file(resolved):
     raise UserError(f"file '{path}' not found; pass a SQuAD-format JSON file")
   try:
-    articles = json.loads(paths.read_text(resolved))['data']
-  except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
-    raise UserError(f"file '{path}' is not SQuAD-format JSON ({type(e).__name__}: {e}); pass "
-                    'a file like the official dev-v2.0.json ({"data": [{"paragraphs": '
-                    '[{"context", "qas": [{"id", "question", ...}]}]}]})') from None
-  examples, labelled = [], True
-  for article in articles:
-    for paragraph in article.get('paragraphs', []):
-      for qa in paragraph.get('qas', []):
-        missing = [k for k in ('id', 'question') if k not in qa]
-        if missing or 'context' not in paragraph:
-          raise UserError(f"file '{path}': a question lacks {missing or ['its context']}; each "
-                          'needs id and question, each paragraph a context')
-        impossible = bool(qa.get('is_impossible', False))
-        answers = [(a['text'], int(a['answer_start'])) for a in qa.get('answers', [])]
-        labelled &= bool(answers) or impossible
-        examples.append(dict(id=str(qa['id']), question=qa['question'],
-                             context=paragraph['context'],
-                             answers=[] if impossible else answers, is_impossible=impossible))
+    top = json.loads(paths.read_text(resolved))
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise UserError(f"file '{path}' is not JSON ({type(e).__name__}: {first_line(e)}); "
+                    f'{_SQUAD_SHAPE}') from None
+  articles = top.get('data') if isinstance(top, dict) else None
+  if not isinstance(articles, list):
+    raise UserError(f"file '{path}' is not SQuAD-format JSON (no list at \"data\"); "
+                    f'{_SQUAD_SHAPE}')
+  examples, ids = [], set()
+  for a, article in enumerate(articles, 1):
+    paragraphs = article.get('paragraphs') if isinstance(article, dict) else None
+    if not isinstance(paragraphs, list):
+      raise _squad_error(path, f'article {a}', 'is not an object with a list of paragraphs')
+    for p, paragraph in enumerate(paragraphs, 1):
+      where = f'article {a} paragraph {p}'
+      if not isinstance(paragraph, dict):
+        raise _squad_error(path, where, f'is {paragraph!r:.40}, not an object')
+      context, qas = paragraph.get('context'), paragraph.get('qas')
+      if not isinstance(context, str):
+        raise _squad_error(path, where, _squad_field('context', context, 'a string'))
+      if not isinstance(qas, list):
+        raise _squad_error(path, where, _squad_field('qas', qas, 'a list of questions'))
+      for q, qa in enumerate(qas, 1):
+        examples.append(_squad_question(path, f'{where} question {q}', qa, context, ids,
+                                        version_2, need_label))
   if not examples:
     raise UserError(f"file '{path}' holds no questions")
-  return examples, labelled
+  return examples, all(e['answers'] or e['is_impossible'] for e in examples)
 
 
 def answers_in_place(examples: list[dict], path: str) -> list[dict]:
@@ -466,23 +558,38 @@ class FileColumns:
   task_text: tuple = ()
   # Where `label` (the default label_column) is absent: the GLUE TSVs' (MNLI's gold_label).
   task_label: str | None = None
+  # The text columns the file must be read by, each a choice (Task.trained_text_choices): a
+  # file read after training; () for the training file itself.
+  trained: tuple = ()
 
 
-def file_columns(c, task: Task | None = None) -> FileColumns:
+def file_columns(c, task: Task | None = None, trained: bool = False) -> FileColumns:
   """The columns a fine-tuning config names (config.text_columns, config.label_column), and a
-  GLUE task's own column names to try first when it names none."""
+  GLUE task's own column names to try first when it names none. trained: for a file read
+  after training (eval, predict), which must hold the text columns training read."""
   names = tuple(n.strip() for n in (c.get('text_columns') or '').split(',') if n.strip())
-  task_text, task_label = (), None
-  if task is not None and task.kind in (CLASSIFICATION, REGRESSION) and task.text_keys:
-    task_text = task.file_text_choices
-    task_label = task.glue_tsv_label if c.get('label_column', 'label') in ('', 'label') else None
-  return FileColumns(names, c.get('label_column') or 'label', task_text, task_label)
+  task_text, task_label, text_choices = (), None, ()
+  if task is not None and task.kind in (CLASSIFICATION, REGRESSION):
+    text_choices = task.trained_text_choices if trained else ()
+    if task.text_keys:
+      task_text = task.file_text_choices
+      task_label = task.glue_tsv_label if c.get('label_column', 'label') in ('', 'label') else None
+  return FileColumns(names, c.get('label_column') or 'label', task_text, task_label,
+                     text_choices)
+
+
+def with_file_text(task: Task, rows: list[dict], path: str, columns: FileColumns) -> Task:
+  """`task` keeping the text columns its training file `rows` was read by (Task.file_text),
+  unless they are one of the task's own."""
+  text_a, text_b, _ = _columns(rows, path, columns=columns)
+  found = (text_a, text_b) if text_b else (text_a,)
+  return task if found in task.file_text_choices else dataclasses.replace(task, file_text=found)
 
 
 def _columns(rows, path, need_label: bool = True,
              columns: FileColumns = FileColumns()) -> tuple[str, str | None, str]:
   """The columns of text_a, text_b (None: no pair) and the label; a UserError naming what
-  the file lacks."""
+  the file lacks, or text columns other than columns.trained allows."""
   present = set().union(*rows)  # JSON Lines records need not all hold every field.
   named = columns.text or next((t for t in columns.task_text if set(t) <= present), ())
   if named:
@@ -494,6 +601,13 @@ def _columns(rows, path, need_label: bool = True,
     own = (f" (or the task's {' or '.join(', '.join(t) for t in columns.task_text)})"
            if columns.task_text else '')
     missing = [] if text_a else [f'text (or text_a){own}']
+  found = tuple(name for name in (text_a, text_b) if name)
+  if columns.trained and found not in columns.trained:
+    raise UserError(f"file '{path}' has text column(s) {', '.join(found) or 'none'} (its "
+                    f'columns: {sorted(present)}) where the run trained on '
+                    f"{' or '.join(', '.join(t) for t in columns.trained)}; give it the "
+                    "training file's text columns (a pair model reads pairs, a one-text model "
+                    'one text)')
   label = columns.label
   if label not in present and columns.task_label in present:
     label = columns.task_label
@@ -630,23 +744,28 @@ def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0
 
 # --- Tagging files (task=tagging) -------------------------------------------------------------
 
+# A tagging file's sentence: its words, their tags (None: a file to predict without them) and
+# its number in the file from 0 (the example's index: predictions name the input's sentence).
+Sentence = tuple[list[str], list[str] | None, int]
+
 # Tags of labelled spans: O, or a B/I/E/S (IOB1, IOB2, BIOES; L/U for E/S) prefix and a type.
 _SPAN_TAG = re.compile(r'^(O|[BIESLU]-.+)$')
 
 
 def read_conll(path: str, need_label: bool = True,
-               skip_bad_rows: bool | None = None) -> list[tuple[list[str], list[str] | None]]:
+               skip_bad_rows: bool | None = None) -> list[Sentence]:
   """Sentences of a CoNLL-format file: one word per line, its tag in the last whitespace-
   separated column (CoNLL-2003's `word POS chunk NER` reads as word and NER), a blank line
   between sentences, -DOCSTART- lines skipped. Lines of one column are words without tags
-  (a file to predict); a file mixes none of both: `skip_bad_rows` drops (and counts) the
-  sentences of lines unlike the first, else the first is an error (None: skipping not offered,
-  predict). Returns [(words, tags or None)]."""
+  (a file to predict). Every line has the first's column count (a word holding a space,
+  `New York`, would otherwise read as `New` and lose the rest): `skip_bad_rows` drops (and
+  counts) the sentences of other lines, else the first is an error (None: skipping not
+  offered, predict)."""
   resolved = paths.resolve(path)
   if not paths.is_file(resolved):
     raise UserError(f"file '{path}' not found; pass a CoNLL-format file (one word and its tag "
                     'per line, a blank line between sentences)')
-  sentences, words, tags, tagged, bad, skipped = [], [], [], None, False, 0
+  sentences, words, tags, width, bad, skipped, number = [], [], [], None, False, 0, 0
   text = ''.join(sources.read_lines(resolved, flags=None))  # UTF-8, or an error naming the file
   for n, line in enumerate(text.splitlines() + [''], 1):
     columns = line.split()
@@ -654,17 +773,18 @@ def read_conll(path: str, need_label: bool = True,
       continue
     if not columns:
       if words and not bad:
-        sentences.append((words, tags if tagged else None))
+        sentences.append((words, tags if width > 1 else None, number))
       skipped += bad
+      number += bool(words)
       words, tags, bad = [], [], False
       continue
-    if tagged is None:
-      tagged = len(columns) > 1
-    if tagged != (len(columns) > 1):
+    width = width or len(columns)
+    if len(columns) != width:
       if not skip_bad_rows:
-        raise UserError(f"file '{path}' line {n} has {len(columns)} column(s) where earlier "
-                        f"lines have {'more' if tagged else 'one'}; write every word with its "
-                        f'tag (or none at all: a file to predict){_skip_hint(skip_bad_rows)}')
+        raise UserError(f"file '{path}' line {n} has {len(columns)} column(s) where the file's "
+                        f'first word has {width}; give every line the same columns (a word '
+                        'without spaces and its tag; a file to predict: words alone)'
+                        f'{_skip_hint(skip_bad_rows)}')
       bad = True
     words.append(columns[0])
     tags.append(columns[-1])
@@ -672,7 +792,7 @@ def read_conll(path: str, need_label: bool = True,
   if not sentences:
     raise UserError(f"file '{path}' holds no sentences; write one word (and its tag) per line, "
                     'a blank line between sentences')
-  if need_label and not tagged:
+  if need_label and width == 1:
     raise UserError(f"file '{path}' has no tags (one column); training and evaluation need "
                     'a tag after each word')
   return sentences
@@ -683,7 +803,7 @@ def tagging_task(sentences: list, path: str = 'the training file',
   """The tagging task of a training file's tags (sorted; its sentences in `encoding`). BIOES
   learns every prefix of the file's types, as encoded_task does, so a one-word chunk of a type
   the training file spans only over several words still has its S- tag."""
-  names = tuple(sorted({t for _, tags in sentences for t in tags}))
+  names = tuple(sorted({t for _, tags, _ in sentences for t in tags}))
   if len(names) < 2:
     raise UserError(f"file '{path}' uses a single tag {names}; a tagger needs at least two")
   return encoded_task(named_tagging_task(names), encoding)
@@ -718,20 +838,23 @@ def _check_span_tags(tags, where: str):
 
 
 def encode_tags(sentences: list, encoding: str, where: str) -> list:
-  """Sentences [(words, tags or None)] with their tags in `encoding` ('file': as they are)."""
+  """Sentences [(words, tags or None, index)] with their tags in `encoding` ('file': as they
+  are)."""
   if encoding == 'file':
     return sentences
-  _check_span_tags({t for _, tags in sentences for t in tags or ()}, where)
-  return [(words, None if tags is None else to_bioes(tags)) for words, tags in sentences]
+  _check_span_tags({t for _, tags, _ in sentences for t in tags or ()}, where)
+  return [(words, None if tags is None else to_bioes(tags), i) for words, tags, i in sentences]
 
 
 def read_tagged_records(path: str, records: list[dict], columns: FileColumns,
                         need_label: bool = True, skip_bad_rows: bool | None = None
-                        ) -> list[tuple[list[str], list[str] | None]]:
+                        ) -> list[Sentence]:
   """Sentences of a JSON Lines, Parquet or Arrow file, a record each: its words (column
   text_columns, default tokens, as the Hub's and TFDS's conll2003) and tags (label_column, e.g.
   ner_tags: names, or ids of a `datasets` ClassLabel list); `skip_bad_rows` as read_conll's,
-  for records without a list of words or of one tag per word. Returns [(words, tags or None)]."""
+  for records without a list of words or of one tag per word. A record of no words has nothing
+  to tag: it is skipped with a warning. A sentence's number is its record's, so predictions
+  name their records whatever was skipped."""
   present = set().union(*records)
   words_column = columns.text[0] if columns.text else 'tokens'
   missing = [name for name, needed in ((words_column, True), (columns.label, need_label))
@@ -741,7 +864,7 @@ def read_tagged_records(path: str, records: list[dict], columns: FileColumns,
                     'name the words and tags columns when fine-tuning: --config.text_columns, '
                     '--config.label_column (e.g. tokens, ner_tags)')
   tagged = columns.label in present
-  sentences, skipped = [], 0
+  sentences, skipped, empty = [], 0, 0
   for n, record in enumerate(records, 1):
     words, tags = record.get(words_column), record.get(columns.label) if tagged else None
     problem = None
@@ -754,9 +877,13 @@ def read_tagged_records(path: str, records: list[dict], columns: FileColumns,
     if problem and not skip_bad_rows:
       raise UserError(f"file '{path}' record {n}: {problem}{_skip_hint(skip_bad_rows)}")
     skipped += bool(problem)
+    empty += not problem and not words
     if words and not problem:
-      sentences.append((words, tags))
+      sentences.append((words, tags, n - 1))
   _note_skipped(path, skipped, 'without a list of words and of one tag per word')
+  if empty:
+    logging.warning("skipped %d record(s) of '%s' without words (an empty %r list): nothing to "
+                    'tag', empty, path, words_column)
   if not sentences:
     raise UserError(f"file '{path}' holds no sentences")
   return sentences
@@ -791,14 +918,15 @@ def is_span_tagging(task: Task) -> bool:
 
 def tagging_examples(task: Task, sentences: list, path: str,
                      max_examples: int = 0) -> list[dict]:
-  """Sentences -> examples with tag ids of `task` (label None for an untagged file)."""
-  index = {name: i for i, name in enumerate(task.label_names)}
+  """Sentences -> examples with tag ids of `task` (label None for an untagged file), each
+  keeping its sentence's own index."""
+  ids = {name: i for i, name in enumerate(task.label_names)}
   examples = []
-  for n, (words, tags) in enumerate(sentences[:_limit(max_examples, len(sentences))]):
-    unknown = sorted({t for t in tags or () if t not in index})
+  for words, tags, index in sentences[:_limit(max_examples, len(sentences))]:
+    unknown = sorted({t for t in tags or () if t not in ids})
     if unknown:
-      raise UserError(f"file '{path}' sentence {n + 1} uses tag(s) {unknown} the training file "
-                      f'never uses (its tags: {list(task.label_names)})')
+      raise UserError(f"file '{path}' sentence {index + 1} uses tag(s) {unknown} the training "
+                      f'file never uses (its tags: {list(task.label_names)})')
     examples.append(dict(words=list(words), label=None if tags is None else
-                         [index[t] for t in tags], index=n))
+                         [ids[t] for t in tags], index=index))
   return examples
