@@ -282,6 +282,10 @@ def test_eval_files_are_read_by_the_text_columns_the_training_file_was_read_by(t
   with pytest.raises(UserError, match=r"single.tsv' has text column\(s\) text .*where the run "
                                       r'trained on premise, hypothesis or sentence1, sentence2;'):
     read(hub, single, 'mnli')
+  # The generic names (text, text_a/text_b) do, holding as many texts as training read.
+  generic = write('generic.tsv', ('text_a', 'text_b', 'label'), ('a', 'b', 'neutral'))
+  task, _, ((_, evals),) = read(hub, generic, 'mnli')
+  assert (evals[0]['text_a'], evals[0]['text_b']) == ('a', 'b')
 
 
 def test_glue_data_tsvs_read_as_the_official_code_reads_them(tmp_path, tokenizer):
@@ -1539,6 +1543,9 @@ def test_squad_v1_refuses_squad_v2_files_whose_unanswerable_questions_it_cannot_
   with pytest.raises(UserError, match=r"question 'u' is unanswerable \(answers: \[\]\), a SQuAD"):
     v1_of(empty, v1)
   assert [e['id'] for e in v1_of(v1, v1)[2][0][1]] == ['q1']
+  # SQuAD 2.0 as the Hub writes it (answers: [], no is_impossible) is unanswerable to squad_v2.
+  hub = loop.read_examples(c('squad_v2', empty, empty), tasks.get_task('squad_v2'))[1]
+  assert [(e['id'], e['is_impossible']) for e in hub] == [('q1', False), ('u', True)]
   assert [e['id'] for e in loop.read_examples(c('squad_v2', v2, v2),
                                               tasks.get_task('squad_v2'))[1]] == ['q1', 'u']
   # A training file's question without answers is no unanswerable one (nor is_impossible).

@@ -321,6 +321,8 @@ def _squad_question(path: str, where: str, qa, context: str, ids: set, version_2
   if not isinstance(impossible, bool):
     raise _squad_error(path, where, _squad_field('is_impossible', impossible, 'true or false'))
   answers = _squad_answers(path, where, qa)
+  # SQuAD 2.0 as the Hugging Face Hub's squad_v2 writes it: no is_impossible, answers: [].
+  impossible = impossible or (version_2 and answers == [])
   if not version_2 and (impossible or answers == []):
     raise UserError(f"file '{path}' {where} is unanswerable "
                     f"({'is_impossible' if impossible else 'answers: []'}), a SQuAD 2.0 "
@@ -602,7 +604,10 @@ def _columns(rows, path, need_label: bool = True,
            if columns.task_text else '')
     missing = [] if text_a else [f'text (or text_a){own}']
   found = tuple(name for name in (text_a, text_b) if name)
-  if columns.trained and found not in columns.trained:
+  # The generic names are fine as long as they hold as many texts as training read.
+  generic = found in (('text',), ('text_a',), ('text_a', 'text_b')) and any(
+      len(t) == len(found) for t in columns.trained)
+  if columns.trained and found not in columns.trained and not generic:
     raise UserError(f"file '{path}' has text column(s) {', '.join(found) or 'none'} (its "
                     f'columns: {sorted(present)}) where the run trained on '
                     f"{' or '.join(', '.join(t) for t in columns.trained)}; give it the "
