@@ -161,8 +161,8 @@ def get_config():
   c.objective = 'electra'
   # Weights shared by generator and discriminator: 'embeddings' (token/position/type tables),
   # 'none' (each has its own), 'all' (also every encoder weight; needs generator_hidden_size 1)
-  # or 'gdes' (DeBERTa-v3: D's token table is stop_gradient(G's) + its own zero-initialised
-  # delta, so RTD never moves G's table; electra / electra_15 only).
+  # or 'gdes' (DeBERTa-v3: each embedding array D reads is stop_gradient(G's) + its own
+  # zero-initialised delta, so RTD never moves G's embeddings; electra / electra_15 only).
   c.tie = 'embeddings'
   # objective='two_stage': steps training the generator alone before the discriminator is
   # initialised from it (then trained with the generator frozen for the remaining steps).

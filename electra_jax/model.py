@@ -13,8 +13,9 @@ and/or 'mlm_head' (a masked LM over the tied embeddings, with its own 'output_bi
 'generator' is absent for 'mlm' (and with config.uniform_generator);
 with tie='none' the generator has its own 'generator_embeddings'; with tie='all' it has no
 encoder and runs the discriminator's; with tie='gdes' (DeBERTa-v3's gradient-disentangled
-embedding sharing) the discriminator's token table is stop_gradient(the shared table) plus its
-own zero-initialised 'embeddings_delta', so its loss never moves the generator's table.
+embedding sharing) every embedding array the discriminator reads (token, position and
+token-type tables, LayerNorm) is stop_gradient(the shared one) plus its own zero-initialised
+delta in 'discriminator_embeddings', so its loss never moves the generator's embeddings.
 """
 import dataclasses
 import functools
@@ -23,6 +24,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
+from flax.core import unfreeze
 
 from electra_jax import config as config_lib
 from electra_jax import objectives
@@ -162,13 +164,9 @@ class Embeddings(nn.Module):
         'token_type_embeddings', init, (cfg.type_vocab_size, cfg.embedding_size), jnp.float32)
     self.layer_norm = _layer_norm('LayerNorm')
 
-  def __call__(self, input_ids, segment_ids, word_delta=None):
-    """word_delta (tie='gdes'): look tokens up in stop_gradient(table) + word_delta."""
+  def __call__(self, input_ids, segment_ids):
     seq_len = input_ids.shape[-1]
-    table = self.word_embeddings
-    if word_delta is not None:
-      table = jax.lax.stop_gradient(table) + word_delta
-    x = (jnp.take(table, input_ids, axis=0)
+    x = (jnp.take(self.word_embeddings, input_ids, axis=0)
          + self.position_embeddings[None, :seq_len]
          + jnp.take(self.token_type_embeddings, segment_ids, axis=0))
     return self.layer_norm(x)
@@ -555,13 +553,19 @@ class Electra(nn.Module):
       if cfg.tie == 'none':
         self.generator_embeddings = Embeddings(cfg)
     if cfg.tie == 'gdes':
-      self.embeddings_delta = self.param('embeddings_delta', nn.initializers.zeros,
-                                         (cfg.vocab_size, cfg.embedding_size), jnp.float32)
+      self.discriminator_embeddings = self.param('discriminator_embeddings',
+                                                 _zero_embeddings(cfg))
     self.discriminator = Discriminator(cfg)
 
   def _discriminator_embedded(self, input_ids, segment_ids):
-    delta = self.embeddings_delta if self.cfg.tie == 'gdes' else None
-    return self.embeddings(input_ids, segment_ids, delta)
+    if self.cfg.tie != 'gdes':
+      return self.embeddings(input_ids, segment_ids)
+    if self.is_initializing():
+      self.embeddings(input_ids, segment_ids)  # Creates every shared array (LayerNorm's too).
+    merged = jax.tree.map(lambda shared, delta: jax.lax.stop_gradient(shared) + delta,
+                          unfreeze(self.embeddings.variables['params']),
+                          unfreeze(self.discriminator_embeddings))
+    return Embeddings(self.cfg, parent=None).apply({'params': merged}, input_ids, segment_ids)
 
   def __call__(self, input_ids, segment_ids, input_mask, masked_positions, deterministic=True):
     """Runs every part on the same ids; used to initialise every parameter.
@@ -621,14 +625,26 @@ class Electra(nn.Module):
     return self.discriminator.hidden_states(embedded, input_mask.astype(bool), deterministic)
 
 
+def _zero_embeddings(cfg: ModelConfig):
+  """Init of tie='gdes' deltas: zeros shaped like every Embeddings array."""
+  def init(rng):
+    del rng
+    ids = jnp.zeros((1, 1), jnp.int32)
+    shapes = jax.eval_shape(lambda: Embeddings(cfg, parent=None).init(
+        jax.random.key(0), ids, ids)['params'])
+    return jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+  return init
+
+
 def discriminator_view(params):
-  """The params with the discriminator's own token table as 'embeddings' (what export and
-  fine-tuning read): under tie='gdes' the shared table plus 'embeddings_delta', merged."""
-  if 'embeddings_delta' not in params:
+  """The params with the discriminator's own embeddings as 'embeddings' (what export and
+  fine-tuning read): under tie='gdes' the shared ones plus 'discriminator_embeddings',
+  merged."""
+  if 'discriminator_embeddings' not in params:
     return params
-  merged = {k: v for k, v in params.items() if k != 'embeddings_delta'}
-  merged['embeddings'] = dict(params['embeddings'], word_embeddings=(
-      params['embeddings']['word_embeddings'] + params['embeddings_delta']))
+  merged = {k: v for k, v in params.items() if k != 'discriminator_embeddings'}
+  merged['embeddings'] = jax.tree.map(lambda shared, delta: shared + delta,
+                                      params['embeddings'], params['discriminator_embeddings'])
   return merged
 
 

@@ -1,5 +1,5 @@
 """tie='gdes', DeBERTa-v3's gradient-disentangled embedding sharing: the discriminator reads
-stop_gradient(the generator's token table) + its own zero-initialised delta."""
+stop_gradient(each of the generator's embedding arrays) + its own zero-initialised delta."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,36 +25,54 @@ def term_grads(obj, params, batch):
   return jax.tree.map(lambda g: g[0], jac), jax.tree.map(lambda g: g[1], jac), loss
 
 
-def test_rtd_loss_sends_exactly_no_gradient_into_the_generators_table():
+NAMES = ('word_embeddings', 'position_embeddings', 'token_type_embeddings', 'LayerNorm')
+
+
+def test_rtd_loss_sends_exactly_no_gradient_into_the_generators_embeddings():
+  """Not the token table alone: positions, token types and the LayerNorm are shared too, and
+  the RTD loss (x50) pulled on them."""
   c, _, params, obj = build(tie='gdes')
-  assert np.all(np.asarray(params['embeddings_delta']) == 0)
-  assert params['embeddings_delta'].shape == params['embeddings']['word_embeddings'].shape
+  deltas = params['discriminator_embeddings']
+  assert jax.tree.structure(deltas) == jax.tree.structure(params['embeddings'])
+  assert all(np.all(np.asarray(d) == 0) for d in jax.tree.leaves(deltas))
   batch = toy_batch(c)
   mlm, rtd, loss_gdes = term_grads(obj, params, batch)
-  assert np.all(np.asarray(rtd['embeddings']['word_embeddings']) == 0)
-  assert np.any(np.asarray(rtd['embeddings_delta']) != 0)
-  assert np.all(np.asarray(mlm['embeddings_delta']) == 0)
-  assert np.any(np.asarray(mlm['embeddings']['word_embeddings']) != 0)
-  # With tie='embeddings' the same RTD loss does reach the shared table; and at initialisation
-  # (delta 0) gdes computes the same loss.
+  for name in NAMES:
+    assert all(np.all(np.asarray(g) == 0) for g in jax.tree.leaves(rtd['embeddings'][name]))
+    assert any(np.any(np.asarray(g) != 0)
+               for g in jax.tree.leaves(rtd['discriminator_embeddings'][name])), name
+    assert all(np.all(np.asarray(g) == 0)
+               for g in jax.tree.leaves(mlm['discriminator_embeddings'][name]))
+    assert any(np.any(np.asarray(g) != 0) for g in jax.tree.leaves(mlm['embeddings'][name]))
+  # With tie='embeddings' the same RTD loss does reach the shared arrays; and at
+  # initialisation (deltas 0) gdes computes the same loss.
   _, _, shared, shared_obj = build()
   _, shared_rtd, loss_shared = term_grads(shared_obj, shared, batch)
-  assert np.any(np.asarray(shared_rtd['embeddings']['word_embeddings']) != 0)
+  for name in NAMES:
+    assert any(np.any(np.asarray(g) != 0) for g in jax.tree.leaves(shared_rtd['embeddings'][name]))
   assert float(loss_gdes) == pytest.approx(float(loss_shared), rel=1e-6)
 
 
-def test_export_and_finetuning_read_the_merged_table(tmp_path):
+def test_export_and_finetuning_read_the_merged_embeddings(tmp_path):
   c, model, params, _ = build(tie='gdes')
-  delta = jax.random.normal(jax.random.key(5), params['embeddings_delta'].shape) * 0.1
-  params = dict(params, embeddings_delta=delta)
+  keys = iter(jax.random.split(jax.random.key(5), 8))
+  deltas = jax.tree.map(lambda d: jax.random.normal(next(keys), d.shape) * 0.1,
+                        params['discriminator_embeddings'])
+  params = dict(params, discriminator_embeddings=deltas)
   batch = toy_batch(c)
   ours = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
                      batch['input_mask'], method=model_lib.Electra.discriminator_logits)
   merged = model_lib.discriminator_view(params)
-  table = np.asarray(params['embeddings']['word_embeddings'] + delta)
+  table = np.asarray(params['embeddings']['word_embeddings'] + deltas['word_embeddings'])
   np.testing.assert_allclose(merged['embeddings']['word_embeddings'], table)
+  np.testing.assert_allclose(merged['embeddings']['LayerNorm']['scale'],
+                             params['embeddings']['LayerNorm']['scale']
+                             + deltas['LayerNorm']['scale'])
   state = hf_weights.params_to_hf(params, c, 'discriminator')
   np.testing.assert_allclose(state['electra.embeddings.word_embeddings.weight'], table)
+  np.testing.assert_allclose(state['electra.embeddings.position_embeddings.weight'],
+                             params['embeddings']['position_embeddings']
+                             + deltas['position_embeddings'])
   gen_state = hf_weights.params_to_hf(params, c, 'generator')  # G keeps its own table
   np.testing.assert_allclose(gen_state['electra.embeddings.word_embeddings.weight'],
                              params['embeddings']['word_embeddings'])
@@ -70,7 +88,7 @@ def test_export_and_finetuning_read_the_merged_table(tmp_path):
                 ).logits.numpy()
   real = np.asarray(batch['input_mask']) > 0
   np.testing.assert_allclose(theirs[real], np.asarray(ours)[real], atol=2e-4)
-  # Fine-tuning keeps one (merged) table and no delta.
+  # Fine-tuning keeps one (merged) set of embeddings and no delta.
   kept = pretrained._keep_discriminator(params)  # pylint: disable=protected-access
   np.testing.assert_allclose(kept['embeddings']['word_embeddings'], table)
 

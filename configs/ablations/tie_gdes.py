@@ -1,7 +1,7 @@
 """Ablation: DeBERTa-v3's gradient-disentangled embedding sharing (tie='gdes') instead of the
-paper's shared token embeddings: D reads stop_gradient(G's table) + its own delta, so the RTD
-loss cannot pull G's embeddings (He et al. 2021, DeBERTaV3). Same FLOPs as configs/ablations/
-electra.py (the delta adds one table lookup).
+paper's shared embeddings: each embedding array D reads is stop_gradient(G's) + its own delta,
+so the RTD loss cannot pull G's embeddings (He et al. 2021, DeBERTaV3). Same FLOPs as
+configs/ablations/electra.py (the deltas add one embedding lookup).
 """
 from configs import small
 

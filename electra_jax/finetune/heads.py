@@ -202,7 +202,7 @@ class FinetuneModel(nn.Module):
   head: nn.Module
 
   def setup(self):
-    # One token table: tie='gdes' pretraining's shared table + delta arrives merged
+    # One set of embeddings: tie='gdes' pretraining's shared ones + deltas arrive merged
     # (model.discriminator_view).
     self.electra = model_lib.Electra(dataclasses.replace(self.cfg, tie='embeddings'))
 
