@@ -6,10 +6,15 @@ JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID), under an MPI laun
 mpiexec of Open MPI, MPICH, Intel MPI or MVAPICH2: a coordinator address is enough, the launcher
 numbers the ranks), or detected on an srun step of several tasks, under Open MPI 4's mpirun or
 on a Cloud TPU VM (where JAX reads the slice's workers from the metadata server). Otherwise it
-does nothing and the run is single-process.
+does nothing and the run is single-process. A process of several that stops on an error stops
+the others too (report_failure).
 """
+import atexit
 import dataclasses
 import os
+import sys
+import threading
+import time
 
 import jax
 from absl import flags
@@ -199,7 +204,91 @@ def initialize(coordinator_address=None, num_processes=None, process_id=None) ->
   mode, arguments = join_plan(coordinator_address, num_processes, process_id)
   if arguments is not None:
     jax.distributed.initialize(**arguments)
+    _watch_for_a_failed_process()
   return mode
+
+
+# Each process waits in a thread for its key in the coordinator's key-value store: a process
+# that stops on an error writes its message under every other's key, and each stops at once; a
+# process that ends normally writes '' under its own, which ends its wait.
+STOP_KEY = 'electra_jax/stop/{}'
+_watch = None  # (thread, client, this process's key) while the thread waits.
+
+
+def _joined():
+  """jax.distributed's state: its client, process_id and num_processes (private, as Orbax reads
+  it: jax.process_index() would start the backend, which waits for every process)."""
+  from jax._src import distributed as jax_distributed  # pylint: disable=import-outside-toplevel
+  return jax_distributed.global_state
+
+
+def _watch_for_a_failed_process():
+  """Stops this process as soon as another reports that it failed (report_failure). Without
+  this a peer's exit leaves the others in a collective or a barrier until JAX's heartbeat
+  timeout (100 s) aborts them with a C++ stack dump."""
+  global _watch  # pylint: disable=global-statement
+  state = _joined()
+  client, index = state.client, state.process_id
+  key = STOP_KEY.format(index)
+
+  def watch():
+    while True:
+      try:
+        message = client.blocking_key_value_get(key, 3_600_000)
+        break
+      except Exception as e:  # pylint: disable=broad-except
+        if 'DEADLINE_EXCEEDED' not in str(e):
+          return  # jax.distributed shut down, or the coordinator is gone (JAX reports that).
+    if message:
+      print(f'error: {message}; this process stops too', file=sys.stderr, flush=True)
+      _let_the_others_leave_first(index)
+      os._exit(1)  # pylint: disable=protected-access
+
+  thread = threading.Thread(target=watch, name='failed-process-watch', daemon=True)
+  thread.start()
+  _watch = (thread, client, key)
+  atexit.register(stop_watching)  # Runs before JAX's own shutdown, registered earlier.
+
+
+def stop_watching():
+  """Ends the watch thread, before jax.distributed shuts down: a thread still waiting in its
+  client when the interpreter exits aborts the process ('FATAL: exception not rethrown')."""
+  global _watch  # pylint: disable=global-statement
+  if _watch is None:
+    return
+  thread, client, key = _watch
+  _watch = None
+  try:
+    client.key_value_set(key, '')
+  except Exception:  # pylint: disable=broad-except  # A peer's failure woke it already.
+    pass
+  thread.join(timeout=10)
+
+
+def report_failure(message: str):
+  """Tells the other processes of a multi-process run that this one stops on an error (their
+  watch thread ends them with `message`): called just before this process exits."""
+  state = _joined()
+  if state.client is None:  # Failed while leaving the run: nobody waits for it any more.
+    return
+  message = f'process {state.process_id} of {state.num_processes} failed: {message}'
+  # Process 0 last: it holds the key-value store, and the others, this one too, abort with a
+  # C++ stack dump if it ends before them (_let_the_others_leave_first).
+  for other in [*range(1, state.num_processes), 0]:
+    if other != state.process_id:
+      try:
+        state.client.key_value_set(STOP_KEY.format(other), message)
+      except Exception:  # pylint: disable=broad-except  # Told by another failed process.
+        pass
+  _let_the_others_leave_first(state.process_id)
+
+
+def _let_the_others_leave_first(process_id: int):
+  """Before a failed run's process exits: process 0 holds the coordination service, whose end
+  aborts every process still running (JAX's error polling), so it waits a second for the
+  others to read their message and exit first."""
+  if process_id == 0:
+    time.sleep(1)
 
 
 def initialize_from(flag_values) -> str:

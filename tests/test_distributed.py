@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import portpicker
 import pytest
@@ -210,3 +211,69 @@ def test_a_finished_command_leaves_the_distributed_run_before_interpreter_exit()
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert 'joined: True' in proc.stdout
   assert 'joined at exit: False' in proc.stdout, proc.stdout
+
+
+_FAILING_PROCESS = '''
+import sys, time
+from jax.experimental import multihost_utils
+from electra_jax import cli, distributed
+from electra_jax.errors import UserError
+
+def main(argv):
+  distributed.initialize()
+  import jax
+  if jax.process_index() == {failing}:
+    time.sleep(1)  # The other is waiting in the collective by now.
+    raise {error}('boom on {failing}')
+  print('waiting', time.time(), flush=True)
+  multihost_utils.sync_global_devices('never reached by the failing process')
+  print('synced', flush=True)
+
+cli.run(main)
+'''
+
+
+@pytest.mark.parametrize('failing,error', [(1, 'UserError'), (0, 'RuntimeError')])
+def test_a_process_that_fails_stops_the_others_at_once(failing, error):
+  """A process that stops on an error (its one line, or a traceback for a bug) tells the
+  others, which stop at once with its message: without that they waited in the collective,
+  then in JAX's exit-time shutdown barrier, until the heartbeat timeout aborted them (100 s and
+  a C++ stack dump), or both waited in that barrier for each other."""
+  port = portpicker.pick_unused_port()
+  script = _FAILING_PROCESS.format(failing=failing, error=error)
+  procs = [subprocess.Popen(
+      [sys.executable, '-c', script], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True, env=as_rank(dict(
+          JAX_COORDINATOR_ADDRESS=f'localhost:{port}', JAX_NUM_PROCESSES='2',
+          JAX_PROCESS_ID=str(i)))) for i in range(2)]
+  outputs = [p.communicate(timeout=200) for p in procs]
+  ended = time.time()
+  (failed_out, failed_err), (other_out, other_err) = outputs[failing], outputs[1 - failing]
+  assert procs[failing].returncode == (2 if error == 'UserError' else 1), failed_err[-3000:]
+  if error == 'UserError':
+    assert failed_err.strip().splitlines()[-1] == 'error: boom on 1', failed_err[-3000:]
+  else:
+    assert 'Traceback' in failed_err and 'RuntimeError: boom on 0' in failed_err
+  assert procs[1 - failing].returncode == 1, other_err[-3000:]
+  assert (f'error: process {failing} of 2 failed: {"" if error == "UserError" else error + ": "}'
+          f'boom on {failing}; this process stops too') in other_err, other_err[-3000:]
+  assert 'Check failure' not in other_err + failed_err
+  waited = ended - float(other_out.split()[1])
+  assert waited < 20, f'the other process waited {waited:.0f} s'
+
+
+def test_the_watch_for_failed_processes_ends_before_jax_leaves_the_run():
+  """A watch thread still waiting in JAX's client when JAX's exit hook shut the client down
+  aborted the process at random ('FATAL: exception not rethrown', exit 134): it ends first, in
+  scripts that join without cli.run too (its exit hook runs before JAX's)."""
+  watching = "any(t.name == 'failed-process-watch' for t in threading.enumerate())"
+  script = (
+      'import atexit, threading, jax\n'
+      'from electra_jax import distributed\n'
+      f"atexit.register(lambda: print('watching at exit:', {watching}, flush=True))\n"
+      f"distributed.initialize('localhost:{portpicker.pick_unused_port()}', 1, 0)\n"
+      f"print('watching:', {watching}, flush=True)\n")
+  proc = subprocess.run([sys.executable, '-c', script], cwd=REPO_ROOT, env=as_rank({}),
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.splitlines() == ['watching: True', 'watching at exit: False']
