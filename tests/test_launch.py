@@ -186,3 +186,91 @@ def test_multinode_prints_env_for_jax_distributed():
     assert piece in out
   missing = sh('launch/multinode.sh', '--print', '--workdir=/x', check=False)
   assert missing.returncode == 2 and '--coordinator' in missing.stderr
+
+
+# Stands in for gcloud: logs each call; `tpu-vm scp` copies into one fake worker's home and
+# `tpu-vm ssh --command=...` runs the command there with bash, as a worker's shell would, on a
+# PATH of the fakes and the system's tools only (no pip or Python that could install anything).
+_FAKE_GCLOUD = """#!{python}
+import os, shutil, subprocess, sys
+args = sys.argv[1:]
+with open(os.environ['FAKE_GCLOUD_LOG'], 'a') as log:
+  log.write(' '.join(args) + '\\n')
+home = os.environ['FAKE_WORKER_HOME']
+if args[2:4] == ['tpu-vm', 'scp']:
+  shutil.copy(args[4], os.path.join(home, args[5].split(':', 1)[1]))
+elif args[2:4] == ['tpu-vm', 'ssh']:
+  command = next(a.split('=', 1)[1] for a in args if a.startswith('--command='))
+  path = os.path.dirname(os.path.abspath(__file__)) + ':/usr/bin:/bin'
+  sys.exit(subprocess.run(['bash', '-c', command], cwd=home,
+                          env=dict(os.environ, HOME=home, PATH=path)).returncode)
+"""
+# The worker's Python 3.10 (python3, pip, pip3): logs its calls; `-m uv venv ... DIR` makes
+# DIR/bin/python, which logs its calls and working directory.
+_FAKE_WORKER_PYTHON = """#!/usr/bin/env bash
+echo "$(basename "$0") $*" >> "$FAKE_WORKER_HOME/calls.log"
+if [[ "$1 $2 $3" == "-m uv venv" ]]; then
+  venv="${!#}"
+  mkdir -p "$venv/bin"
+  printf '#!/usr/bin/env bash\\necho "venv python $* (in $PWD)" >> "$FAKE_WORKER_HOME/calls.log"\\n' \\
+    > "$venv/bin/python"
+  chmod +x "$venv/bin/python"
+fi
+"""
+
+
+def fake_tpu_vm(tmp_path):
+  """(environment with a fake gcloud and worker python3 first on PATH, the worker's home)."""
+  bin_dir, home = tmp_path / 'bin', tmp_path / 'worker'
+  bin_dir.mkdir()
+  home.mkdir()
+  for name, text in (('gcloud', _FAKE_GCLOUD.format(python=sys.executable)),
+                     ('python3', _FAKE_WORKER_PYTHON), ('pip', _FAKE_WORKER_PYTHON),
+                     ('pip3', _FAKE_WORKER_PYTHON)):
+    (bin_dir / name).write_text(text)
+    (bin_dir / name).chmod(0o755)
+  env = dict(os.environ, PATH=f'{bin_dir}:{os.environ["PATH"]}', TMPDIR=str(tmp_path),
+             FAKE_GCLOUD_LOG=str(tmp_path / 'gcloud.log'), FAKE_WORKER_HOME=str(home))
+  return env, home
+
+
+def tpu_vm(tmp_path, env, *args):
+  """launch/tpu_vm.sh run from tmp_path (where train writes its logs/)."""
+  return subprocess.run(['bash', os.path.join(REPO_ROOT, 'launch', 'tpu_vm.sh'), *args],
+                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_tpu_vm_installs_into_a_python_3_11_environment_and_trains_with_it(tmp_path):
+  """The TPU images run Python 3.10 and the package needs 3.11: install makes a 3.11
+  environment with uv on each worker and installs there; train runs that environment's Python."""
+  env, home = fake_tpu_vm(tmp_path)
+  install = tpu_vm(tmp_path, env, '--name=pod', '--accelerator=v6e-8', 'install')
+  assert install.returncode == 0, install.stderr
+  assert (home / 'electra_jax' / 'setup.cfg').exists()  # The repository, unpacked.
+  train = tpu_vm(tmp_path, env, '--name=pod', '--workdir=gs://b/run', 'train', '--',
+                 '--config.num_train_steps=10')
+  assert train.returncode == 0, train.stderr
+  assert (home / 'calls.log').read_text().splitlines() == [
+      'python3 -m pip install -q --user uv',
+      'python3 -m uv venv -q --python 3.11 --allow-existing electra_venv',
+      'python3 -m uv pip install -q --python electra_venv/bin/python -e electra_jax[tpu]',
+      'venv python -m electra_jax.train --config=configs/large.py --workdir=gs://b/run '
+      '--compilation_cache_dir=gs://b/run/jax_cache --config.num_train_steps=10 '
+      f'(in {home}/electra_jax)']
+  assert len(list((tmp_path / 'logs').glob('pod-*.log'))) == 1
+
+
+@pytest.mark.parametrize('accelerator,version', [
+    ('v4-64', 'tpu-ubuntu2204-base'), ('v5litepod-16', 'v2-alpha-tpuv5-lite'),
+    ('v5p-8', 'v2-alpha-tpuv5'), ('v6e-256', 'v2-alpha-tpuv6e')])
+def test_tpu_vm_creates_each_generation_with_its_software_version(accelerator, version):
+  for queued in ([], ['--queued']):
+    create = sh('launch/tpu_vm.sh', '--print', f'--accelerator={accelerator}', *queued,
+                'create').stdout
+    assert f'version={version} ' in create, create
+  chosen = sh('launch/tpu_vm.sh', '--print', '--accelerator=v5p-8', '--version=mine',
+              'create').stdout
+  assert '--version=mine ' in chosen
+  unknown = sh('launch/tpu_vm.sh', '--print', '--accelerator=v9-8', 'create', check=False)
+  assert unknown.returncode == 2 and unknown.stderr.startswith(
+      'error: no TPU software version known for --accelerator=v9-8; pass --version=VERSION')
