@@ -16,6 +16,8 @@ WORKDIR="${WORKDIR:-gs://YOUR_BUCKET/electra_large}"
 CACHE=""
 SPOT=0
 QUEUED=0
+WAIT=""
+POLL="${TPU_POLL_SECONDS:-60}"
 PRINT=0
 EXTRA=()
 
@@ -44,7 +46,10 @@ Options:
   --cache=DIR            persistent XLA compilation cache shared by the workers and by restarts
                          (default WORKDIR/jax_cache): a restarted job does not compile again
   --spot                 use Spot capacity (preemptible; training resumes from checkpoints)
-  --queued               obtain the slice through a queued resource
+  --queued               obtain the slice through a queued resource; create waits until it is
+                         ACTIVE and stops (exit 1) if it fails, is suspended or deleted
+  --wait=MINUTES         with --queued create: stop waiting after MINUTES (default: no limit;
+                         the request stays queued)
   --print                print the gcloud commands instead of running them
   -h, --help             show this help
 
@@ -64,6 +69,36 @@ run() {
   fi
 }
 
+# Polls the queued resource until it is ACTIVE; exits 1 when it can no longer become ACTIVE
+# (FAILED, SUSPENDED, being deleted), when gcloud cannot describe it, or after --wait minutes.
+wait_until_active() {
+  local state start="${SECONDS}"
+  local check="gcloud compute tpus queued-resources describe ${NAME} ${LOCATION[*]}"
+  echo "Waiting for queued resource ${NAME} to become ACTIVE ..." >&2
+  while true; do
+    if ! state="$("${GCLOUD[@]}" queued-resources describe "${NAME}" "${LOCATION[@]}" \
+                  --format='value(state.state)')"; then
+      echo "error: gcloud could not describe queued resource ${NAME} (above); see: ${check}" >&2
+      exit 1
+    fi
+    case "${state}" in
+      ACTIVE) echo "Queued resource ${NAME} is ACTIVE" >&2; return ;;
+      CREATING|ACCEPTED|PROVISIONING|WAITING_FOR_RESOURCES) ;;
+      *) echo "error: queued resource ${NAME} is ${state:-in no state} and will not become" \
+           "ACTIVE; see why: ${check}; remove it: launch/tpu_vm.sh --queued --name=${NAME}" \
+           "delete" >&2
+         exit 1 ;;
+    esac
+    if [[ -n "${WAIT}" ]] && (( SECONDS - start >= 10#${WAIT} * 60 )); then
+      echo "error: queued resource ${NAME} is still ${state} after ${WAIT} minutes (--wait);" \
+        "it stays queued: follow it with ${check}, or remove it: launch/tpu_vm.sh --queued" \
+        "--name=${NAME} delete" >&2
+      exit 1
+    fi
+    sleep "${POLL}"
+  done
+}
+
 STEP=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -78,6 +113,7 @@ while [[ $# -gt 0 ]]; do
     --cache=*) CACHE="${1#*=}" ;;
     --spot) SPOT=1 ;;
     --queued) QUEUED=1 ;;
+    --wait=*) WAIT="${1#*=}" ;;
     --print) PRINT=1 ;;
     --) shift; EXTRA=("$@"); break ;;
     create|install|train|delete) STEP="$1" ;;
@@ -87,6 +123,10 @@ while [[ $# -gt 0 ]]; do
 done
 if [[ -z "${STEP}" ]]; then
   echo "error: give a step: create, install, train or delete; see --help" >&2
+  exit 2
+fi
+if [[ -n "${WAIT}" && ! "${WAIT}" =~ ^[0-9]+$ ]]; then
+  echo "error: --wait=${WAIT} must be a whole number of minutes, e.g. --wait=120" >&2
   exit 2
 fi
 # Google's software version for each TPU generation (cloud.google.com/tpu/docs/runtimes).
@@ -120,11 +160,7 @@ case "${STEP}" in
         --node-id="${NAME}" --accelerator-type="${ACCELERATOR}" \
         --runtime-version="${VERSION}" "${CAPACITY[@]}"
       if [[ "${PRINT}" == 0 ]]; then
-        echo "Waiting for queued resource ${NAME} to become ACTIVE ..." >&2
-        until [[ "$("${GCLOUD[@]}" queued-resources describe "${NAME}" "${LOCATION[@]}" \
-                   --format='value(state.state)')" == ACTIVE ]]; do
-          sleep 60
-        done
+        wait_until_active
       fi
     else
       run "${GCLOUD[@]}" tpu-vm create "${NAME}" "${LOCATION[@]}" \

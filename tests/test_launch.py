@@ -199,6 +199,14 @@ with open(os.environ['FAKE_GCLOUD_LOG'], 'a') as log:
 home = os.environ['FAKE_WORKER_HOME']
 if args[2:4] == ['tpu-vm', 'scp']:
   shutil.copy(args[4], os.path.join(home, args[5].split(':', 1)[1]))
+elif args[2:4] == ['queued-resources', 'describe']:  # The n-th call: $FAKE_QUEUED_STATES' n-th.
+  with open(os.environ['FAKE_GCLOUD_LOG']) as log:
+    calls = sum(' queued-resources describe ' in line for line in log)
+  states = os.environ['FAKE_QUEUED_STATES'].split(',')
+  state = states[min(calls, len(states)) - 1]
+  if state == 'unreachable':
+    sys.exit('ERROR: (gcloud.compute.tpus.queued-resources.describe) Could not reach the API')
+  print(state)
 elif args[2:4] == ['tpu-vm', 'ssh']:
   command = next(a.split('=', 1)[1] for a in args if a.startswith('--command='))
   path = os.path.dirname(os.path.abspath(__file__)) + ':/usr/bin:/bin'
@@ -274,3 +282,30 @@ def test_tpu_vm_creates_each_generation_with_its_software_version(accelerator, v
   unknown = sh('launch/tpu_vm.sh', '--print', '--accelerator=v9-8', 'create', check=False)
   assert unknown.returncode == 2 and unknown.stderr.startswith(
       'error: no TPU software version known for --accelerator=v9-8; pass --version=VERSION')
+
+
+@pytest.mark.parametrize('states,wait,message', [
+    ('ACCEPTED,WAITING_FOR_RESOURCES,PROVISIONING,ACTIVE', [], None),
+    ('ACCEPTED,FAILED', [], 'error: queued resource pod is FAILED and will not become ACTIVE; '
+                            'see why: gcloud compute tpus queued-resources describe pod'),
+    ('SUSPENDED', [], 'error: queued resource pod is SUSPENDED and will not become ACTIVE'),
+    ('ACCEPTED,unreachable', [], 'error: gcloud could not describe queued resource pod'),
+    ('ACCEPTED', ['--wait=0'], 'error: queued resource pod is still ACCEPTED after 0 minutes'),
+])
+def test_tpu_vm_queued_create_waits_for_active_and_stops_when_it_cannot_be(
+    tmp_path, states, wait, message):
+  """--queued create polled until ACTIVE and never stopped: a FAILED or SUSPENDED request, or
+  gcloud failing to describe it, waited forever. Now those end it with exit 1, and --wait bounds
+  the wait."""
+  env, _ = fake_tpu_vm(tmp_path)
+  env.update(FAKE_QUEUED_STATES=states, TPU_POLL_SECONDS='0')
+  create = tpu_vm(tmp_path, env, '--name=pod', '--queued', *wait, 'create')
+  describes = (tmp_path / 'gcloud.log').read_text().count('queued-resources describe pod')
+  if message is None:
+    assert create.returncode == 0, create.stderr
+    assert describes == 4 and 'Queued resource pod is ACTIVE' in create.stderr
+  else:
+    assert create.returncode == 1 and message in create.stderr, create.stderr
+    assert describes == len(states.split(','))
+  bad = tpu_vm(tmp_path, env, '--queued', '--wait=2h', 'create')
+  assert bad.returncode == 2 and 'error: --wait=2h must be a whole number of minutes' in bad.stderr
