@@ -19,7 +19,7 @@ import time
 import jax
 from absl import flags
 
-from electra_jax.errors import UserError
+from electra_jax.errors import UserError, first_line
 
 
 def define_flags():
@@ -103,17 +103,26 @@ def detected_cluster(env=None) -> str | None:
   if tasks > 1 and (mpi_rank is None or (mpi_rank.size, mpi_rank.rank) == (
       tasks, _env_int('SLURM_PROCID', env))):
     return 'slurm'
-  if env.get('TPU_WORKER_HOSTNAMES') or env.get('TPU_PROCESS_ADDRESSES'):
+  # A GKE TPU pod's workers, as JAX reads them, but only where TPU chips are attached, as JAX
+  # requires: these variables alone (e.g. set for libtpu to compile for a topology) are no pod.
+  if (env.get('TPU_WORKER_HOSTNAMES') or env.get('TPU_PROCESS_ADDRESSES')) and (
+      attached_tpu_chips() > 0):
     return 'tpu'
   if env.get(OPEN_MPI_LAUNCHER_URI) and (_env_int('OMPI_COMM_WORLD_SIZE', env) or 1) > 1:
     return 'ompi'
-  try:  # JAX's own Cloud TPU VM probe (PCI device ids); private, so tolerate its absence.
-    from jax._src import hardware_utils  # pylint: disable=import-outside-toplevel
-    if hardware_utils.num_available_tpu_chips_and_device_id()[0] > 0:
-      return 'tpu'
-  except (ImportError, AttributeError, OSError):
-    pass
+  if attached_tpu_chips() > 0:
+    return 'tpu'
   return None
+
+
+def attached_tpu_chips() -> int:
+  """TPU chips on this machine's PCI bus: JAX's own Cloud TPU VM probe, private, so its
+  absence counts as none."""
+  try:
+    from jax._src import hardware_utils  # pylint: disable=import-outside-toplevel
+    return hardware_utils.num_available_tpu_chips_and_device_id()[0]
+  except (ImportError, AttributeError, OSError):
+    return 0
 
 
 def rank_devices(rank: LaunchedRank, env) -> list[int] | None:
@@ -203,7 +212,13 @@ def initialize(coordinator_address=None, num_processes=None, process_id=None) ->
   'slurm', 'tpu', 'ompi' or 'single'). Must run before anything touches a device."""
   mode, arguments = join_plan(coordinator_address, num_processes, process_id)
   if arguments is not None:
-    jax.distributed.initialize(**arguments)
+    try:
+      jax.distributed.initialize(**arguments)
+    except ValueError as e:  # JAX found no coordinator, process count or id where we expected.
+      raise UserError(
+          f'this process looked like one of a multi-process run ({mode}) but JAX could not '
+          f'join it ({first_line(e)}); pass --coordinator_address, --num_processes and '
+          '--process_id (or $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, $JAX_PROCESS_ID)') from e
     _watch_for_a_failed_process()
   return mode
 

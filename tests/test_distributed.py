@@ -58,13 +58,31 @@ def slurm_batch_script(job_tasks):
           'SLURM_LOCALID': '0'}
 
 
-def test_cluster_detection_from_environment():
+def test_cluster_detection_from_environment(monkeypatch):
   assert distributed.detected_cluster(srun_task(4, 2)) == 'slurm'
-  assert distributed.detected_cluster({'TPU_WORKER_HOSTNAMES': 'a,b'}) == 'tpu'
   assert distributed.detected_cluster(open_mpi_4(2, 1)) == 'ompi'
   assert distributed.detected_cluster(open_mpi_4(1, 0)) is None
   with pytest.raises(UserError, match='--coordinator_address'):
     distributed.initialize(num_processes=2, process_id=0)
+  # A GKE TPU pod's variables name a pod only where TPU chips are attached (as JAX requires);
+  # alone (libtpu compiling for a topology sets one) they are a single process, not a crash.
+  for name in ('TPU_WORKER_HOSTNAMES', 'TPU_PROCESS_ADDRESSES'):
+    monkeypatch.setattr(distributed, 'attached_tpu_chips', lambda: 0)
+    assert distributed.join_plan(env={name: 'localhost'}) == ('single', None)
+    monkeypatch.setattr(distributed, 'attached_tpu_chips', lambda: 4)
+    assert distributed.detected_cluster({name: 'a,b'}) == 'tpu'
+
+
+def test_a_detected_run_that_jax_cannot_join_is_one_line_naming_the_flags(monkeypatch):
+  """JAX's own detection can still miss what ours saw: its ValueError becomes a UserError."""
+  def initialize(**_):
+    raise ValueError('coordinator_address should be defined.')
+  monkeypatch.setattr(distributed.jax.distributed, 'initialize', initialize)
+  monkeypatch.setattr(distributed, 'join_plan', lambda *_: ('tpu', {}))
+  with pytest.raises(UserError, match=r'multi-process run \(tpu\) but JAX could not join it '
+                                      r'\(coordinator_address should be defined.\); pass '
+                                      r'--coordinator_address, --num_processes and --process_id'):
+    distributed.initialize()
 
 
 def test_a_launcher_numbers_the_ranks_once_a_coordinator_is_given():
