@@ -145,8 +145,10 @@ def join_plan(coordinator_address=None, num_processes=None, process_id=None,
   """(how this process joins, jax.distributed.initialize's arguments; None: a single process).
 
   Explicit values (flags, else $JAX_COORDINATOR_ADDRESS / $JAX_NUM_PROCESSES / $JAX_PROCESS_ID)
-  come first; under an MPI launcher a coordinator address is enough, the launcher gives the
-  process count and id (and, as JAX does for SLURM and Open MPI, one local device per rank).
+  come first, and the process drives every local device ($JAX_LOCAL_DEVICE_IDS aside); under an
+  MPI launcher a coordinator address is enough, the launcher gives the process count and id
+  (and, as JAX does for SLURM and Open MPI, one local device per rank). Either way JAX's own
+  cluster detection is off: what it finds would override the launcher's choice.
   A launcher with several ranks and no way to find a coordinator is an error, never several
   independent runs writing one workdir; so is a SLURM job of several tasks whose batch script
   runs the command itself instead of through srun.
@@ -160,7 +162,8 @@ def join_plan(coordinator_address=None, num_processes=None, process_id=None,
   if coordinator_address and rank is not None and rank.size > 1 and (
       num_processes is None and process_id is None):
     return 'mpi', dict(coordinator_address=coordinator_address, num_processes=rank.size,
-                       process_id=rank.rank, local_device_ids=rank_devices(rank, env))
+                       process_id=rank.rank, local_device_ids=rank_devices(rank, env),
+                       cluster_detection_method='deactivate')
   explicit = (coordinator_address, num_processes, process_id)
   if any(v is not None for v in explicit):
     if None in explicit:
@@ -170,8 +173,11 @@ def join_plan(coordinator_address=None, num_processes=None, process_id=None,
     if num_processes < 1 or not 0 <= process_id < num_processes:
       raise UserError(f'--process_id={process_id} must be in [0, --num_processes='
                       f'{num_processes})')
+    # JAX's cluster detection would still fill in the devices: under SLURM or Open MPI one GPU,
+    # SLURM_LOCALID's, where launch/multinode.sh's process drives every GPU of its node.
     return 'explicit', dict(coordinator_address=coordinator_address,
-                            num_processes=num_processes, process_id=process_id)
+                            num_processes=num_processes, process_id=process_id,
+                            cluster_detection_method='deactivate')
   cluster = detected_cluster(env)
   if cluster == 'ompi':  # JAX finds the coordinator; the rank's devices as for other launchers.
     return cluster, dict(local_device_ids=rank_devices(rank, env))

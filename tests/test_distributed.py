@@ -88,11 +88,11 @@ def test_a_detected_run_that_jax_cannot_join_is_one_line_naming_the_flags(monkey
 def test_a_launcher_numbers_the_ranks_once_a_coordinator_is_given():
   plan = distributed.join_plan(env=dict(mpich(4, 2), JAX_COORDINATOR_ADDRESS='node0:8476'))
   assert plan == ('mpi', dict(coordinator_address='node0:8476', num_processes=4, process_id=2,
-                              local_device_ids=[2]))
+                              local_device_ids=[2], cluster_detection_method='deactivate'))
   # The flag counts as the coordinator too; JAX_LOCAL_DEVICE_IDS (JAX's own) keeps its say.
   plan = distributed.join_plan('node0:1', env=dict(open_mpi_5(2, 1), JAX_LOCAL_DEVICE_IDS='0,1'))
   assert plan == ('mpi', dict(coordinator_address='node0:1', num_processes=2, process_id=1,
-                              local_device_ids=None))
+                              local_device_ids=None, cluster_detection_method='deactivate'))
   # A wrapper that bound each rank to its GPU leaves it that GPU; all GPUs visible: its own.
   bound = dict(mpich(4, 2), CUDA_VISIBLE_DEVICES='2')
   assert distributed.join_plan('h:1', env=bound)[1]['local_device_ids'] == [0]
@@ -102,7 +102,8 @@ def test_a_launcher_numbers_the_ranks_once_a_coordinator_is_given():
   assert distributed.join_plan('h:1', env=mvapich)[1]['process_id'] == 1
   # Explicit counts win over the launcher's; JAX finds Open MPI 4's coordinator by itself.
   assert distributed.join_plan('h:1', 8, 3, env=mpich(4, 2)) == (
-      'explicit', dict(coordinator_address='h:1', num_processes=8, process_id=3))
+      'explicit', dict(coordinator_address='h:1', num_processes=8, process_id=3,
+                       cluster_detection_method='deactivate'))
   assert distributed.join_plan(env=open_mpi_4(2, 1)) == ('ompi', {'local_device_ids': [1]})
   assert distributed.join_plan(env=dict(open_mpi_4(2, 1), CUDA_VISIBLE_DEVICES='5')) == (
       'ompi', {'local_device_ids': [0]})
@@ -187,6 +188,27 @@ def test_ranks_started_by_a_launcher_join_one_run(launcher):
   assert plans[0]['per_host_batch'] == plans[0]['global_batch'] // 2
   described = 'in 2 process(es)'  # Rank 0 alone prints the plan for people.
   assert described in outputs[0][0] and described not in outputs[1][0]
+
+
+_EXPLICIT_JOIN = """
+import jax
+from electra_jax import distributed
+mode = distributed.initialize('localhost:{port}', 1, 0)
+print(mode, jax.config.read('jax_cuda_visible_devices'))
+jax.distributed.shutdown()
+"""
+
+
+@pytest.mark.parametrize('launcher_env', [srun_task(1, 0), open_mpi_4(2, 1)],
+                         ids=['srun', 'open_mpi_4'])
+def test_explicit_values_drive_every_local_device_under_a_launcher(launcher_env):
+  """launch/multinode.sh's explicit process drives all its node's GPUs; inside a SLURM step or
+  under Open MPI, JAX's cluster detection used to restrict it to one (the local rank's)."""
+  script = _EXPLICIT_JOIN.format(port=portpicker.pick_unused_port())
+  proc = subprocess.run([sys.executable, '-c', script], cwd=REPO_ROOT,
+                        env=as_rank(launcher_env), capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.split() == ['explicit', 'all']
 
 
 def test_a_launcher_without_a_coordinator_exits_2_before_touching_a_device():
