@@ -54,14 +54,17 @@ class LaunchedRank:
   size: int
   rank: int
   local_rank: int | None
+  local_size: int | None  # The launcher's ranks on this node.
 
 
-# The variables MPI launchers set in every rank: (name, world size, rank, rank on this node).
-# Open MPI (4 and 5), MPICH / Intel MPI (Hydra's PMI), MVAPICH2.
+# The variables MPI launchers set in every rank: (name, world size, rank, rank on this node,
+# ranks on this node). Open MPI (4 and 5), MPICH / Intel MPI (Hydra's PMI), MVAPICH2.
 MPI_LAUNCHERS = (
-    ('Open MPI', 'OMPI_COMM_WORLD_SIZE', 'OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_LOCAL_RANK'),
-    ('MPICH', 'PMI_SIZE', 'PMI_RANK', 'MPI_LOCALRANKID'),
-    ('MVAPICH2', 'MV2_COMM_WORLD_SIZE', 'MV2_COMM_WORLD_RANK', 'MV2_COMM_WORLD_LOCAL_RANK'),
+    ('Open MPI', 'OMPI_COMM_WORLD_SIZE', 'OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_LOCAL_RANK',
+     'OMPI_COMM_WORLD_LOCAL_SIZE'),
+    ('MPICH', 'PMI_SIZE', 'PMI_RANK', 'MPI_LOCALRANKID', 'MPI_LOCALNRANKS'),
+    ('MVAPICH2', 'MV2_COMM_WORLD_SIZE', 'MV2_COMM_WORLD_RANK', 'MV2_COMM_WORLD_LOCAL_RANK',
+     'MV2_COMM_WORLD_LOCAL_SIZE'),
 )
 # Open MPI 4's mpirun publishes its own address here; JAX derives the coordinator from it.
 OPEN_MPI_LAUNCHER_URI = 'OMPI_MCA_orte_hnp_uri'
@@ -70,14 +73,15 @@ OPEN_MPI_LAUNCHER_URI = 'OMPI_MCA_orte_hnp_uri'
 def launched_rank(env=None) -> LaunchedRank | None:
   """The rank an MPI launcher gave this process, or None outside one."""
   env = os.environ if env is None else env
-  for launcher, size_var, rank_var, local_var in MPI_LAUNCHERS:
+  for launcher, size_var, rank_var, local_var, local_size_var in MPI_LAUNCHERS:
     size = _env_int(size_var, env)
     if size is not None:
       rank = _env_int(rank_var, env)
       if rank is None or not 0 <= rank < size:
         raise UserError(f'${size_var}={size} but ${rank_var}={env.get(rank_var)!r}: this rank '
                         f'does not know its place; start it with the {launcher} launcher')
-      return LaunchedRank(launcher, size_var, size, rank, _env_int(local_var, env))
+      return LaunchedRank(launcher, size_var, size, rank, _env_int(local_var, env),
+                          _env_int(local_size_var, env))
   return None
 
 
@@ -127,15 +131,17 @@ def attached_tpu_chips() -> int:
 
 def rank_devices(rank: LaunchedRank, env) -> list[int] | None:
   """The local devices a launched rank drives: the one of its local rank, as JAX's SLURM and
-  Open MPI bootstraps choose, or every device it sees where a wrapper already bound the rank
-  (CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES list too few devices for its local rank). None:
-  JAX_LOCAL_DEVICE_IDS decides, or no local rank is known."""
+  Open MPI bootstraps choose, or every device it sees where a wrapper already bound the ranks
+  (CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES list fewer devices than the node has ranks, or
+  than its local rank needs), so that every rank of a node takes alike: two GPUs each for 4
+  ranks bound to 0,1 / 2,3 / 4,5 / 6,7. None: JAX_LOCAL_DEVICE_IDS decides, or no local rank
+  is known."""
   if rank.local_rank is None or env.get('JAX_LOCAL_DEVICE_IDS'):
     return None
   for name in ('CUDA_VISIBLE_DEVICES', 'ROCR_VISIBLE_DEVICES'):
     if name in env:
       visible = [d for d in env[name].split(',') if d]
-      if rank.local_rank >= len(visible):
+      if len(visible) < max(rank.local_rank + 1, rank.local_size or 0):
         return list(range(len(visible)))
   return [rank.local_rank]
 

@@ -112,6 +112,29 @@ def test_a_launcher_numbers_the_ranks_once_a_coordinator_is_given():
   assert distributed.join_plan(env={'HOME': '/root'}) == ('single', None)
 
 
+def test_ranks_bound_to_several_gpus_each_take_every_gpu_they_see():
+  """A wrapper binding 2 GPUs to each of a node's 4 ranks (0,1 / 2,3 / 4,5 / 6,7): each takes
+  both. Ranks 0 and 1 took one GPU, their local rank's index (rank 1's was GPU 3), and ranks 2
+  and 3 both of theirs: the list is shorter than the node's ranks, not only than the rank."""
+  for launcher in (mpich, open_mpi_5):
+    for local in range(4):
+      env = dict(launcher(4, local), CUDA_VISIBLE_DEVICES=f'{2 * local},{2 * local + 1}')
+      assert distributed.join_plan('h:1', env=env)[1]['local_device_ids'] == [0, 1], local
+  rocm = dict(mpich(4, 0), ROCR_VISIBLE_DEVICES='0,1')
+  assert distributed.join_plan('h:1', env=rocm)[1]['local_device_ids'] == [0, 1]
+  # As many GPUs visible as ranks on the node, or more: each rank its own.
+  for visible in ('0,1,2,3', '0,1,2,3,4,5,6,7'):
+    env = dict(mpich(4, 1), CUDA_VISIBLE_DEVICES=visible)
+    assert distributed.join_plan('h:1', env=env)[1]['local_device_ids'] == [1]
+  # A launcher that does not say how many ranks share the node: bound where the list is too
+  # short for the local rank.
+  mvapich = {'MV2_COMM_WORLD_SIZE': '4', 'MV2_COMM_WORLD_RANK': '3',
+             'MV2_COMM_WORLD_LOCAL_RANK': '3', 'CUDA_VISIBLE_DEVICES': '6,7'}
+  assert distributed.join_plan('h:1', env=mvapich)[1]['local_device_ids'] == [0, 1]
+  mvapich = dict(mvapich, MV2_COMM_WORLD_LOCAL_SIZE='4', MV2_COMM_WORLD_LOCAL_RANK='0')
+  assert distributed.join_plan('h:1', env=mvapich)[1]['local_device_ids'] == [0, 1]
+
+
 def test_several_ranks_without_a_coordinator_are_one_clear_error():
   for env, name in ((open_mpi_5(2, 0), 'OMPI_COMM_WORLD_SIZE'), (mpich(3, 1), 'PMI_SIZE')):
     with pytest.raises(UserError, match=rf'\${name}=\d\) .*JAX_COORDINATOR_ADDRESS=node0:8476'):
