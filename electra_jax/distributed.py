@@ -3,15 +3,16 @@
 `initialize()` runs jax.distributed.initialize when there is more than one process to join:
 explicitly (--coordinator_address/--num_processes/--process_id, or the environment variables
 JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID), under an MPI launcher (mpirun /
-mpiexec of Open MPI, MPICH, Intel MPI or MVAPICH2: a coordinator address is enough, the launcher
-numbers the ranks), or detected on an srun step of several tasks, under Open MPI 4's mpirun or
-on a Cloud TPU VM (where JAX reads the slice's workers from the metadata server). Otherwise it
-does nothing and the run is single-process. A process of several that stops on an error stops
-the others too (report_failure).
+mpiexec of Open MPI, MPICH, Intel MPI or MVAPICH2) or srun (a coordinator address is enough, the
+launcher numbers the ranks), or detected on an srun step of several tasks, under Open MPI 4's
+mpirun or on a Cloud TPU VM (where JAX reads the slice's workers from the metadata server).
+Otherwise it does nothing and the run is single-process. A process of several that stops on an
+error stops the others too (report_failure).
 """
 import atexit
 import dataclasses
 import os
+import re
 import sys
 import threading
 import time
@@ -48,7 +49,7 @@ def _env_int(name, env=None):
 
 @dataclasses.dataclass(frozen=True)
 class LaunchedRank:
-  """This process's place among the ranks an MPI launcher (mpirun, mpiexec) started."""
+  """This process's place among the ranks a launcher (mpirun, mpiexec, srun) started."""
   launcher: str
   size_variable: str
   size: int
@@ -92,6 +93,28 @@ def slurm_step_tasks(env=None) -> int:
   if not (env.get('SLURM_JOB_ID') and env.get('SLURM_STEP_NODELIST')):
     return 0
   return _env_int('SLURM_STEP_NUM_TASKS', env) or 0
+
+
+def step_rank(env=None) -> LaunchedRank | None:
+  """This task's place in the srun step it is one of, as launched_rank's for MPI; None outside
+  a step."""
+  env = os.environ if env is None else env
+  tasks = slurm_step_tasks(env)
+  if not tasks:
+    return None
+  procid = _env_int('SLURM_PROCID', env)
+  if procid is None or not 0 <= procid < tasks:
+    raise UserError(f'$SLURM_STEP_NUM_TASKS={tasks} but $SLURM_PROCID={env.get("SLURM_PROCID")!r}'
+                    ': this task does not know its place; start it with srun')
+  # The step's tasks on each node: '4(x2),3' is 4, 4, 3; this node is SLURM_NODEID.
+  on_nodes = []
+  for part in env.get('SLURM_STEP_TASKS_PER_NODE', '').split(','):
+    match = re.fullmatch(r'(\d+)(?:\(x(\d+)\))?', part)
+    on_nodes += [int(match[1])] * int(match[2] or 1) if match else []
+  node = _env_int('SLURM_NODEID', env)
+  local_size = on_nodes[node] if node is not None and node < len(on_nodes) else None
+  return LaunchedRank('srun', 'SLURM_STEP_NUM_TASKS', tasks, procid,
+                      _env_int('SLURM_LOCALID', env), local_size)
 
 
 def detected_cluster(env=None) -> str | None:
@@ -152,8 +175,9 @@ def join_plan(coordinator_address=None, num_processes=None, process_id=None,
 
   Explicit values (flags, else $JAX_COORDINATOR_ADDRESS / $JAX_NUM_PROCESSES / $JAX_PROCESS_ID)
   come first, and the process drives every local device ($JAX_LOCAL_DEVICE_IDS aside); under an
-  MPI launcher a coordinator address is enough, the launcher gives the process count and id
-  (and, as JAX does for SLURM and Open MPI, one local device per rank). Either way JAX's own
+  MPI launcher or in an srun step a coordinator address is enough, the launcher gives the
+  process count and id (and, as JAX does for SLURM and Open MPI, one local device per rank;
+  without the address an srun step is left to JAX's own SLURM detection). Either way JAX's own
   cluster detection is off: what it finds would override the launcher's choice.
   A launcher with several ranks and no way to find a coordinator is an error, never several
   independent runs writing one workdir; so is a SLURM job of several tasks whose batch script
@@ -165,11 +189,14 @@ def join_plan(coordinator_address=None, num_processes=None, process_id=None,
                    else _env_int('JAX_NUM_PROCESSES', env))
   process_id = process_id if process_id is not None else _env_int('JAX_PROCESS_ID', env)
   rank = launched_rank(env)
-  if coordinator_address and rank is not None and rank.size > 1 and (
-      num_processes is None and process_id is None):
-    return 'mpi', dict(coordinator_address=coordinator_address, num_processes=rank.size,
-                       process_id=rank.rank, local_device_ids=rank_devices(rank, env),
-                       cluster_detection_method='deactivate')
+  if coordinator_address and num_processes is None and process_id is None:
+    # The launcher closest to the process numbers it: mpirun's ranks, else srun's step.
+    launched = rank if rank is not None and rank.size > 1 else step_rank(env)
+    if launched is not None and launched.size > 1:
+      return ('slurm' if launched.launcher == 'srun' else 'mpi'), dict(
+          coordinator_address=coordinator_address, num_processes=launched.size,
+          process_id=launched.rank, local_device_ids=rank_devices(launched, env),
+          cluster_detection_method='deactivate')
   explicit = (coordinator_address, num_processes, process_id)
   if any(v is not None for v in explicit):
     if None in explicit:

@@ -48,7 +48,8 @@ def srun_task(tasks, procid, job_tasks=None):
   return {'SLURM_JOB_ID': '7', 'SLURM_NTASKS': str(job_tasks or tasks),
           'SLURM_STEP_ID': '0', 'SLURM_STEP_NODELIST': 'localhost',
           'SLURM_STEP_NUM_NODES': '1', 'SLURM_STEP_NUM_TASKS': str(tasks),
-          'SLURM_PROCID': str(procid), 'SLURM_LOCALID': str(procid), 'SLURM_NODEID': '0'}
+          'SLURM_STEP_TASKS_PER_NODE': str(tasks), 'SLURM_PROCID': str(procid),
+          'SLURM_LOCALID': str(procid), 'SLURM_NODEID': '0'}
 
 
 def slurm_batch_script(job_tasks):
@@ -168,6 +169,19 @@ def test_an_srun_step_is_one_run_and_a_batch_script_outside_srun_is_one_clear_er
       distributed.join_plan(env=env)
   # Explicit values still win there.
   assert distributed.join_plan('h:1', 1, 0, env=slurm_batch_script(8))[0] == 'explicit'
+  # A coordinator is enough in a step, as under mpirun (was: needs all of --num_processes ...).
+  assert distributed.join_plan(env=dict(srun_task(4, 2), JAX_COORDINATOR_ADDRESS='n1:8476')) == (
+      'slurm', dict(coordinator_address='n1:8476', num_processes=4, process_id=2,
+                    local_device_ids=[2], cluster_detection_method='deactivate'))
+  # srun --gpus-per-task=2 on two nodes of 4 tasks: task 5 sees its 2 GPUs, takes both.
+  two_each = dict(srun_task(8, 5), SLURM_STEP_TASKS_PER_NODE='4(x2)', SLURM_NODEID='1',
+                  SLURM_LOCALID='1', CUDA_VISIBLE_DEVICES='2,3')
+  assert distributed.join_plan('n1:1', env=two_each)[1]['local_device_ids'] == [0, 1]
+  assert distributed.join_plan('n1:1', env=dict(two_each, CUDA_VISIBLE_DEVICES='0,1,2,3'))[1][
+      'local_device_ids'] == [1]
+  with pytest.raises(UserError, match=r"\$SLURM_STEP_NUM_TASKS=4 but \$SLURM_PROCID=None"):
+    distributed.join_plan('n1:1', env={k: v for k, v in srun_task(4, 2).items()
+                                       if k != 'SLURM_PROCID'})
   # finetune / export: srun tasks are copies too; the batch script itself runs once.
   with pytest.raises(UserError, match=r'srun started 2 \(\$SLURM_STEP_NUM_TASKS=2\)'):
     distributed.require_one_process('export', env=srun_task(2, 1))
@@ -192,11 +206,13 @@ def dry_run(rank_env: dict) -> subprocess.Popen:
       stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize('launcher', ['srun', 'open_mpi_4', 'mpich'])
+@pytest.mark.parametrize('launcher', ['srun', 'srun_coordinator', 'open_mpi_4', 'mpich'])
 def test_ranks_started_by_a_launcher_join_one_run(launcher):
   port = portpicker.pick_unused_port()
   if launcher == 'srun':  # JAX reads the step's first node; the port would come from the job id.
     envs = [dict(srun_task(2, r), JAX_COORDINATOR_PORT=str(port)) for r in range(2)]
+  elif launcher == 'srun_coordinator':  # The step numbers the tasks, the address is given.
+    envs = [dict(srun_task(2, r), JAX_COORDINATOR_ADDRESS=f'localhost:{port}') for r in range(2)]
   elif launcher == 'open_mpi_4':  # JAX reads mpirun's address; the port is mpirun's -x option.
     envs = [dict(open_mpi_4(2, r), JAX_COORDINATOR_PORT=str(port)) for r in range(2)]
   else:
