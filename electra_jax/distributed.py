@@ -212,8 +212,12 @@ def join_plan(coordinator_address=None, num_processes=None, process_id=None,
                             num_processes=num_processes, process_id=process_id,
                             cluster_detection_method='deactivate')
   cluster = detected_cluster(env)
-  if cluster == 'ompi':  # JAX finds the coordinator; the rank's devices as for other launchers.
+  # JAX finds the coordinator; the rank's devices as for other launchers (JAX's own choice, the
+  # local rank's one device, misses tasks that srun --gpus-per-task bound to several).
+  if cluster == 'ompi':
     return cluster, dict(local_device_ids=rank_devices(rank, env))
+  if cluster == 'slurm':
+    return cluster, dict(local_device_ids=rank_devices(step_rank(env), env))
   if cluster is not None:
     return cluster, {}
   if rank is not None and rank.size > 1:

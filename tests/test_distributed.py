@@ -147,9 +147,10 @@ def test_several_ranks_without_a_coordinator_are_one_clear_error():
 
 
 def test_an_srun_step_is_one_run_and_a_batch_script_outside_srun_is_one_clear_error():
-  assert distributed.join_plan(env=srun_task(4, 2)) == ('slurm', {})
+  assert distributed.join_plan(env=srun_task(4, 2)) == ('slurm', {'local_device_ids': [2]})
   # srun --mpi=pmi2 numbers the same processes through PMI too: still srun's step.
-  assert distributed.join_plan(env=dict(srun_task(4, 2), **mpich(4, 2))) == ('slurm', {})
+  assert distributed.join_plan(env=dict(srun_task(4, 2), **mpich(4, 2))) == (
+      'slurm', {'local_device_ids': [2]})
   # One task of a larger job (srun --ntasks=1), or a one-task job: a single process.
   assert distributed.join_plan(env=srun_task(1, 0)) == ('single', None)
   assert distributed.join_plan(env=slurm_batch_script(1)) == ('single', None)
@@ -173,10 +174,12 @@ def test_an_srun_step_is_one_run_and_a_batch_script_outside_srun_is_one_clear_er
   assert distributed.join_plan(env=dict(srun_task(4, 2), JAX_COORDINATOR_ADDRESS='n1:8476')) == (
       'slurm', dict(coordinator_address='n1:8476', num_processes=4, process_id=2,
                     local_device_ids=[2], cluster_detection_method='deactivate'))
-  # srun --gpus-per-task=2 on two nodes of 4 tasks: task 5 sees its 2 GPUs, takes both.
+  # srun --gpus-per-task=2 on two nodes of 4 tasks: task 5 sees its 2 GPUs, takes both (JAX's
+  # own SLURM detection would take the one of its local rank).
   two_each = dict(srun_task(8, 5), SLURM_STEP_TASKS_PER_NODE='4(x2)', SLURM_NODEID='1',
                   SLURM_LOCALID='1', CUDA_VISIBLE_DEVICES='2,3')
   assert distributed.join_plan('n1:1', env=two_each)[1]['local_device_ids'] == [0, 1]
+  assert distributed.join_plan(env=two_each) == ('slurm', {'local_device_ids': [0, 1]})
   assert distributed.join_plan('n1:1', env=dict(two_each, CUDA_VISIBLE_DEVICES='0,1,2,3'))[1][
       'local_device_ids'] == [1]
   with pytest.raises(UserError, match=r"\$SLURM_STEP_NUM_TASKS=4 but \$SLURM_PROCID=None"):
