@@ -177,6 +177,15 @@ def test_slurm_prints_srun_of_the_train_module():
   assert missing.returncode == 2 and '--workdir' in missing.stderr
 
 
+def test_slurm_output_file_needs_no_directory_made_at_submission():
+  """SLURM opens #SBATCH --output before the script runs: logs/%x-%j.out failed the job where
+  logs/ did not exist at submission (the script's own mkdir came too late)."""
+  with open(os.path.join(REPO_ROOT, 'launch', 'slurm_gpu.sh'), encoding='utf-8') as f:
+    outputs = [line.split('=', 1)[1].strip() for line in f
+               if line.startswith(('#SBATCH --output=', '#SBATCH --error='))]
+  assert outputs and not [path for path in outputs if '/' in path], outputs
+
+
 def test_multinode_prints_env_for_jax_distributed():
   out = sh('launch/multinode.sh', '--print', '--coordinator=node0:8476', '--num_processes=4',
            '--process_id=3', '--workdir=/shared/run').stdout
