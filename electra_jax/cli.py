@@ -8,13 +8,14 @@ import os
 import pkgutil
 import re
 import sys
+import traceback
 
 from absl import app, flags, logging
 import ml_collections
 from ml_collections import config_flags
 
 from electra_jax import paths
-from electra_jax.errors import UserError
+from electra_jax.errors import UserError, first_line
 
 # Libraries under the path layer that log a traceback for each retry or fallback they handle;
 # asyncio logs each failed write task of an Orbax save that the save's own error reports.
@@ -214,19 +215,27 @@ def _define_common_flags():
                       '$JAX_COMPILATION_CACHE_DIR, else none).')
 
 
+def _in_distributed_run() -> bool:
+  jax = sys.modules.get('jax')  # Not imported: not joined, and no reason to import it now.
+  return jax is not None and jax.distributed.is_initialized()
+
+
 def _leave_distributed_run():
   """A finished multi-process command leaves jax.distributed (its shutdown barrier, then the
   coordinator's service) here, while every thread and object is alive, not in JAX's atexit hook
   during interpreter teardown, where a finished job's coordinator once aborted (RESULTS.md,
   session 32). Errors leave through os._exit below: no barrier waits for peers that failed."""
-  jax = sys.modules.get('jax')
-  if jax is not None and jax.distributed.is_initialized():
-    jax.distributed.shutdown()
+  if _in_distributed_run():
+    from electra_jax import distributed  # pylint: disable=import-outside-toplevel
+    distributed.stop_watching()
+    sys.modules['jax'].distributed.shutdown()
 
 
 def run(main, keys_file: str = 'configs/base_config.py'):
   """absl app.run(main), turning a UserError (or a storage fault the path layer names) into
-  `error: ...` on stderr and exit code 2. keys_file: where the --config keys are listed.
+  `error: ...` on stderr and exit code 2. In a multi-process run every error ends the process
+  at once (other errors with their traceback, exit 1) and the other processes with it
+  (distributed.report_failure). keys_file: where the --config keys are listed.
   The command's own flags are defined before this is called."""
   _define_common_flags()
 
@@ -251,14 +260,25 @@ def run(main, keys_file: str = 'configs/base_config.py'):
       return result
     except Exception as e:  # pylint: disable=broad-except
       error = e if isinstance(e, UserError) else paths.user_error('', e)
+      several = _in_distributed_run()
       if error is None or flags.FLAGS.verbose:
-        raise
-      print(f'error: {error}', file=sys.stderr, flush=True)
+        if not several:
+          raise
+        # Raised, the error would end in JAX's exit-time shutdown barrier, where this process
+        # waits for the others and they for it until the heartbeat timeout aborts them all.
+        traceback.print_exc()
+      else:
+        print(f'error: {error}', file=sys.stderr, flush=True)
+      if several:  # The others stop too, now, instead of waiting for this one in a collective.
+        from electra_jax import distributed  # pylint: disable=import-outside-toplevel
+        distributed.report_failure(
+            str(error) if error is not None else f'{type(e).__name__}: {first_line(e)}')
       sys.stdout.flush()
+      sys.stderr.flush()
       # Exit now: library threads (Orbax's async writers, the batch prefetcher) would otherwise
       # print their own tracebacks of the same failure during interpreter shutdown, after the
       # one line that explains it. Pending saves of good states were finished before this.
-      os._exit(2)
+      os._exit(1 if error is None else 2)
 
   app.run(wrapped, flags_parser=lambda argv: parse_flags(argv, keys_file))
 

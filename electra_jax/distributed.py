@@ -3,18 +3,24 @@
 `initialize()` runs jax.distributed.initialize when there is more than one process to join:
 explicitly (--coordinator_address/--num_processes/--process_id, or the environment variables
 JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID), under an MPI launcher (mpirun /
-mpiexec of Open MPI, MPICH, Intel MPI or MVAPICH2: a coordinator address is enough, the launcher
-numbers the ranks), or detected on an srun step of several tasks, under Open MPI 4's mpirun or
-on a Cloud TPU VM (where JAX reads the slice's workers from the metadata server). Otherwise it
-does nothing and the run is single-process.
+mpiexec of Open MPI, MPICH, Intel MPI or MVAPICH2) or srun (a coordinator address is enough, the
+launcher numbers the ranks), or detected on an srun step of several tasks, under Open MPI 4's
+mpirun or on a Cloud TPU VM (where JAX reads the slice's workers from the metadata server).
+Otherwise it does nothing and the run is single-process. A process of several that stops on an
+error stops the others too (report_failure).
 """
+import atexit
 import dataclasses
 import os
+import re
+import sys
+import threading
+import time
 
 import jax
 from absl import flags
 
-from electra_jax.errors import UserError
+from electra_jax.errors import UserError, first_line
 
 
 def define_flags():
@@ -43,20 +49,23 @@ def _env_int(name, env=None):
 
 @dataclasses.dataclass(frozen=True)
 class LaunchedRank:
-  """This process's place among the ranks an MPI launcher (mpirun, mpiexec) started."""
+  """This process's place among the ranks a launcher (mpirun, mpiexec, srun) started."""
   launcher: str
   size_variable: str
   size: int
   rank: int
   local_rank: int | None
+  local_size: int | None  # The launcher's ranks on this node.
 
 
-# The variables MPI launchers set in every rank: (name, world size, rank, rank on this node).
-# Open MPI (4 and 5), MPICH / Intel MPI (Hydra's PMI), MVAPICH2.
+# The variables MPI launchers set in every rank: (name, world size, rank, rank on this node,
+# ranks on this node). Open MPI (4 and 5), MPICH / Intel MPI (Hydra's PMI), MVAPICH2.
 MPI_LAUNCHERS = (
-    ('Open MPI', 'OMPI_COMM_WORLD_SIZE', 'OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_LOCAL_RANK'),
-    ('MPICH', 'PMI_SIZE', 'PMI_RANK', 'MPI_LOCALRANKID'),
-    ('MVAPICH2', 'MV2_COMM_WORLD_SIZE', 'MV2_COMM_WORLD_RANK', 'MV2_COMM_WORLD_LOCAL_RANK'),
+    ('Open MPI', 'OMPI_COMM_WORLD_SIZE', 'OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_LOCAL_RANK',
+     'OMPI_COMM_WORLD_LOCAL_SIZE'),
+    ('MPICH', 'PMI_SIZE', 'PMI_RANK', 'MPI_LOCALRANKID', 'MPI_LOCALNRANKS'),
+    ('MVAPICH2', 'MV2_COMM_WORLD_SIZE', 'MV2_COMM_WORLD_RANK', 'MV2_COMM_WORLD_LOCAL_RANK',
+     'MV2_COMM_WORLD_LOCAL_SIZE'),
 )
 # Open MPI 4's mpirun publishes its own address here; JAX derives the coordinator from it.
 OPEN_MPI_LAUNCHER_URI = 'OMPI_MCA_orte_hnp_uri'
@@ -65,14 +74,15 @@ OPEN_MPI_LAUNCHER_URI = 'OMPI_MCA_orte_hnp_uri'
 def launched_rank(env=None) -> LaunchedRank | None:
   """The rank an MPI launcher gave this process, or None outside one."""
   env = os.environ if env is None else env
-  for launcher, size_var, rank_var, local_var in MPI_LAUNCHERS:
+  for launcher, size_var, rank_var, local_var, local_size_var in MPI_LAUNCHERS:
     size = _env_int(size_var, env)
     if size is not None:
       rank = _env_int(rank_var, env)
       if rank is None or not 0 <= rank < size:
         raise UserError(f'${size_var}={size} but ${rank_var}={env.get(rank_var)!r}: this rank '
                         f'does not know its place; start it with the {launcher} launcher')
-      return LaunchedRank(launcher, size_var, size, rank, _env_int(local_var, env))
+      return LaunchedRank(launcher, size_var, size, rank, _env_int(local_var, env),
+                          _env_int(local_size_var, env))
   return None
 
 
@@ -83,6 +93,28 @@ def slurm_step_tasks(env=None) -> int:
   if not (env.get('SLURM_JOB_ID') and env.get('SLURM_STEP_NODELIST')):
     return 0
   return _env_int('SLURM_STEP_NUM_TASKS', env) or 0
+
+
+def step_rank(env=None) -> LaunchedRank | None:
+  """This task's place in the srun step it is one of, as launched_rank's for MPI; None outside
+  a step."""
+  env = os.environ if env is None else env
+  tasks = slurm_step_tasks(env)
+  if not tasks:
+    return None
+  procid = _env_int('SLURM_PROCID', env)
+  if procid is None or not 0 <= procid < tasks:
+    raise UserError(f'$SLURM_STEP_NUM_TASKS={tasks} but $SLURM_PROCID={env.get("SLURM_PROCID")!r}'
+                    ': this task does not know its place; start it with srun')
+  # The step's tasks on each node: '4(x2),3' is 4, 4, 3; this node is SLURM_NODEID.
+  on_nodes = []
+  for part in env.get('SLURM_STEP_TASKS_PER_NODE', '').split(','):
+    match = re.fullmatch(r'(\d+)(?:\(x(\d+)\))?', part)
+    on_nodes += [int(match[1])] * int(match[2] or 1) if match else []
+  node = _env_int('SLURM_NODEID', env)
+  local_size = on_nodes[node] if node is not None and node < len(on_nodes) else None
+  return LaunchedRank('srun', 'SLURM_STEP_NUM_TASKS', tasks, procid,
+                      _env_int('SLURM_LOCALID', env), local_size)
 
 
 def detected_cluster(env=None) -> str | None:
@@ -98,30 +130,41 @@ def detected_cluster(env=None) -> str | None:
   if tasks > 1 and (mpi_rank is None or (mpi_rank.size, mpi_rank.rank) == (
       tasks, _env_int('SLURM_PROCID', env))):
     return 'slurm'
-  if env.get('TPU_WORKER_HOSTNAMES') or env.get('TPU_PROCESS_ADDRESSES'):
+  # A GKE TPU pod's workers, as JAX reads them, but only where TPU chips are attached, as JAX
+  # requires: these variables alone (e.g. set for libtpu to compile for a topology) are no pod.
+  if (env.get('TPU_WORKER_HOSTNAMES') or env.get('TPU_PROCESS_ADDRESSES')) and (
+      attached_tpu_chips() > 0):
     return 'tpu'
   if env.get(OPEN_MPI_LAUNCHER_URI) and (_env_int('OMPI_COMM_WORLD_SIZE', env) or 1) > 1:
     return 'ompi'
-  try:  # JAX's own Cloud TPU VM probe (PCI device ids); private, so tolerate its absence.
-    from jax._src import hardware_utils  # pylint: disable=import-outside-toplevel
-    if hardware_utils.num_available_tpu_chips_and_device_id()[0] > 0:
-      return 'tpu'
-  except (ImportError, AttributeError, OSError):
-    pass
+  if attached_tpu_chips() > 0:
+    return 'tpu'
   return None
+
+
+def attached_tpu_chips() -> int:
+  """TPU chips on this machine's PCI bus: JAX's own Cloud TPU VM probe, private, so its
+  absence counts as none."""
+  try:
+    from jax._src import hardware_utils  # pylint: disable=import-outside-toplevel
+    return hardware_utils.num_available_tpu_chips_and_device_id()[0]
+  except (ImportError, AttributeError, OSError):
+    return 0
 
 
 def rank_devices(rank: LaunchedRank, env) -> list[int] | None:
   """The local devices a launched rank drives: the one of its local rank, as JAX's SLURM and
-  Open MPI bootstraps choose, or every device it sees where a wrapper already bound the rank
-  (CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES list too few devices for its local rank). None:
-  JAX_LOCAL_DEVICE_IDS decides, or no local rank is known."""
+  Open MPI bootstraps choose, or every device it sees where a wrapper already bound the ranks
+  (CUDA_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES list fewer devices than the node has ranks, or
+  than its local rank needs), so that every rank of a node takes alike: two GPUs each for 4
+  ranks bound to 0,1 / 2,3 / 4,5 / 6,7. None: JAX_LOCAL_DEVICE_IDS decides, or no local rank
+  is known."""
   if rank.local_rank is None or env.get('JAX_LOCAL_DEVICE_IDS'):
     return None
   for name in ('CUDA_VISIBLE_DEVICES', 'ROCR_VISIBLE_DEVICES'):
     if name in env:
       visible = [d for d in env[name].split(',') if d]
-      if rank.local_rank >= len(visible):
+      if len(visible) < max(rank.local_rank + 1, rank.local_size or 0):
         return list(range(len(visible)))
   return [rank.local_rank]
 
@@ -131,8 +174,11 @@ def join_plan(coordinator_address=None, num_processes=None, process_id=None,
   """(how this process joins, jax.distributed.initialize's arguments; None: a single process).
 
   Explicit values (flags, else $JAX_COORDINATOR_ADDRESS / $JAX_NUM_PROCESSES / $JAX_PROCESS_ID)
-  come first; under an MPI launcher a coordinator address is enough, the launcher gives the
-  process count and id (and, as JAX does for SLURM and Open MPI, one local device per rank).
+  come first, and the process drives every local device ($JAX_LOCAL_DEVICE_IDS aside); under an
+  MPI launcher or in an srun step a coordinator address is enough, the launcher gives the
+  process count and id (and, as JAX does for SLURM and Open MPI, one local device per rank;
+  without the address an srun step is left to JAX's own SLURM detection). Either way JAX's own
+  cluster detection is off: what it finds would override the launcher's choice.
   A launcher with several ranks and no way to find a coordinator is an error, never several
   independent runs writing one workdir; so is a SLURM job of several tasks whose batch script
   runs the command itself instead of through srun.
@@ -143,10 +189,14 @@ def join_plan(coordinator_address=None, num_processes=None, process_id=None,
                    else _env_int('JAX_NUM_PROCESSES', env))
   process_id = process_id if process_id is not None else _env_int('JAX_PROCESS_ID', env)
   rank = launched_rank(env)
-  if coordinator_address and rank is not None and rank.size > 1 and (
-      num_processes is None and process_id is None):
-    return 'mpi', dict(coordinator_address=coordinator_address, num_processes=rank.size,
-                       process_id=rank.rank, local_device_ids=rank_devices(rank, env))
+  if coordinator_address and num_processes is None and process_id is None:
+    # The launcher closest to the process numbers it: mpirun's ranks, else srun's step.
+    launched = rank if rank is not None and rank.size > 1 else step_rank(env)
+    if launched is not None and launched.size > 1:
+      return ('slurm' if launched.launcher == 'srun' else 'mpi'), dict(
+          coordinator_address=coordinator_address, num_processes=launched.size,
+          process_id=launched.rank, local_device_ids=rank_devices(launched, env),
+          cluster_detection_method='deactivate')
   explicit = (coordinator_address, num_processes, process_id)
   if any(v is not None for v in explicit):
     if None in explicit:
@@ -156,11 +206,18 @@ def join_plan(coordinator_address=None, num_processes=None, process_id=None,
     if num_processes < 1 or not 0 <= process_id < num_processes:
       raise UserError(f'--process_id={process_id} must be in [0, --num_processes='
                       f'{num_processes})')
+    # JAX's cluster detection would still fill in the devices: under SLURM or Open MPI one GPU,
+    # SLURM_LOCALID's, where launch/multinode.sh's process drives every GPU of its node.
     return 'explicit', dict(coordinator_address=coordinator_address,
-                            num_processes=num_processes, process_id=process_id)
+                            num_processes=num_processes, process_id=process_id,
+                            cluster_detection_method='deactivate')
   cluster = detected_cluster(env)
-  if cluster == 'ompi':  # JAX finds the coordinator; the rank's devices as for other launchers.
+  # JAX finds the coordinator; the rank's devices as for other launchers (JAX's own choice, the
+  # local rank's one device, misses tasks that srun --gpus-per-task bound to several).
+  if cluster == 'ompi':
     return cluster, dict(local_device_ids=rank_devices(rank, env))
+  if cluster == 'slurm':
+    return cluster, dict(local_device_ids=rank_devices(step_rank(env), env))
   if cluster is not None:
     return cluster, {}
   if rank is not None and rank.size > 1:
@@ -198,8 +255,98 @@ def initialize(coordinator_address=None, num_processes=None, process_id=None) ->
   'slurm', 'tpu', 'ompi' or 'single'). Must run before anything touches a device."""
   mode, arguments = join_plan(coordinator_address, num_processes, process_id)
   if arguments is not None:
-    jax.distributed.initialize(**arguments)
+    try:
+      jax.distributed.initialize(**arguments)
+    except ValueError as e:  # JAX found no coordinator, process count or id where we expected.
+      raise UserError(
+          f'this process looked like one of a multi-process run ({mode}) but JAX could not '
+          f'join it ({first_line(e)}); pass --coordinator_address, --num_processes and '
+          '--process_id (or $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, $JAX_PROCESS_ID)') from e
+    _watch_for_a_failed_process()
   return mode
+
+
+# Each process waits in a thread for its key in the coordinator's key-value store: a process
+# that stops on an error writes its message under every other's key, and each stops at once; a
+# process that ends normally writes '' under its own, which ends its wait.
+STOP_KEY = 'electra_jax/stop/{}'
+_watch = None  # (thread, client, this process's key) while the thread waits.
+
+
+def _joined():
+  """jax.distributed's state: its client, process_id and num_processes (private, as Orbax reads
+  it: jax.process_index() would start the backend, which waits for every process)."""
+  from jax._src import distributed as jax_distributed  # pylint: disable=import-outside-toplevel
+  return jax_distributed.global_state
+
+
+def _watch_for_a_failed_process():
+  """Stops this process as soon as another reports that it failed (report_failure). Without
+  this a peer's exit leaves the others in a collective or a barrier until JAX's heartbeat
+  timeout (100 s) aborts them with a C++ stack dump."""
+  global _watch  # pylint: disable=global-statement
+  state = _joined()
+  client, index = state.client, state.process_id
+  key = STOP_KEY.format(index)
+
+  def watch():
+    while True:
+      try:
+        message = client.blocking_key_value_get(key, 3_600_000)
+        break
+      except Exception as e:  # pylint: disable=broad-except
+        if 'DEADLINE_EXCEEDED' not in str(e):
+          return  # jax.distributed shut down, or the coordinator is gone (JAX reports that).
+    if message:
+      print(f'error: {message}; this process stops too', file=sys.stderr, flush=True)
+      _let_the_others_leave_first(index)
+      os._exit(1)  # pylint: disable=protected-access
+
+  thread = threading.Thread(target=watch, name='failed-process-watch', daemon=True)
+  thread.start()
+  _watch = (thread, client, key)
+  atexit.register(stop_watching)  # Runs before JAX's own shutdown, registered earlier.
+
+
+def stop_watching():
+  """Ends the watch thread, before jax.distributed shuts down: a thread still waiting in its
+  client when the interpreter exits aborts the process ('FATAL: exception not rethrown')."""
+  global _watch  # pylint: disable=global-statement
+  if _watch is None:
+    return
+  thread, client, key = _watch
+  _watch = None
+  try:
+    client.key_value_set(key, '')
+  except Exception:  # pylint: disable=broad-except  # A peer's failure woke it already.
+    pass
+  thread.join(timeout=10)
+
+
+def report_failure(message: str):
+  """Tells the other processes of a multi-process run that this one stops on an error (their
+  watch thread ends them with `message`): called just before this process exits."""
+  state = _joined()
+  if state.client is None:  # Failed while leaving the run: nobody waits for it any more.
+    return
+  message = f'process {state.process_id} of {state.num_processes} failed: {message}'
+  # Process 0 last: it holds the key-value store, and the others, this one too, abort with a
+  # C++ stack dump if it ends before them (_let_the_others_leave_first).
+  for other in [*range(1, state.num_processes), 0]:
+    if other != state.process_id:
+      try:
+        state.client.key_value_set(STOP_KEY.format(other), message)
+      except Exception:  # pylint: disable=broad-except  # Told by another failed process.
+        pass
+  _let_the_others_leave_first(state.process_id)
+
+
+def _let_the_others_leave_first(process_id: int):
+  """Before a failed run's process exits: process 0 holds the coordination service, whose end
+  aborts every process still running (JAX's error polling), so it waits a second for the
+  others to read their message and exit first."""
+  if process_id == 0:
+    time.sleep(1)
 
 
 def initialize_from(flag_values) -> str:

@@ -261,6 +261,10 @@ def run(config, topology_name: str, sweep_remats=None, sweep_fsdps=None, say=pri
     raise UserError(f'config.train_batch_size={batch} does not split over the {n} chips of '
                     f'--topology={topology_name}; use a multiple of {n} or a slice whose chip '
                     f'count divides {batch}')
+  if sweep_fsdps is not None and all(n % f for f in sweep_fsdps):
+    raise UserError(f'--sweep_fsdp={",".join(map(str, sweep_fsdps))}: no value divides the {n} '
+                    f'chips of --topology={topology_name}, so nothing would be compiled; use '
+                    f'some of {",".join(str(d) for d in range(1, n + 1) if n % d == 0)}')
   devices = topology.devices(chip, libtpu_name)
   note = None
   if config.eval_batch_size % n:

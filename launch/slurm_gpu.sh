@@ -8,7 +8,8 @@
 #SBATCH --gpus-per-node=8
 #SBATCH --cpus-per-task=8
 #SBATCH --time=48:00:00
-#SBATCH --output=logs/%x-%j.out
+# SLURM opens the output file before the script runs: a directory in its path must exist then.
+#SBATCH --output=%x-%j.out
 #SBATCH --signal=TERM@300
 set -euo pipefail
 
@@ -22,10 +23,11 @@ usage() {
   cat <<'USAGE'
 Usage: sbatch launch/slurm_gpu.sh --config=FILE --workdir=DIR [--cache=DIR] [--print] [-- TRAIN_FLAGS...]
 
-Runs python -m electra_jax.train under srun, one task per GPU (see the #SBATCH lines). Each
-task calls jax.distributed.initialize(), which reads the SLURM environment (coordinator = first
-node, process id = SLURM_PROCID, GPU = SLURM_LOCALID), so all GPUs of all nodes form one mesh. DIR must be on a
-filesystem every node sees. SLURM sends SIGTERM 5 minutes before the time limit: training saves
+Runs python -m electra_jax.train under srun, one task per GPU (see the #SBATCH lines), its
+output in electra-JOBID.out in the directory sbatch was run from. Each task calls
+jax.distributed.initialize(), which reads the SLURM environment (coordinator = first node,
+process id = SLURM_PROCID, GPU = SLURM_LOCALID), so all GPUs of all nodes form one mesh. DIR
+must be on a filesystem every node sees. SLURM sends SIGTERM 5 minutes before the time limit: training saves
 a checkpoint and exits, and resubmitting the same command resumes.
 
 Options:
@@ -69,8 +71,5 @@ if [[ "${PRINT}" == 0 && -z "${SLURM_JOB_ID:-}" ]]; then
   exit 2
 fi
 
-if [[ "${PRINT}" == 0 ]]; then
-  mkdir -p logs
-fi
 run srun --kill-on-bad-exit=1 python -m electra_jax.train --config="${CONFIG}" \
   --workdir="${WORKDIR}" --compilation_cache_dir="${CACHE:-${WORKDIR%/}/jax_cache}" "${EXTRA[@]}"

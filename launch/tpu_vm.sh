@@ -6,13 +6,18 @@ set -euo pipefail
 NAME="${TPU_NAME:-electra-large}"
 ZONE="${TPU_ZONE:-us-central2-b}"
 ACCELERATOR="${TPU_ACCELERATOR:-v4-64}"
-VERSION="${TPU_VERSION:-tpu-ubuntu2204-base}"
+VERSION="${TPU_VERSION:-}"
+# The workers' images run Python 3.10; install makes an environment of this Python (>= 3.11).
+PYTHON="3.11"
+VENV="electra_venv"
 PROJECT="${TPU_PROJECT:-}"
 CONFIG="configs/large.py"
 WORKDIR="${WORKDIR:-gs://YOUR_BUCKET/electra_large}"
 CACHE=""
 SPOT=0
 QUEUED=0
+WAIT=""
+POLL="${TPU_POLL_SECONDS:-60}"
 PRINT=0
 EXTRA=()
 
@@ -22,22 +27,29 @@ Usage: launch/tpu_vm.sh [options] STEP [-- TRAIN_FLAGS...]
 
 Steps (run them in order; each is one gcloud call per line):
   create    create the TPU VM (or a queued resource with --queued, waiting until ACTIVE)
-  install   copy this repository to every worker and pip install it with JAX for TPU
-  train     run python -m electra_jax.train on --worker=all; output also goes to logs/NAME-*.log
+  install   copy this repository to every worker and install it with JAX for TPU into a
+            Python 3.11 environment, ~/electra_venv (uv makes it: the images have Python 3.10)
+  train     run python -m electra_jax.train (of ~/electra_venv) on --worker=all; output also
+            goes to logs/NAME-*.log
   delete    delete the TPU VM (or the queued resource)
 
 Options:
   --name=NAME            TPU name (default $TPU_NAME or electra-large)
   --zone=ZONE            zone (default $TPU_ZONE or us-central2-b)
   --accelerator=TYPE     accelerator type, e.g. v4-64, v5litepod-64 (default $TPU_ACCELERATOR or v4-64)
-  --version=VERSION      TPU software version (default $TPU_VERSION or tpu-ubuntu2204-base)
+  --version=VERSION      TPU software version (default $TPU_VERSION, else the accelerator's:
+                         v6e v2-alpha-tpuv6e, v5p v2-alpha-tpuv5, v5litepod v2-alpha-tpuv5-lite,
+                         v2-v4 tpu-ubuntu2204-base)
   --project=PROJECT      GCP project (default: gcloud's configured project)
   --config=FILE          experiment config (default configs/large.py)
   --workdir=DIR          training workdir, a gs:// path shared by all workers (default $WORKDIR)
   --cache=DIR            persistent XLA compilation cache shared by the workers and by restarts
                          (default WORKDIR/jax_cache): a restarted job does not compile again
   --spot                 use Spot capacity (preemptible; training resumes from checkpoints)
-  --queued               obtain the slice through a queued resource
+  --queued               obtain the slice through a queued resource; create waits until it is
+                         ACTIVE and stops (exit 1) if it fails, is suspended or deleted
+  --wait=MINUTES         with --queued create: stop waiting after MINUTES (default: no limit;
+                         the request stays queued)
   --print                print the gcloud commands instead of running them
   -h, --help             show this help
 
@@ -57,6 +69,36 @@ run() {
   fi
 }
 
+# Polls the queued resource until it is ACTIVE; exits 1 when it can no longer become ACTIVE
+# (FAILED, SUSPENDED, being deleted), when gcloud cannot describe it, or after --wait minutes.
+wait_until_active() {
+  local state start="${SECONDS}"
+  local check="gcloud compute tpus queued-resources describe ${NAME} ${LOCATION[*]}"
+  echo "Waiting for queued resource ${NAME} to become ACTIVE ..." >&2
+  while true; do
+    if ! state="$("${GCLOUD[@]}" queued-resources describe "${NAME}" "${LOCATION[@]}" \
+                  --format='value(state.state)')"; then
+      echo "error: gcloud could not describe queued resource ${NAME} (above); see: ${check}" >&2
+      exit 1
+    fi
+    case "${state}" in
+      ACTIVE) echo "Queued resource ${NAME} is ACTIVE" >&2; return ;;
+      CREATING|ACCEPTED|PROVISIONING|WAITING_FOR_RESOURCES) ;;
+      *) echo "error: queued resource ${NAME} is ${state:-in no state} and will not become" \
+           "ACTIVE; see why: ${check}; remove it: launch/tpu_vm.sh --queued --name=${NAME}" \
+           "delete" >&2
+         exit 1 ;;
+    esac
+    if [[ -n "${WAIT}" ]] && (( SECONDS - start >= 10#${WAIT} * 60 )); then
+      echo "error: queued resource ${NAME} is still ${state} after ${WAIT} minutes (--wait);" \
+        "it stays queued: follow it with ${check}, or remove it: launch/tpu_vm.sh --queued" \
+        "--name=${NAME} delete" >&2
+      exit 1
+    fi
+    sleep "${POLL}"
+  done
+}
+
 STEP=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -71,6 +113,7 @@ while [[ $# -gt 0 ]]; do
     --cache=*) CACHE="${1#*=}" ;;
     --spot) SPOT=1 ;;
     --queued) QUEUED=1 ;;
+    --wait=*) WAIT="${1#*=}" ;;
     --print) PRINT=1 ;;
     --) shift; EXTRA=("$@"); break ;;
     create|install|train|delete) STEP="$1" ;;
@@ -81,6 +124,22 @@ done
 if [[ -z "${STEP}" ]]; then
   echo "error: give a step: create, install, train or delete; see --help" >&2
   exit 2
+fi
+if [[ -n "${WAIT}" && ! "${WAIT}" =~ ^[0-9]+$ ]]; then
+  echo "error: --wait=${WAIT} must be a whole number of minutes, e.g. --wait=120" >&2
+  exit 2
+fi
+# Google's software version for each TPU generation (cloud.google.com/tpu/docs/runtimes).
+if [[ -z "${VERSION}" ]]; then
+  case "${ACCELERATOR}" in
+    v6e-*) VERSION="v2-alpha-tpuv6e" ;;
+    v5p-*) VERSION="v2-alpha-tpuv5" ;;
+    v5litepod-*) VERSION="v2-alpha-tpuv5-lite" ;;
+    v2-*|v3-*|v4-*) VERSION="tpu-ubuntu2204-base" ;;
+    *) echo "error: no TPU software version known for --accelerator=${ACCELERATOR}; pass" \
+         "--version=VERSION (see cloud.google.com/tpu/docs/runtimes)" >&2
+       exit 2 ;;
+  esac
 fi
 
 GCLOUD=(gcloud compute tpus)
@@ -101,11 +160,7 @@ case "${STEP}" in
         --node-id="${NAME}" --accelerator-type="${ACCELERATOR}" \
         --runtime-version="${VERSION}" "${CAPACITY[@]}"
       if [[ "${PRINT}" == 0 ]]; then
-        echo "Waiting for queued resource ${NAME} to become ACTIVE ..." >&2
-        until [[ "$("${GCLOUD[@]}" queued-resources describe "${NAME}" "${LOCATION[@]}" \
-                   --format='value(state.state)')" == ACTIVE ]]; do
-          sleep 60
-        done
+        wait_until_active
       fi
     else
       run "${GCLOUD[@]}" tpu-vm create "${NAME}" "${LOCATION[@]}" \
@@ -114,19 +169,21 @@ case "${STEP}" in
     ;;
   install)
     REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-    ARCHIVE="/tmp/electra_jax-${NAME}.tar.gz"
+    ARCHIVE="${TMPDIR:-/tmp}/electra_jax-${NAME}.tar.gz"
     run tar -czf "${ARCHIVE}" -C "${REPO}" --exclude=.git --exclude='*.egg-info' .
     run "${GCLOUD[@]}" tpu-vm scp "${ARCHIVE}" "${NAME}:electra_jax.tar.gz" "${LOCATION[@]}" \
       --worker=all
     run "${SSH[@]}" --command="mkdir -p electra_jax && tar -xzf electra_jax.tar.gz -C electra_jax \
-&& pip install -q -e 'electra_jax[tpu]'"
+&& python3 -m pip install -q --user uv \
+&& python3 -m uv venv -q --python ${PYTHON} --allow-existing ${VENV} \
+&& python3 -m uv pip install -q --python ${VENV}/bin/python -e 'electra_jax[tpu]'"
     ;;
   train)
     printf -v FLAGS ' %q' "${EXTRA[@]}"
     if [[ ${#EXTRA[@]} -eq 0 ]]; then
       FLAGS=""
     fi
-    COMMAND="cd electra_jax && python3 -m electra_jax.train --config=${CONFIG} \
+    COMMAND="cd electra_jax && ~/${VENV}/bin/python -m electra_jax.train --config=${CONFIG} \
 --workdir=${WORKDIR} --compilation_cache_dir=${CACHE:-${WORKDIR%/}/jax_cache}${FLAGS}"
     if [[ "${PRINT}" == 1 ]]; then
       run "${SSH[@]}" --command="${COMMAND}"

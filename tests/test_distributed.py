@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import portpicker
 import pytest
@@ -47,7 +48,8 @@ def srun_task(tasks, procid, job_tasks=None):
   return {'SLURM_JOB_ID': '7', 'SLURM_NTASKS': str(job_tasks or tasks),
           'SLURM_STEP_ID': '0', 'SLURM_STEP_NODELIST': 'localhost',
           'SLURM_STEP_NUM_NODES': '1', 'SLURM_STEP_NUM_TASKS': str(tasks),
-          'SLURM_PROCID': str(procid), 'SLURM_LOCALID': str(procid), 'SLURM_NODEID': '0'}
+          'SLURM_STEP_TASKS_PER_NODE': str(tasks), 'SLURM_PROCID': str(procid),
+          'SLURM_LOCALID': str(procid), 'SLURM_NODEID': '0'}
 
 
 def slurm_batch_script(job_tasks):
@@ -57,23 +59,41 @@ def slurm_batch_script(job_tasks):
           'SLURM_LOCALID': '0'}
 
 
-def test_cluster_detection_from_environment():
+def test_cluster_detection_from_environment(monkeypatch):
   assert distributed.detected_cluster(srun_task(4, 2)) == 'slurm'
-  assert distributed.detected_cluster({'TPU_WORKER_HOSTNAMES': 'a,b'}) == 'tpu'
   assert distributed.detected_cluster(open_mpi_4(2, 1)) == 'ompi'
   assert distributed.detected_cluster(open_mpi_4(1, 0)) is None
   with pytest.raises(UserError, match='--coordinator_address'):
     distributed.initialize(num_processes=2, process_id=0)
+  # A GKE TPU pod's variables name a pod only where TPU chips are attached (as JAX requires);
+  # alone (libtpu compiling for a topology sets one) they are a single process, not a crash.
+  for name in ('TPU_WORKER_HOSTNAMES', 'TPU_PROCESS_ADDRESSES'):
+    monkeypatch.setattr(distributed, 'attached_tpu_chips', lambda: 0)
+    assert distributed.join_plan(env={name: 'localhost'}) == ('single', None)
+    monkeypatch.setattr(distributed, 'attached_tpu_chips', lambda: 4)
+    assert distributed.detected_cluster({name: 'a,b'}) == 'tpu'
+
+
+def test_a_detected_run_that_jax_cannot_join_is_one_line_naming_the_flags(monkeypatch):
+  """JAX's own detection can still miss what ours saw: its ValueError becomes a UserError."""
+  def initialize(**_):
+    raise ValueError('coordinator_address should be defined.')
+  monkeypatch.setattr(distributed.jax.distributed, 'initialize', initialize)
+  monkeypatch.setattr(distributed, 'join_plan', lambda *_: ('tpu', {}))
+  with pytest.raises(UserError, match=r'multi-process run \(tpu\) but JAX could not join it '
+                                      r'\(coordinator_address should be defined.\); pass '
+                                      r'--coordinator_address, --num_processes and --process_id'):
+    distributed.initialize()
 
 
 def test_a_launcher_numbers_the_ranks_once_a_coordinator_is_given():
   plan = distributed.join_plan(env=dict(mpich(4, 2), JAX_COORDINATOR_ADDRESS='node0:8476'))
   assert plan == ('mpi', dict(coordinator_address='node0:8476', num_processes=4, process_id=2,
-                              local_device_ids=[2]))
+                              local_device_ids=[2], cluster_detection_method='deactivate'))
   # The flag counts as the coordinator too; JAX_LOCAL_DEVICE_IDS (JAX's own) keeps its say.
   plan = distributed.join_plan('node0:1', env=dict(open_mpi_5(2, 1), JAX_LOCAL_DEVICE_IDS='0,1'))
   assert plan == ('mpi', dict(coordinator_address='node0:1', num_processes=2, process_id=1,
-                              local_device_ids=None))
+                              local_device_ids=None, cluster_detection_method='deactivate'))
   # A wrapper that bound each rank to its GPU leaves it that GPU; all GPUs visible: its own.
   bound = dict(mpich(4, 2), CUDA_VISIBLE_DEVICES='2')
   assert distributed.join_plan('h:1', env=bound)[1]['local_device_ids'] == [0]
@@ -83,13 +103,37 @@ def test_a_launcher_numbers_the_ranks_once_a_coordinator_is_given():
   assert distributed.join_plan('h:1', env=mvapich)[1]['process_id'] == 1
   # Explicit counts win over the launcher's; JAX finds Open MPI 4's coordinator by itself.
   assert distributed.join_plan('h:1', 8, 3, env=mpich(4, 2)) == (
-      'explicit', dict(coordinator_address='h:1', num_processes=8, process_id=3))
+      'explicit', dict(coordinator_address='h:1', num_processes=8, process_id=3,
+                       cluster_detection_method='deactivate'))
   assert distributed.join_plan(env=open_mpi_4(2, 1)) == ('ompi', {'local_device_ids': [1]})
   assert distributed.join_plan(env=dict(open_mpi_4(2, 1), CUDA_VISIBLE_DEVICES='5')) == (
       'ompi', {'local_device_ids': [0]})
   # One rank, or no launcher: a single process whatever else is set.
   assert distributed.join_plan(env=mpich(1, 0)) == ('single', None)
   assert distributed.join_plan(env={'HOME': '/root'}) == ('single', None)
+
+
+def test_ranks_bound_to_several_gpus_each_take_every_gpu_they_see():
+  """A wrapper binding 2 GPUs to each of a node's 4 ranks (0,1 / 2,3 / 4,5 / 6,7): each takes
+  both. Ranks 0 and 1 took one GPU, their local rank's index (rank 1's was GPU 3), and ranks 2
+  and 3 both of theirs: the list is shorter than the node's ranks, not only than the rank."""
+  for launcher in (mpich, open_mpi_5):
+    for local in range(4):
+      env = dict(launcher(4, local), CUDA_VISIBLE_DEVICES=f'{2 * local},{2 * local + 1}')
+      assert distributed.join_plan('h:1', env=env)[1]['local_device_ids'] == [0, 1], local
+  rocm = dict(mpich(4, 0), ROCR_VISIBLE_DEVICES='0,1')
+  assert distributed.join_plan('h:1', env=rocm)[1]['local_device_ids'] == [0, 1]
+  # As many GPUs visible as ranks on the node, or more: each rank its own.
+  for visible in ('0,1,2,3', '0,1,2,3,4,5,6,7'):
+    env = dict(mpich(4, 1), CUDA_VISIBLE_DEVICES=visible)
+    assert distributed.join_plan('h:1', env=env)[1]['local_device_ids'] == [1]
+  # A launcher that does not say how many ranks share the node: bound where the list is too
+  # short for the local rank.
+  mvapich = {'MV2_COMM_WORLD_SIZE': '4', 'MV2_COMM_WORLD_RANK': '3',
+             'MV2_COMM_WORLD_LOCAL_RANK': '3', 'CUDA_VISIBLE_DEVICES': '6,7'}
+  assert distributed.join_plan('h:1', env=mvapich)[1]['local_device_ids'] == [0, 1]
+  mvapich = dict(mvapich, MV2_COMM_WORLD_LOCAL_SIZE='4', MV2_COMM_WORLD_LOCAL_RANK='0')
+  assert distributed.join_plan('h:1', env=mvapich)[1]['local_device_ids'] == [0, 1]
 
 
 def test_several_ranks_without_a_coordinator_are_one_clear_error():
@@ -103,9 +147,10 @@ def test_several_ranks_without_a_coordinator_are_one_clear_error():
 
 
 def test_an_srun_step_is_one_run_and_a_batch_script_outside_srun_is_one_clear_error():
-  assert distributed.join_plan(env=srun_task(4, 2)) == ('slurm', {})
+  assert distributed.join_plan(env=srun_task(4, 2)) == ('slurm', {'local_device_ids': [2]})
   # srun --mpi=pmi2 numbers the same processes through PMI too: still srun's step.
-  assert distributed.join_plan(env=dict(srun_task(4, 2), **mpich(4, 2))) == ('slurm', {})
+  assert distributed.join_plan(env=dict(srun_task(4, 2), **mpich(4, 2))) == (
+      'slurm', {'local_device_ids': [2]})
   # One task of a larger job (srun --ntasks=1), or a one-task job: a single process.
   assert distributed.join_plan(env=srun_task(1, 0)) == ('single', None)
   assert distributed.join_plan(env=slurm_batch_script(1)) == ('single', None)
@@ -125,6 +170,21 @@ def test_an_srun_step_is_one_run_and_a_batch_script_outside_srun_is_one_clear_er
       distributed.join_plan(env=env)
   # Explicit values still win there.
   assert distributed.join_plan('h:1', 1, 0, env=slurm_batch_script(8))[0] == 'explicit'
+  # A coordinator is enough in a step, as under mpirun (was: needs all of --num_processes ...).
+  assert distributed.join_plan(env=dict(srun_task(4, 2), JAX_COORDINATOR_ADDRESS='n1:8476')) == (
+      'slurm', dict(coordinator_address='n1:8476', num_processes=4, process_id=2,
+                    local_device_ids=[2], cluster_detection_method='deactivate'))
+  # srun --gpus-per-task=2 on two nodes of 4 tasks: task 5 sees its 2 GPUs, takes both (JAX's
+  # own SLURM detection would take the one of its local rank).
+  two_each = dict(srun_task(8, 5), SLURM_STEP_TASKS_PER_NODE='4(x2)', SLURM_NODEID='1',
+                  SLURM_LOCALID='1', CUDA_VISIBLE_DEVICES='2,3')
+  assert distributed.join_plan('n1:1', env=two_each)[1]['local_device_ids'] == [0, 1]
+  assert distributed.join_plan(env=two_each) == ('slurm', {'local_device_ids': [0, 1]})
+  assert distributed.join_plan('n1:1', env=dict(two_each, CUDA_VISIBLE_DEVICES='0,1,2,3'))[1][
+      'local_device_ids'] == [1]
+  with pytest.raises(UserError, match=r"\$SLURM_STEP_NUM_TASKS=4 but \$SLURM_PROCID=None"):
+    distributed.join_plan('n1:1', env={k: v for k, v in srun_task(4, 2).items()
+                                       if k != 'SLURM_PROCID'})
   # finetune / export: srun tasks are copies too; the batch script itself runs once.
   with pytest.raises(UserError, match=r'srun started 2 \(\$SLURM_STEP_NUM_TASKS=2\)'):
     distributed.require_one_process('export', env=srun_task(2, 1))
@@ -149,11 +209,13 @@ def dry_run(rank_env: dict) -> subprocess.Popen:
       stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize('launcher', ['srun', 'open_mpi_4', 'mpich'])
+@pytest.mark.parametrize('launcher', ['srun', 'srun_coordinator', 'open_mpi_4', 'mpich'])
 def test_ranks_started_by_a_launcher_join_one_run(launcher):
   port = portpicker.pick_unused_port()
   if launcher == 'srun':  # JAX reads the step's first node; the port would come from the job id.
     envs = [dict(srun_task(2, r), JAX_COORDINATOR_PORT=str(port)) for r in range(2)]
+  elif launcher == 'srun_coordinator':  # The step numbers the tasks, the address is given.
+    envs = [dict(srun_task(2, r), JAX_COORDINATOR_ADDRESS=f'localhost:{port}') for r in range(2)]
   elif launcher == 'open_mpi_4':  # JAX reads mpirun's address; the port is mpirun's -x option.
     envs = [dict(open_mpi_4(2, r), JAX_COORDINATOR_PORT=str(port)) for r in range(2)]
   else:
@@ -168,6 +230,27 @@ def test_ranks_started_by_a_launcher_join_one_run(launcher):
   assert plans[0]['per_host_batch'] == plans[0]['global_batch'] // 2
   described = 'in 2 process(es)'  # Rank 0 alone prints the plan for people.
   assert described in outputs[0][0] and described not in outputs[1][0]
+
+
+_EXPLICIT_JOIN = """
+import jax
+from electra_jax import distributed
+mode = distributed.initialize('localhost:{port}', 1, 0)
+print(mode, jax.config.read('jax_cuda_visible_devices'))
+jax.distributed.shutdown()
+"""
+
+
+@pytest.mark.parametrize('launcher_env', [srun_task(1, 0), open_mpi_4(2, 1)],
+                         ids=['srun', 'open_mpi_4'])
+def test_explicit_values_drive_every_local_device_under_a_launcher(launcher_env):
+  """launch/multinode.sh's explicit process drives all its node's GPUs; inside a SLURM step or
+  under Open MPI, JAX's cluster detection used to restrict it to one (the local rank's)."""
+  script = _EXPLICIT_JOIN.format(port=portpicker.pick_unused_port())
+  proc = subprocess.run([sys.executable, '-c', script], cwd=REPO_ROOT,
+                        env=as_rank(launcher_env), capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.split() == ['explicit', 'all']
 
 
 def test_a_launcher_without_a_coordinator_exits_2_before_touching_a_device():
@@ -210,3 +293,69 @@ def test_a_finished_command_leaves_the_distributed_run_before_interpreter_exit()
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert 'joined: True' in proc.stdout
   assert 'joined at exit: False' in proc.stdout, proc.stdout
+
+
+_FAILING_PROCESS = '''
+import sys, time
+from jax.experimental import multihost_utils
+from electra_jax import cli, distributed
+from electra_jax.errors import UserError
+
+def main(argv):
+  distributed.initialize()
+  import jax
+  if jax.process_index() == {failing}:
+    time.sleep(1)  # The other is waiting in the collective by now.
+    raise {error}('boom on {failing}')
+  print('waiting', time.time(), flush=True)
+  multihost_utils.sync_global_devices('never reached by the failing process')
+  print('synced', flush=True)
+
+cli.run(main)
+'''
+
+
+@pytest.mark.parametrize('failing,error', [(1, 'UserError'), (0, 'RuntimeError')])
+def test_a_process_that_fails_stops_the_others_at_once(failing, error):
+  """A process that stops on an error (its one line, or a traceback for a bug) tells the
+  others, which stop at once with its message: without that they waited in the collective,
+  then in JAX's exit-time shutdown barrier, until the heartbeat timeout aborted them (100 s and
+  a C++ stack dump), or both waited in that barrier for each other."""
+  port = portpicker.pick_unused_port()
+  script = _FAILING_PROCESS.format(failing=failing, error=error)
+  procs = [subprocess.Popen(
+      [sys.executable, '-c', script], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True, env=as_rank(dict(
+          JAX_COORDINATOR_ADDRESS=f'localhost:{port}', JAX_NUM_PROCESSES='2',
+          JAX_PROCESS_ID=str(i)))) for i in range(2)]
+  outputs = [p.communicate(timeout=200) for p in procs]
+  ended = time.time()
+  (failed_out, failed_err), (other_out, other_err) = outputs[failing], outputs[1 - failing]
+  assert procs[failing].returncode == (2 if error == 'UserError' else 1), failed_err[-3000:]
+  if error == 'UserError':
+    assert failed_err.strip().splitlines()[-1] == 'error: boom on 1', failed_err[-3000:]
+  else:
+    assert 'Traceback' in failed_err and 'RuntimeError: boom on 0' in failed_err
+  assert procs[1 - failing].returncode == 1, other_err[-3000:]
+  assert (f'error: process {failing} of 2 failed: {"" if error == "UserError" else error + ": "}'
+          f'boom on {failing}; this process stops too') in other_err, other_err[-3000:]
+  assert 'Check failure' not in other_err + failed_err
+  waited = ended - float(other_out.split()[1])
+  assert waited < 20, f'the other process waited {waited:.0f} s'
+
+
+def test_the_watch_for_failed_processes_ends_before_jax_leaves_the_run():
+  """A watch thread still waiting in JAX's client when JAX's exit hook shut the client down
+  aborted the process at random ('FATAL: exception not rethrown', exit 134): it ends first, in
+  scripts that join without cli.run too (its exit hook runs before JAX's)."""
+  watching = "any(t.name == 'failed-process-watch' for t in threading.enumerate())"
+  script = (
+      'import atexit, threading, jax\n'
+      'from electra_jax import distributed\n'
+      f"atexit.register(lambda: print('watching at exit:', {watching}, flush=True))\n"
+      f"distributed.initialize('localhost:{portpicker.pick_unused_port()}', 1, 0)\n"
+      f"print('watching:', {watching}, flush=True)\n")
+  proc = subprocess.run([sys.executable, '-c', script], cwd=REPO_ROOT, env=as_rank({}),
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.splitlines() == ['watching: True', 'watching at exit: False']

@@ -177,6 +177,15 @@ def test_slurm_prints_srun_of_the_train_module():
   assert missing.returncode == 2 and '--workdir' in missing.stderr
 
 
+def test_slurm_output_file_needs_no_directory_made_at_submission():
+  """SLURM opens #SBATCH --output before the script runs: logs/%x-%j.out failed the job where
+  logs/ did not exist at submission (the script's own mkdir came too late)."""
+  with open(os.path.join(REPO_ROOT, 'launch', 'slurm_gpu.sh'), encoding='utf-8') as f:
+    outputs = [line.split('=', 1)[1].strip() for line in f
+               if line.startswith(('#SBATCH --output=', '#SBATCH --error='))]
+  assert outputs and not [path for path in outputs if '/' in path], outputs
+
+
 def test_multinode_prints_env_for_jax_distributed():
   out = sh('launch/multinode.sh', '--print', '--coordinator=node0:8476', '--num_processes=4',
            '--process_id=3', '--workdir=/shared/run').stdout
@@ -186,3 +195,126 @@ def test_multinode_prints_env_for_jax_distributed():
     assert piece in out
   missing = sh('launch/multinode.sh', '--print', '--workdir=/x', check=False)
   assert missing.returncode == 2 and '--coordinator' in missing.stderr
+
+
+# Stands in for gcloud: logs each call; `tpu-vm scp` copies into one fake worker's home and
+# `tpu-vm ssh --command=...` runs the command there with bash, as a worker's shell would, on a
+# PATH of the fakes and the system's tools only (no pip or Python that could install anything).
+_FAKE_GCLOUD = """#!{python}
+import os, shutil, subprocess, sys
+args = sys.argv[1:]
+with open(os.environ['FAKE_GCLOUD_LOG'], 'a') as log:
+  log.write(' '.join(args) + '\\n')
+home = os.environ['FAKE_WORKER_HOME']
+if args[2:4] == ['tpu-vm', 'scp']:
+  shutil.copy(args[4], os.path.join(home, args[5].split(':', 1)[1]))
+elif args[2:4] == ['queued-resources', 'describe']:  # The n-th call: $FAKE_QUEUED_STATES' n-th.
+  with open(os.environ['FAKE_GCLOUD_LOG']) as log:
+    calls = sum(' queued-resources describe ' in line for line in log)
+  states = os.environ['FAKE_QUEUED_STATES'].split(',')
+  state = states[min(calls, len(states)) - 1]
+  if state == 'unreachable':
+    sys.exit('ERROR: (gcloud.compute.tpus.queued-resources.describe) Could not reach the API')
+  print(state)
+elif args[2:4] == ['tpu-vm', 'ssh']:
+  command = next(a.split('=', 1)[1] for a in args if a.startswith('--command='))
+  path = os.path.dirname(os.path.abspath(__file__)) + ':/usr/bin:/bin'
+  sys.exit(subprocess.run(['bash', '-c', command], cwd=home,
+                          env=dict(os.environ, HOME=home, PATH=path)).returncode)
+"""
+# The worker's Python 3.10 (python3, pip, pip3): logs its calls; `-m uv venv ... DIR` makes
+# DIR/bin/python, which logs its calls and working directory.
+_FAKE_WORKER_PYTHON = """#!/usr/bin/env bash
+echo "$(basename "$0") $*" >> "$FAKE_WORKER_HOME/calls.log"
+if [[ "$1 $2 $3" == "-m uv venv" ]]; then
+  venv="${!#}"
+  mkdir -p "$venv/bin"
+  printf '#!/usr/bin/env bash\\necho "venv python $* (in $PWD)" >> "$FAKE_WORKER_HOME/calls.log"\\n' \\
+    > "$venv/bin/python"
+  chmod +x "$venv/bin/python"
+fi
+"""
+
+
+def fake_tpu_vm(tmp_path):
+  """(environment with a fake gcloud and worker python3 first on PATH, the worker's home)."""
+  bin_dir, home = tmp_path / 'bin', tmp_path / 'worker'
+  bin_dir.mkdir()
+  home.mkdir()
+  for name, text in (('gcloud', _FAKE_GCLOUD.format(python=sys.executable)),
+                     ('python3', _FAKE_WORKER_PYTHON), ('pip', _FAKE_WORKER_PYTHON),
+                     ('pip3', _FAKE_WORKER_PYTHON)):
+    (bin_dir / name).write_text(text)
+    (bin_dir / name).chmod(0o755)
+  env = dict(os.environ, PATH=f'{bin_dir}:{os.environ["PATH"]}', TMPDIR=str(tmp_path),
+             FAKE_GCLOUD_LOG=str(tmp_path / 'gcloud.log'), FAKE_WORKER_HOME=str(home))
+  return env, home
+
+
+def tpu_vm(tmp_path, env, *args):
+  """launch/tpu_vm.sh run from tmp_path (where train writes its logs/)."""
+  return subprocess.run(['bash', os.path.join(REPO_ROOT, 'launch', 'tpu_vm.sh'), *args],
+                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_tpu_vm_installs_into_a_python_3_11_environment_and_trains_with_it(tmp_path):
+  """The TPU images run Python 3.10 and the package needs 3.11: install makes a 3.11
+  environment with uv on each worker and installs there; train runs that environment's Python."""
+  env, home = fake_tpu_vm(tmp_path)
+  install = tpu_vm(tmp_path, env, '--name=pod', '--accelerator=v6e-8', 'install')
+  assert install.returncode == 0, install.stderr
+  assert (home / 'electra_jax' / 'setup.cfg').exists()  # The repository, unpacked.
+  train = tpu_vm(tmp_path, env, '--name=pod', '--workdir=gs://b/run', 'train', '--',
+                 '--config.num_train_steps=10')
+  assert train.returncode == 0, train.stderr
+  assert (home / 'calls.log').read_text().splitlines() == [
+      'python3 -m pip install -q --user uv',
+      'python3 -m uv venv -q --python 3.11 --allow-existing electra_venv',
+      'python3 -m uv pip install -q --python electra_venv/bin/python -e electra_jax[tpu]',
+      'venv python -m electra_jax.train --config=configs/large.py --workdir=gs://b/run '
+      '--compilation_cache_dir=gs://b/run/jax_cache --config.num_train_steps=10 '
+      f'(in {home}/electra_jax)']
+  assert len(list((tmp_path / 'logs').glob('pod-*.log'))) == 1
+
+
+@pytest.mark.parametrize('accelerator,version', [
+    ('v4-64', 'tpu-ubuntu2204-base'), ('v5litepod-16', 'v2-alpha-tpuv5-lite'),
+    ('v5p-8', 'v2-alpha-tpuv5'), ('v6e-256', 'v2-alpha-tpuv6e')])
+def test_tpu_vm_creates_each_generation_with_its_software_version(accelerator, version):
+  for queued in ([], ['--queued']):
+    create = sh('launch/tpu_vm.sh', '--print', f'--accelerator={accelerator}', *queued,
+                'create').stdout
+    assert f'version={version} ' in create, create
+  chosen = sh('launch/tpu_vm.sh', '--print', '--accelerator=v5p-8', '--version=mine',
+              'create').stdout
+  assert '--version=mine ' in chosen
+  unknown = sh('launch/tpu_vm.sh', '--print', '--accelerator=v9-8', 'create', check=False)
+  assert unknown.returncode == 2 and unknown.stderr.startswith(
+      'error: no TPU software version known for --accelerator=v9-8; pass --version=VERSION')
+
+
+@pytest.mark.parametrize('states,wait,message', [
+    ('ACCEPTED,WAITING_FOR_RESOURCES,PROVISIONING,ACTIVE', [], None),
+    ('ACCEPTED,FAILED', [], 'error: queued resource pod is FAILED and will not become ACTIVE; '
+                            'see why: gcloud compute tpus queued-resources describe pod'),
+    ('SUSPENDED', [], 'error: queued resource pod is SUSPENDED and will not become ACTIVE'),
+    ('ACCEPTED,unreachable', [], 'error: gcloud could not describe queued resource pod'),
+    ('ACCEPTED', ['--wait=0'], 'error: queued resource pod is still ACCEPTED after 0 minutes'),
+])
+def test_tpu_vm_queued_create_waits_for_active_and_stops_when_it_cannot_be(
+    tmp_path, states, wait, message):
+  """--queued create polled until ACTIVE and never stopped: a FAILED or SUSPENDED request, or
+  gcloud failing to describe it, waited forever. Now those end it with exit 1, and --wait bounds
+  the wait."""
+  env, _ = fake_tpu_vm(tmp_path)
+  env.update(FAKE_QUEUED_STATES=states, TPU_POLL_SECONDS='0')
+  create = tpu_vm(tmp_path, env, '--name=pod', '--queued', *wait, 'create')
+  describes = (tmp_path / 'gcloud.log').read_text().count('queued-resources describe pod')
+  if message is None:
+    assert create.returncode == 0, create.stderr
+    assert describes == 4 and 'Queued resource pod is ACTIVE' in create.stderr
+  else:
+    assert create.returncode == 1 and message in create.stderr, create.stderr
+    assert describes == len(states.split(','))
+  bad = tpu_vm(tmp_path, env, '--queued', '--wait=2h', 'create')
+  assert bad.returncode == 2 and 'error: --wait=2h must be a whole number of minutes' in bad.stderr

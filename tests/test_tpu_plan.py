@@ -199,3 +199,11 @@ def test_sweep_prefers_the_simplest_of_equally_fast_settings_and_reports_none_fi
   monkeypatch.setitem(chips.TPU_CHIPS, 'v4', dataclasses.replace(v4, usable_hbm_bytes=2**30))
   nothing = tpu_plan.run(tiny_config(), 'v4-8', ('none', 'full'), (1,), say=say)
   assert nothing['best'] is None and lines[-1].startswith('Nothing fits')
+
+
+def test_a_sweep_without_an_fsdp_size_dividing_the_chips_is_a_one_line_error():
+  """--sweep_fsdp=16 on a 4-chip slice compiled nothing, said 'Nothing fits' and exited 0."""
+  with pytest.raises(UserError, match=r'^--sweep_fsdp=16,32: no value divides the 4 chips of '
+                                      r'--topology=v4-8, so nothing would be compiled; use '
+                                      r'some of 1,2,4$'):
+    tpu_plan.run(tiny_config(), 'v4-8', ('none',), (16, 32))
