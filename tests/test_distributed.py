@@ -330,7 +330,7 @@ def test_a_process_that_fails_stops_the_others_at_once(failing, error):
           JAX_PROCESS_ID=str(i)))) for i in range(2)]
   outputs = [p.communicate(timeout=200) for p in procs]
   ended = time.time()
-  (failed_out, failed_err), (other_out, other_err) = outputs[failing], outputs[1 - failing]
+  (_, failed_err), (other_out, other_err) = outputs[failing], outputs[1 - failing]
   assert procs[failing].returncode == (2 if error == 'UserError' else 1), failed_err[-3000:]
   if error == 'UserError':
     assert failed_err.strip().splitlines()[-1] == 'error: boom on 1', failed_err[-3000:]
