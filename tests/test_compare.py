@@ -100,6 +100,13 @@ def test_a_planned_run_the_train_command_would_refuse_fails_at_planning(tmp_path
           'config.num_warmup_steps=') in str(e.value) and '\n' not in str(e.value)
 
 
+def test_an_infinite_budget_is_a_one_line_error(tmp_path):
+  plain = write_config(tmp_path / 'plain.py', 0.25)
+  for value in (float('inf'), float('nan'), 0.0):
+    with pytest.raises(UserError, match='must be a positive, finite number of FLOPs'):
+      budget.plan_all([plain], [], value, 1)
+
+
 def test_overrides_are_typed_like_the_config_and_change_the_flops(tmp_path):
   path = write_config(tmp_path / 'a.py', 0.25)
   plain = budget.plan_config(path, [], 1e15, 1)

@@ -8,6 +8,7 @@ two_stage_generator_steps) keep their share of the run (the objective's `steps_s
 every planned config is validated here, before anything trains.
 """
 import dataclasses
+import math
 import os
 import sys
 
@@ -176,8 +177,9 @@ def plan_all(specs: list[str], overrides: list[str], flops_budget: float,
              num_points: int) -> list[Plan]:
   if not specs:
     raise UserError('--configs is empty; pass pretraining config files separated by commas')
-  if not flops_budget > 0:
-    raise UserError(f'--flops_budget={flops_budget} must be a positive number of FLOPs, e.g. 1e15')
+  if not (math.isfinite(flops_budget) and flops_budget > 0):
+    raise UserError(f'--flops_budget={flops_budget} must be a positive, finite number of FLOPs, '
+                    'e.g. 1e15')
   if num_points < 1:
     raise UserError(f'--budget_points={num_points} must be at least 1')
   names = [config_name(s) for s in specs]
