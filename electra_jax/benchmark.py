@@ -26,6 +26,7 @@ from ml_collections import config_flags
 from electra_jax import atomic
 from electra_jax import chips
 from electra_jax import cli
+from electra_jax import config as config_lib
 from electra_jax import cpu_devices
 from electra_jax import device_memory
 from electra_jax import experiment as experiment_lib
@@ -214,6 +215,9 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
   if unknown:
     raise UserError(f'--compare={",".join(unknown)} is not known; use hf and/or hf_full')
   hf_reference = load_hf_reference() if compare else None  # Fail before any compile.
+  if hf_reference:
+    hf_reference.check_config(config_lib.resolve(config), f'--compare={",".join(compare)}',
+                              jax.device_count(), jax.devices()[0].platform)
   exp, host_batch = build(config, data)
   c = exp.config
   per_call = c.steps_per_execution

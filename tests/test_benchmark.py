@@ -132,7 +132,8 @@ BENCH_FLAGS = ['--config=configs/demo.py', '--config.num_layers=1', '--config.hi
 
 
 def test_benchmark_cli_prints_a_table_and_a_json_line_with_every_field(tmp_path):
-  compare = ['--compare=hf'] if HAS_TORCH else []
+  # The paper's network (the demo's relative attention bias is not in the HF reference).
+  compare = ['--compare=hf', '--config.relative_attention_span=0'] if HAS_TORCH else []
   proc = run_cli('electra_jax.benchmark', *BENCH_FLAGS, '--peak_tflops=0.1', *compare,
                  f'--profile_dir={tmp_path}')
   result = last_json(proc.stdout)
@@ -229,6 +230,45 @@ def test_hf_reference_shares_embeddings_masks_exactly_and_learns():
   losses = [float(trainer.step(ids, mask, segments)) for _ in range(25)]
   assert all(math.isfinite(x) for x in losses)
   assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 1.0, losses
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason='needs torch + transformers (test/bench extras)')
+def test_hf_reference_generator_is_as_deep_as_the_configs():
+  hf = benchmark_script('hf_reference')
+  c = config_lib.resolve(tiny_config(num_layers=4, generator_layers=0.5))
+  g, d = hf.hf_configs(c)
+  assert (g.num_hidden_layers, d.num_hidden_layers) == (2, 4)
+  model = hf.ElectraPretrainer(c, (0, 2, 3, 4), 4)
+  assert len(model.generator.electra.encoder.layer) == 2
+  assert len(model.discriminator.electra.encoder.layer) == 4
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason='needs torch + transformers (test/bench extras)')
+@pytest.mark.parametrize('overrides, key', [
+    (dict(objective='mlm'), 'objective'), (dict(tie='none'), 'tie'),
+    (dict(uniform_generator=True), 'uniform_generator'),
+    (dict(relative_attention_span=8), 'relative_attention_span'),
+    (dict(whole_word_masking=True), 'whole_word_masking'),
+    (dict(grad_accum_steps=2), 'grad_accum_steps')])
+def test_compare_hf_refuses_a_config_the_reference_does_not_implement(overrides, key):
+  """Before anything compiles: the reference would time another step."""
+  with pytest.raises(UserError, match=rf'^--compare=hf: config\.{key}=.* is not what the HF '
+                     rf'reference .* set --config\.{key}='):
+    benchmark.run_benchmark(tiny_config(**overrides), steps=1, warmup=0, compare=['hf'])
+  hf = benchmark_script('hf_reference')
+  c = config_lib.resolve(tiny_config())
+  hf.check_config(c, '--compare=hf', 8, 'cpu')  # CPU devices share the reference's cores.
+  with pytest.raises(UserError, match='runs on one gpu device, electra_jax here on 2'):
+    hf.check_config(c, '--compare=hf', 2, 'gpu')
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason='needs torch + transformers (test/bench extras)')
+def test_compare_hf_on_the_demos_relative_attention_is_a_one_line_error():
+  proc = run_cli('electra_jax.benchmark', *BENCH_FLAGS, '--compare=hf', check=False)
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+      'error: --compare=hf: config.relative_attention_span=8 is not what the HF reference '
+      '(benchmarks/hf_reference.py) implements (0), so it would time another step; drop '
+      '--compare=hf or set --config.relative_attention_span=0'], proc.stderr
 
 
 def test_half_bits_dropout_keeps_the_rate_and_the_expectation():
