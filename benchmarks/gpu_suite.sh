@@ -135,7 +135,8 @@ tests/test_train_step.py tests/test_benchmark.py}"
     # XLA knows keep addresses fixed instead; each is one compile (about 70 s), the default
     # comes from the cache when a stage before compiled it. Compare step_ms, host_dispatch_ms,
     # pipelined_step_ms and the losses (the same steps, so the same values up to GPU rounding);
-    # each log ends with its 3 traced steps' graph updates and launch times.
+    # each log ends with its 3 traced calls' graph updates and launch times (300 steps: Small
+    # runs 100 a call).
     for mode in default NEVER_UPDATE CAPTURE_CMD_NEVER_UPDATE VMM_PERSISTENT_TEMP SKIP_TEMP; do
       flag=
       if [[ $mode != default ]]; then
@@ -183,9 +184,10 @@ tests/test_train_step.py tests/test_benchmark.py}"
     bench small_default --config=configs/small.py --steps=50 --warmup=5
     bench small_whole_word --config=configs/small.py --config.whole_word_masking=True \
         --steps=50 --warmup=5 ;;
-  profile)  # A jax.profiler trace of three steps and the optimised HLO that names its fusions
-    # (the trace shows only fusion names; the benchmark writes train_step.hlo.txt beside it,
-    # also when the step comes from the cache), as one archive. The Small step by default;
+  profile)  # A jax.profiler trace of three calls (Small: 100 steps each; traced_steps.json
+    # says how many, and profile_top_ops.py divides by it) and the optimised HLO that names its
+    # fusions (the trace shows only fusion names; the benchmark writes train_step.hlo.txt beside
+    # it, also when the step comes from the cache), as one archive. The Small step by default;
     # PROFILE_CONFIG=base profiles Base at batch 32 x 512 (its MFU is the gap, issue 20),
     # PROFILE_FLAGS adds overrides.
     model=${PROFILE_CONFIG:-small}

@@ -35,6 +35,7 @@ from electra_jax import model as model_lib
 from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import parallel
 from electra_jax import paths
+from electra_jax import step_trace
 from electra_jax import train_state as ts
 from electra_jax.data import pipeline
 from electra_jax.data import tokenizer as tokenizer_lib
@@ -157,6 +158,8 @@ class JaxStep:
       for _ in range(calls):
         jax.block_until_ready(self.call(self.new_window()))
     atomic.write_text(paths.join(profile_dir, 'train_step.hlo.txt'), self.compiled.as_text())
+    # A call runs steps_per_execution steps: profile_top_ops.py's per-step figures read this.
+    step_trace.write_traced_steps(profile_dir, calls * self.steps_per_call)
 
 
 def load_hf_reference():

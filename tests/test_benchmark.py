@@ -1,6 +1,7 @@
 """The benchmark instrument: analytic FLOPs, the CLI's JSON line, and the HF reference step."""
 import contextlib
 import importlib.util
+import json
 import math
 import os
 import subprocess
@@ -176,7 +177,7 @@ def test_benchmark_cli_prints_a_table_and_a_json_line_with_every_field(tmp_path)
                         result['tokens_per_sec'] / result['hf_tokens_per_sec'])
 
 
-def test_benchmark_times_calls_of_several_steps_that_train_as_one_step_a_call():
+def test_benchmark_times_calls_of_several_steps_that_train_as_one_step_a_call(tmp_path):
   """With config.steps_per_execution=2 the benchmark times the loop's 2-step calls: per step
   a time and a loss, and the steps those calls run are one step a call's, bit for bit."""
   states = {}
@@ -193,8 +194,12 @@ def test_benchmark_times_calls_of_several_steps_that_train_as_one_step_a_call():
   # Step counts are rounded up to whole calls: the warmup's, and the timed ones.
   exp, host_batch = benchmark.build(tiny_config(steps_per_execution=2), 'synthetic')
   assert int(benchmark.JaxStep(exp, host_batch, warmup=1).state.step) == 2
-  result = benchmark.run_benchmark(tiny_config(steps_per_execution=2), steps=3, warmup=0)
+  result = benchmark.run_benchmark(tiny_config(steps_per_execution=2), steps=3, warmup=0,
+                                   profile_dir=str(tmp_path))
   assert result['steps'] == 4 and result['pipelined_step_ms'] > 0
+  # The profile's 3 calls are 6 steps: written down for profile_top_ops.py's per-step figures.
+  with open(tmp_path / 'traced_steps.json', encoding='utf-8') as f:
+    assert json.load(f) == {'steps': 6}
 
 
 def test_benchmark_cli_rejects_an_unknown_reference():
@@ -294,7 +299,6 @@ def test_half_bits_dropout_keeps_the_rate_and_the_expectation():
 
 def test_profile_top_ops_ranks_device_ops_and_measures_idle_gaps(tmp_path):
   import gzip  # pylint: disable=import-outside-toplevel
-  import json  # pylint: disable=import-outside-toplevel
   meta = lambda kind, pid, name, tid=None: dict(ph='M', name=kind, pid=pid, tid=tid,
                                                 args=dict(name=name))
   op = lambda pid, tid, name, ts, dur: dict(ph='X', pid=pid, tid=tid, name=name, ts=ts, dur=dur)
@@ -326,6 +330,22 @@ def test_profile_top_ops_ranks_device_ops_and_measures_idle_gaps(tmp_path):
       dict(scope='jvp(Electra.discriminator_logits)/discriminator/encoder', kernels_per_step=1.0,
            us_per_step=20.0),
       dict(scope='(unnamed) nvjet', kernels_per_step=0.5, us_per_step=1.0)]
+  # The command divides by the steps the benchmark wrote beside the trace (a call may run
+  # many); --steps overrides it, and without either it says what to pass.
+  (tmp_path / 'train_step.hlo.txt').write_text(hlo)
+  script = os.path.join(REPO_ROOT, 'benchmarks', 'profile_top_ops.py')
+  run = lambda *flags: subprocess.run([sys.executable, script, str(tmp_path), *flags],
+                                      capture_output=True, text=True, check=False)
+  missing = run()
+  assert missing.returncode == 1 and 'no traced_steps.json in' in missing.stderr
+  (tmp_path / 'traced_steps.json').write_text(json.dumps({'steps': 300}))
+  for flags, steps in (((), 300), (('--steps=3',), 3)):
+    done = run(*flags)
+    assert done.returncode == 0, done.stderr
+    assert f'per step ({steps} traced)' in done.stdout
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary['traced_steps'] == steps
+    assert [r['kernels_per_step'] for r in summary['scopes']] == [2 / steps, 1 / steps]
   # The host's graph events: re-recorded in 2 of 3 launches here.
   host = [op(2, 3, 'command_buffer::update', 0, 4000), op(2, 3, 'command_buffer::update', 9, 5000),
           *(op(2, 3, 'cuGraphLaunch (CudaGraph:103)', t, 1000 * t) for t in (1, 2, 3))]
