@@ -94,7 +94,7 @@ measure() {  # measure NAME PYTHON_ARGS... --config=FILE ...: one run, its log, 
 }
 bench() { measure "$1" -m electra_jax.benchmark "${@:2}"; }  # bench NAME --config=FILE ...
 
-run_stage() {  # run_stage STAGE: its commands; returns the last one's status.
+run_stage() {  # run_stage STAGE: its commands; returns the last one's (pretrain: the run's) status.
 case $1 in
   tests)  # The attention, model, objective and train-step tests on the GPU backend,
     # bit-for-bit reproducible as README says a GPU run is with this flag (without it XLA:GPU's
@@ -239,12 +239,18 @@ tests/test_train_step.py tests/test_benchmark.py}"
         --config.log_every_steps=100 --config.eval_every_steps=500 --config.num_eval_steps=0 \
         --config.save_checkpoints_steps="$steps" --config.progress_bar=false "${extra[@]}" \
         2>&1 | tee "$out/pretrain.log"
+    # The stage's status is the train command's; 124 is timeout's SIGTERM at PRETRAIN_SECONDS,
+    # the time box the stage sets on purpose (the run saved and stopped).
+    local rc=${PIPESTATUS[0]}
+    if ((rc == 124)); then rc=0; fi
+    if ((rc)); then echo "!! pretrain failed (exit $rc); see $out/pretrain.log" >&2; fi
     cp $workdir/metrics.jsonl $workdir/eval_metrics.jsonl $workdir/config.json "$out/"
     if [[ -n ${PRETRAIN_PROFILE_STEPS:-} ]]; then
       python3 benchmarks/profile_top_ops.py $workdir/profile 2>&1 | tee "$out/pretrain_top_ops.log"
       traces=("$workdir"/profile/plugins/profile/*/perfetto_trace.json.gz)  # Newest last.
       cp "${traces[-1]}" "$out/pretrain_profile.json.gz"
-    fi ;;
+    fi
+    return "$rc" ;;
 esac
 }
 
