@@ -106,8 +106,12 @@ class JaxStep:
     self.compile_s = time.perf_counter() - t
     cost = self.compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    # XLA counts a loop's body once, so this is one step's count for any steps_per_execution.
-    self.xla_flops = float(cost['flops']) if cost and 'flops' in cost else None
+    # XLA counts a loop's body once: the steps_per_execution loop's, so this is one step's
+    # count, and the grad_accum_steps micro-batch loop's, so one micro-batch's: times k for the
+    # step's (as tpu_plan.roofline; the optimizer update outside that loop, a small part, is
+    # then counted k times too).
+    self.xla_flops = (float(cost['flops']) * c.grad_accum_steps if cost and 'flops' in cost
+                      else None)
     # Host seconds a call took to return, per step (JAX dispatches asynchronously, so this is
     # the host's share of a step; near the step time, the step is bound by the host).
     self.dispatch_s = []

@@ -202,6 +202,16 @@ def test_benchmark_times_calls_of_several_steps_that_train_as_one_step_a_call(tm
     assert json.load(f) == {'steps': 6}
 
 
+def test_xla_flops_are_the_whole_steps_under_gradient_accumulation():
+  """XLA's cost analysis counts the micro-batch loop's body once: the benchmark scales it back
+  to the step's (within the optimizer update, counted once per micro-batch)."""
+  counts = {}
+  for accum in (1, 2):
+    exp, host_batch = benchmark.build(tiny_config(grad_accum_steps=accum), 'synthetic')
+    counts[accum] = benchmark.JaxStep(exp, host_batch, warmup=0).xla_flops
+  assert counts[2] == pytest.approx(counts[1], rel=0.05), counts
+
+
 def test_benchmark_cli_rejects_an_unknown_reference():
   proc = run_cli('electra_jax.benchmark', *BENCH_FLAGS, '--compare=pytorch', check=False)
   assert proc.returncode == 2 and 'error: --compare=pytorch' in proc.stderr
