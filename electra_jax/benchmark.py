@@ -46,9 +46,13 @@ FLAGS = flags.FLAGS
 
 def synthetic_batch(c, seed: int = 0) -> dict:
   """Full-length rows: [CLS] ids... [SEP] ids... [SEP], two segments, every token real."""
+  first = len(tokenizer_lib.SPECIAL_TOKENS)  # The text's ids come after the special tokens.
+  if c.vocab_size <= first:
+    raise UserError(f'config.vocab_size={c.vocab_size} leaves no token for synthetic rows '
+                    f'beside the {first} special tokens; use a vocabulary bigger than {first}')
   rng = np.random.default_rng(seed)
   b, s = c.train_batch_size, c.max_seq_length
-  ids = rng.integers(5, c.vocab_size, (b, s)).astype(np.int32)
+  ids = rng.integers(first, c.vocab_size, (b, s)).astype(np.int32)
   half = s // 2
   ids[:, 0] = tokenizer_lib.SentencePieceTokenizer.cls_id
   ids[:, half - 1] = ids[:, -1] = tokenizer_lib.SentencePieceTokenizer.sep_id
@@ -58,7 +62,8 @@ def synthetic_batch(c, seed: int = 0) -> dict:
 
 
 def build(c, data: str):
-  """(experiment, host batch). Synthetic data needs no vocabulary file, so any vocab_size runs."""
+  """(experiment, host batch). Synthetic data needs no vocabulary file, so any vocab_size runs
+  (above the special tokens)."""
   if data == 'corpus':
     exp = experiment_lib.Experiment.create(c)
     batch = next(pipeline.make_train_iterator(exp.config, exp.tokenizer))
@@ -334,7 +339,8 @@ def _define_flags():
                     "transformers + PyTorch, generator logits only at masked positions) and/or "
                     "'hf_full' (HF's ElectraForMaskedLM as is: logits at every position).")
   flags.DEFINE_enum('data', 'synthetic', ['synthetic', 'corpus'],
-                    "'synthetic': random token ids, every row full length (any vocab_size); "
+                    "'synthetic': random token ids, every row full length (any vocab_size above "
+                    "the 5 special tokens); "
                     "'corpus': the first batch of config.train_files through the real pipeline.")
   flags.DEFINE_string('profile_dir', None, 'If set, trace a few extra steps with jax.profiler '
                       'into this directory (TensorBoard / Perfetto) after timing.')

@@ -116,6 +116,13 @@ def test_synthetic_batch_is_full_length_two_segments_without_masking_candidates_
   assert ids[:, 1:15].min() >= 5 and ids.max() < c.vocab_size  # no specials inside the text
 
 
+def test_synthetic_rows_need_a_vocabulary_beyond_the_special_tokens():
+  proc = run_cli('electra_jax.benchmark', *BENCH_FLAGS, '--config.vocab_size=5', check=False)
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+      'error: config.vocab_size=5 leaves no token for synthetic rows beside the 5 special '
+      'tokens; use a vocabulary bigger than 5'], proc.stderr
+
+
 def benchmark_script(name: str):
   """benchmarks/NAME.py (scripts of the checkout, not of the package) as a module."""
   spec = importlib.util.spec_from_file_location(
