@@ -418,6 +418,20 @@ def test_a_finetuned_head_exports_as_transformers_sequence_classifier(kind, tmp_
     assert hf_model.config.problem_type == 'regression' and hf_model.config.num_labels == 1
 
 
+@pytest.mark.parametrize('tie, reason', [
+    ('none', "config.tie='none': the generator has its own embeddings (generator_embeddings)"),
+    ('all', "config.tie='all': the generator has no encoder of its own (it runs the "
+     "discriminator's, and shares its embeddings)")])
+def test_a_generator_the_export_cannot_write_is_refused_with_the_reason(tie, reason):
+  c = config_lib.resolve(tiny_config(tie=tie, generator_hidden_size=1.0))
+  export.check_exportable(c, {'discriminator': ''})
+  for networks in ({'generator': ''}, {'discriminator': '', 'generator': 'generator'}):
+    with pytest.raises(UserError) as e:
+      export.check_exportable(c, networks)
+    assert str(e.value).startswith(reason) and str(e.value).endswith(
+        'export only --what=discriminator'), str(e.value)
+
+
 def test_heads_transformers_cannot_hold_are_refused_with_the_reason():
   from electra_jax.finetune import tasks  # pylint: disable=import-outside-toplevel
   from electra_jax.hf import classifier  # pylint: disable=import-outside-toplevel
