@@ -94,7 +94,7 @@ measure() {  # measure NAME PYTHON_ARGS... --config=FILE ...: one run, its log, 
 }
 bench() { measure "$1" -m electra_jax.benchmark "${@:2}"; }  # bench NAME --config=FILE ...
 
-run_stage() {  # run_stage STAGE: its commands; returns the last one's status.
+run_stage() {  # run_stage STAGE: its commands; returns the last one's (pretrain: the run's) status.
 case $1 in
   tests)  # The attention, model, objective and train-step tests on the GPU backend,
     # bit-for-bit reproducible as README says a GPU run is with this flag (without it XLA:GPU's
@@ -135,7 +135,8 @@ tests/test_train_step.py tests/test_benchmark.py}"
     # XLA knows keep addresses fixed instead; each is one compile (about 70 s), the default
     # comes from the cache when a stage before compiled it. Compare step_ms, host_dispatch_ms,
     # pipelined_step_ms and the losses (the same steps, so the same values up to GPU rounding);
-    # each log ends with its 3 traced steps' graph updates and launch times.
+    # each log ends with its 3 traced calls' graph updates and launch times (300 steps: Small
+    # runs 100 a call).
     for mode in default NEVER_UPDATE CAPTURE_CMD_NEVER_UPDATE VMM_PERSISTENT_TEMP SKIP_TEMP; do
       flag=
       if [[ $mode != default ]]; then
@@ -183,9 +184,10 @@ tests/test_train_step.py tests/test_benchmark.py}"
     bench small_default --config=configs/small.py --steps=50 --warmup=5
     bench small_whole_word --config=configs/small.py --config.whole_word_masking=True \
         --steps=50 --warmup=5 ;;
-  profile)  # A jax.profiler trace of three steps and the optimised HLO that names its fusions
-    # (the trace shows only fusion names; the benchmark writes train_step.hlo.txt beside it,
-    # also when the step comes from the cache), as one archive. The Small step by default;
+  profile)  # A jax.profiler trace of three calls (Small: 100 steps each; traced_steps.json
+    # says how many, and profile_top_ops.py divides by it) and the optimised HLO that names its
+    # fusions (the trace shows only fusion names; the benchmark writes train_step.hlo.txt beside
+    # it, also when the step comes from the cache), as one archive. The Small step by default;
     # PROFILE_CONFIG=base profiles Base at batch 32 x 512 (its MFU is the gap, issue 20),
     # PROFILE_FLAGS adds overrides.
     model=${PROFILE_CONFIG:-small}
@@ -237,12 +239,18 @@ tests/test_train_step.py tests/test_benchmark.py}"
         --config.log_every_steps=100 --config.eval_every_steps=500 --config.num_eval_steps=0 \
         --config.save_checkpoints_steps="$steps" --config.progress_bar=false "${extra[@]}" \
         2>&1 | tee "$out/pretrain.log"
+    # The stage's status is the train command's; 124 is timeout's SIGTERM at PRETRAIN_SECONDS,
+    # the time box the stage sets on purpose (the run saved and stopped).
+    local rc=${PIPESTATUS[0]}
+    if ((rc == 124)); then rc=0; fi
+    if ((rc)); then echo "!! pretrain failed (exit $rc); see $out/pretrain.log" >&2; fi
     cp $workdir/metrics.jsonl $workdir/eval_metrics.jsonl $workdir/config.json "$out/"
     if [[ -n ${PRETRAIN_PROFILE_STEPS:-} ]]; then
       python3 benchmarks/profile_top_ops.py $workdir/profile 2>&1 | tee "$out/pretrain_top_ops.log"
       traces=("$workdir"/profile/plugins/profile/*/perfetto_trace.json.gz)  # Newest last.
       cp "${traces[-1]}" "$out/pretrain_profile.json.gz"
-    fi ;;
+    fi
+    return "$rc" ;;
 esac
 }
 

@@ -13,7 +13,8 @@ Dtype policy: float32 on CPU; bf16 autocast + SDPA attention on CUDA.
 head and LM head (logits only where they are used, as electra_jax does); `gather=False` calls
 ElectraForMaskedLM as is (logits at every position) and gathers the logits afterwards.
 
-Used by `python -m electra_jax.benchmark --compare=hf[,hf_full]`; needs the `bench` extra.
+Used by `python -m electra_jax.benchmark --compare=hf[,hf_full]`, which refuses a config
+whose step this one does not implement (`check_config`); needs the `bench` extra.
 """
 import time
 
@@ -24,21 +25,47 @@ from torch import nn
 from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
 from electra_jax import config as config_lib
+from electra_jax.errors import UserError
+
+# The config values this step implements; any other value is a step it does not take (another
+# objective, weight sharing, masking, sampling, optimizer or execution), so no fair yardstick.
+IMPLEMENTS = {
+    'objective': 'electra', 'tie': 'embeddings', 'uniform_generator': False,
+    'relative_attention_span': 0, 'whole_word_masking': False, 'mask_with_replacement': False,
+    'random_token_prob': 0.0, 'disallow_correct': False, 'generator_lr_multiplier': 1.0,
+    'lr_decay_power': 1.0, 'warmup_times_decay': False, 'adam_bias_correction': True,
+    'grad_accum_steps': 1, 'remat': 'none',
+}
+
+
+def check_config(c, flag: str, num_devices: int, platform: str):
+  """UserError naming the first key of resolved config `c` this step does not implement (or
+  a multi-device accelerator run: the reference takes one device); `flag` is what to drop."""
+  for key, value in IMPLEMENTS.items():
+    if c[key] != value:
+      raise UserError(f'{flag}: config.{key}={c[key]!r} is not what the HF reference '
+                      f'(benchmarks/hf_reference.py) implements ({value!r}), so it would time '
+                      f'another step; drop {flag} or set --config.{key}={value}')
+  if platform != 'cpu' and num_devices > 1:
+    raise UserError(f'{flag}: the HF reference runs on one {platform} device, electra_jax here '
+                    f'on {num_devices}; drop {flag} or run on one device (e.g. '
+                    'CUDA_VISIBLE_DEVICES=0)')
 
 
 def hf_configs(c, attn_implementation: str = 'sdpa'):
   """(generator, discriminator) ElectraConfigs for a resolved electra_jax config."""
   gen = config_lib.generator_sizes(c)
-  common = dict(vocab_size=c.vocab_size, embedding_size=c.embedding_size,
-                num_hidden_layers=c.num_layers, hidden_act='gelu',
+  common = dict(vocab_size=c.vocab_size, embedding_size=c.embedding_size, hidden_act='gelu',
                 hidden_dropout_prob=c.dropout_rate,
                 attention_probs_dropout_prob=c.attention_dropout_rate,
                 max_position_embeddings=c.max_position_embeddings,
                 type_vocab_size=c.type_vocab_size, layer_norm_eps=1e-12, pad_token_id=0)
   g = ElectraConfig(hidden_size=gen['hidden_size'], num_attention_heads=gen['num_heads'],
-                    intermediate_size=gen['intermediate_size'], **common)
+                    intermediate_size=gen['intermediate_size'],
+                    num_hidden_layers=gen['num_layers'], **common)
   d = ElectraConfig(hidden_size=c.hidden_size, num_attention_heads=c.num_heads,
-                    intermediate_size=c.intermediate_size, **common)
+                    intermediate_size=c.intermediate_size, num_hidden_layers=c.num_layers,
+                    **common)
   for cfg in (g, d):
     cfg._attn_implementation = attn_implementation  # pylint: disable=protected-access
   return g, d

@@ -2,7 +2,7 @@
 each track was.
 
   python benchmarks/profile_top_ops.py PROFILE_DIR_OR_perfetto_trace.json.gz [--top=10]
-      [--steps=3] [--hlo=PROFILE_DIR/train_step.hlo.txt]
+      [--steps=N] [--hlo=PROFILE_DIR/train_step.hlo.txt]
 
 Reads the Perfetto JSON that jax.profiler writes beside the xplane (no TensorBoard needed).
 For every track of an accelerator (`/device:GPU:0` streams, `XLA Ops`, ...) it sums the time of
@@ -13,7 +13,9 @@ those in Perfetto instead.
 With the step's optimised HLO (the benchmark writes train_step.hlo.txt beside the trace) it
 also splits the busiest track's kernels by where they come from in the model: each fusion's
 op_name (e.g. `transpose(jvp(Electra.generator_logits))/generator/encoder`, layers folded into
-layer_N), per traced step. Kernels the HLO does not name (cuBLAS, memsets) are listed by name.
+layer_N), per traced step: the steps the trace holds come from PROFILE_DIR/traced_steps.json,
+which the benchmark and train write (a call runs config.steps_per_execution steps; --steps
+overrides it). Kernels the HLO does not name (cuBLAS, memsets) are listed by name.
 Last, the host's CUDA-graph events: how often XLA re-recorded the step's graph and how long the
 launches took.
 """
@@ -126,15 +128,39 @@ def host_summary(events) -> list[dict]:
   return out
 
 
+# Written beside the traces by `benchmark --profile_dir` and `train --profile_dir`
+# (electra_jax/step_trace.py's TRACED_STEPS_FILE): {"steps": N}.
+TRACED_STEPS_FILE = 'traced_steps.json'
+
+
+def traced_steps(path: str, override: int | None) -> int:
+  """Train steps in the trace: --steps, else the profile directory's traced_steps.json."""
+  if override is not None:
+    if override < 1:
+      sys.exit(f'error: --steps={override} must be at least 1')
+    return override
+  found = os.path.join(path, TRACED_STEPS_FILE) if os.path.isdir(path) else None
+  if not (found and os.path.isfile(found)):
+    sys.exit(f'error: no {TRACED_STEPS_FILE} in {path} to say how many steps the trace holds '
+             '(pass the profile directory, not the trace file, or --steps=N)')
+  with open(found) as f:
+    return int(json.load(f)['steps'])
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('path', help='a --profile_dir directory or a perfetto_trace.json.gz')
   parser.add_argument('--top', type=int, default=10, help='ops listed per track')
-  parser.add_argument('--steps', type=int, default=3, help='train steps in the trace (the '
-                      "benchmark's --profile_dir traces 3)")
+  parser.add_argument('--steps', type=int, help='train steps in the trace (default: the '
+                      f"profile directory's {TRACED_STEPS_FILE}, which the benchmark and train "
+                      'write)')
   parser.add_argument('--hlo', help='the optimised HLO of the traced step; default: '
                       'train_step.hlo.txt in the profile directory, if there')
   args = parser.parse_args()
+  hlo = args.hlo or (os.path.join(args.path, 'train_step.hlo.txt')
+                     if os.path.isdir(args.path) else None)
+  hlo = hlo if hlo and os.path.isfile(hlo) else None
+  steps = traced_steps(args.path, args.steps) if hlo else None  # Only per-step figures need it.
   events, processes, threads = load_events(args.path)
   grouped = device_tracks(events, processes)
   tracks = summarize(grouped, processes, threads, top=args.top)
@@ -148,14 +174,12 @@ def main():
     for r in t['top']:
       print(f'{100 * r["share"]:5.1f}%  {r["total_us"] / 1e3:9.3f}  {r["count"]:6d}  '
             f'{r["name"][:110]}')
-  hlo = args.hlo or (os.path.join(args.path, 'train_step.hlo.txt')
-                     if os.path.isdir(args.path) else None)
   scopes = []
-  if hlo and os.path.isfile(hlo):
+  if hlo:
     with open(hlo) as f:
       op_names = hlo_op_names(f.read())
-    scopes = by_scope(grouped[0][1], op_names, args.steps)
-    print(f'\nKernels of {tracks[0]["track"]} by source scope, per step ({args.steps} traced):')
+    scopes = by_scope(grouped[0][1], op_names, steps)
+    print(f'\nKernels of {tracks[0]["track"]} by source scope, per step ({steps} traced):')
     print(f'{"kernels":>8}  {"ms":>7}  scope')
     for r in scopes[:2 * args.top]:
       print(f'{r["kernels_per_step"]:8.1f}  {r["us_per_step"] / 1e3:7.3f}  {r["scope"][:110]}')
@@ -165,7 +189,7 @@ def main():
   if host:
     print('\nHost (CUDA graphs): ' + '; '.join(
         f'{h["event"]} x{h["count"]}, median {h["median_ms"]:.2f} ms' for h in host))
-  print(json.dumps(dict(tracks=tracks, scopes=scopes, host=host)))
+  print(json.dumps(dict(tracks=tracks, scopes=scopes, traced_steps=steps, host=host)))
 
 
 if __name__ == '__main__':

@@ -26,6 +26,7 @@ from ml_collections import config_flags
 from electra_jax import atomic
 from electra_jax import chips
 from electra_jax import cli
+from electra_jax import config as config_lib
 from electra_jax import cpu_devices
 from electra_jax import device_memory
 from electra_jax import experiment as experiment_lib
@@ -34,6 +35,7 @@ from electra_jax import model as model_lib
 from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import parallel
 from electra_jax import paths
+from electra_jax import step_trace
 from electra_jax import train_state as ts
 from electra_jax.data import pipeline
 from electra_jax.data import tokenizer as tokenizer_lib
@@ -44,9 +46,13 @@ FLAGS = flags.FLAGS
 
 def synthetic_batch(c, seed: int = 0) -> dict:
   """Full-length rows: [CLS] ids... [SEP] ids... [SEP], two segments, every token real."""
+  first = len(tokenizer_lib.SPECIAL_TOKENS)  # The text's ids come after the special tokens.
+  if c.vocab_size <= first:
+    raise UserError(f'config.vocab_size={c.vocab_size} leaves no token for synthetic rows '
+                    f'beside the {first} special tokens; use a vocabulary bigger than {first}')
   rng = np.random.default_rng(seed)
   b, s = c.train_batch_size, c.max_seq_length
-  ids = rng.integers(5, c.vocab_size, (b, s)).astype(np.int32)
+  ids = rng.integers(first, c.vocab_size, (b, s)).astype(np.int32)
   half = s // 2
   ids[:, 0] = tokenizer_lib.SentencePieceTokenizer.cls_id
   ids[:, half - 1] = ids[:, -1] = tokenizer_lib.SentencePieceTokenizer.sep_id
@@ -56,7 +62,8 @@ def synthetic_batch(c, seed: int = 0) -> dict:
 
 
 def build(c, data: str):
-  """(experiment, host batch). Synthetic data needs no vocabulary file, so any vocab_size runs."""
+  """(experiment, host batch). Synthetic data needs no vocabulary file, so any vocab_size runs
+  (above the special tokens)."""
   if data == 'corpus':
     exp = experiment_lib.Experiment.create(c)
     batch = next(pipeline.make_train_iterator(exp.config, exp.tokenizer))
@@ -104,8 +111,12 @@ class JaxStep:
     self.compile_s = time.perf_counter() - t
     cost = self.compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    # XLA counts a loop's body once, so this is one step's count for any steps_per_execution.
-    self.xla_flops = float(cost['flops']) if cost and 'flops' in cost else None
+    # XLA counts a loop's body once: the steps_per_execution loop's, so this is one step's
+    # count, and the grad_accum_steps micro-batch loop's, so one micro-batch's: times k for the
+    # step's (as tpu_plan.roofline; the optimizer update outside that loop, a small part, is
+    # then counted k times too).
+    self.xla_flops = (float(cost['flops']) * c.grad_accum_steps if cost and 'flops' in cost
+                      else None)
     # Host seconds a call took to return, per step (JAX dispatches asynchronously, so this is
     # the host's share of a step; near the step time, the step is bound by the host).
     self.dispatch_s = []
@@ -156,6 +167,8 @@ class JaxStep:
       for _ in range(calls):
         jax.block_until_ready(self.call(self.new_window()))
     atomic.write_text(paths.join(profile_dir, 'train_step.hlo.txt'), self.compiled.as_text())
+    # A call runs steps_per_execution steps: profile_top_ops.py's per-step figures read this.
+    step_trace.write_traced_steps(profile_dir, calls * self.steps_per_call)
 
 
 def load_hf_reference():
@@ -214,6 +227,9 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
   if unknown:
     raise UserError(f'--compare={",".join(unknown)} is not known; use hf and/or hf_full')
   hf_reference = load_hf_reference() if compare else None  # Fail before any compile.
+  if hf_reference:
+    hf_reference.check_config(config_lib.resolve(config), f'--compare={",".join(compare)}',
+                              jax.device_count(), jax.devices()[0].platform)
   exp, host_batch = build(config, data)
   c = exp.config
   per_call = c.steps_per_execution
@@ -323,7 +339,8 @@ def _define_flags():
                     "transformers + PyTorch, generator logits only at masked positions) and/or "
                     "'hf_full' (HF's ElectraForMaskedLM as is: logits at every position).")
   flags.DEFINE_enum('data', 'synthetic', ['synthetic', 'corpus'],
-                    "'synthetic': random token ids, every row full length (any vocab_size); "
+                    "'synthetic': random token ids, every row full length (any vocab_size above "
+                    "the 5 special tokens); "
                     "'corpus': the first batch of config.train_files through the real pipeline.")
   flags.DEFINE_string('profile_dir', None, 'If set, trace a few extra steps with jax.profiler '
                       'into this directory (TensorBoard / Perfetto) after timing.')

@@ -131,9 +131,14 @@ def check_exportable(config, networks):
   if 'generator' in networks and objectives.get(config.objective).layout.cloze_generator:
     raise UserError(f'objective {config.objective!r}: its two-tower cloze generator has no '
                     'transformers class; export only --what=discriminator')
-  if 'generator' in networks and config.tie not in ('embeddings', 'gdes'):
-    raise UserError(f"config.tie={config.tie!r}: the generator does not use the shared "
-                    "embeddings HF expects; export only --what=discriminator")
+  if 'generator' in networks and config.tie == 'none':
+    raise UserError("config.tie='none': the generator has its own embeddings "
+                    "(generator_embeddings), not the shared ones the export writes with it; "
+                    'export only --what=discriminator')
+  if 'generator' in networks and config.tie == 'all':
+    raise UserError("config.tie='all': the generator has no encoder of its own (it runs the "
+                    "discriminator's, and shares its embeddings), and the export writes a "
+                    "generator's own encoder; export only --what=discriminator")
 
 
 def export_workdir(workdir: str, output: str, what: str = 'discriminator',

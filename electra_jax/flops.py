@@ -14,7 +14,7 @@ slots or, for all_tokens_mlm, every position; Electric's two-tower cloze generat
 encoders and its head at every position; adversarial's generator adds its baseline head at
 the masked slots. Weight sharing (config.tie) changes no FLOPs:
 tied weights are still applied once per network. An objective whose steps differ (two_stage)
-averages them in its `flops_per_step` hook.
+says where their cost changes in its `flops_stages` hook; FLOPs per step is the run's average.
 """
 from electra_jax import config as config_lib
 from electra_jax import objectives
@@ -73,14 +73,39 @@ def forward_flops(config) -> dict:
   return parts
 
 
-def model_flops_per_step(config) -> float:
-  """Model FLOPs of one optimizer step over the global batch (forward + backward = 3×).
+def model_flops_stages(config) -> list[tuple[int, int]]:
+  """[(first step, model FLOPs of each step from there on)] of the run (the objective's
+  `flops_stages` hook): one stage unless the objective's steps differ (two_stage)."""
+  c = config_lib.resolve(config)
+  return objectives.get(c.objective).flops_stages(c, forward_flops(c))
 
-  `config`: an experiment ConfigDict (resolved or not; presets are filled in here); the
-  objective's `flops_per_step` hook turns the forward parts into an average step.
+
+def flops_to_step(stages, step: int) -> int:
+  """Model FLOPs of the first `step` steps of a run with these `flops_stages` (exact)."""
+  bounds = [first for first, _ in stages[1:]] + [max(step, stages[-1][0])]
+  return sum(max(0, min(step, end) - first) * per_step
+             for (first, per_step), end in zip(stages, bounds))
+
+
+def step_at_flops(stages, flops_spent: float) -> int:
+  """The last step by which a run with these `flops_stages` has spent at most `flops_spent`."""
+  step = 0
+  for k, (first, per_step) in enumerate(stages):
+    end = stages[k + 1][0] if k + 1 < len(stages) else None
+    step = first + int((flops_spent - flops_to_step(stages, first)) // per_step)
+    if end is None or step < end:
+      return step
+  return step
+
+
+def model_flops_per_step(config) -> float:
+  """Model FLOPs of one optimizer step over the global batch (forward + backward = 3×),
+  averaged over the run's config.num_train_steps where the objective's steps differ.
+
+  `config`: an experiment ConfigDict (resolved or not; presets are filled in here).
   """
   c = config_lib.resolve(config)
-  return objectives.get(c.objective).flops_per_step(c, forward_flops(c))
+  return flops_to_step(model_flops_stages(c), c.num_train_steps) / c.num_train_steps
 
 
 def utilization(model_flops_per_step: float, steps: int, seconds: float, num_devices: int,

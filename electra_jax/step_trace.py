@@ -4,17 +4,27 @@ The benchmark traces the step alone on synthetic batches; this traces the real l
 pipeline's thread, metric windows, checkpoint saves and the gaps between steps the device
 waits through. It writes what `jax.profiler.trace` writes (an xplane for TensorBoard's profile
 plugin or XProf, and a Perfetto JSON that `benchmarks/profile_top_ops.py` reads) under
-DIR/plugins/profile/<time>/. Only process 0 traces (one host's view; names would clash).
+DIR/plugins/profile/<time>/, and DIR/traced_steps.json, the number of steps it holds. Only
+process 0 traces (one host's view; names would clash).
 """
 import time
 
 import jax
 
+from electra_jax import atomic
 from electra_jax import paths
 from electra_jax.errors import UserError
 
 # Without --profile_steps: the three steps after this process's first call, which compiles.
 DEFAULT_SKIP, DEFAULT_STEPS = 1, 3
+# Beside a profile directory's traces: {"steps": N}, the train steps its newest trace holds.
+# benchmarks/profile_top_ops.py reads it for its per-step figures (a call of the compiled
+# program runs config.steps_per_execution steps, so calls are not steps).
+TRACED_STEPS_FILE = 'traced_steps.json'
+
+
+def write_traced_steps(directory: str, steps: int):
+  atomic.write_json(paths.join(directory, TRACED_STEPS_FILE), dict(steps=steps))
 
 
 def parse_steps(text: str) -> tuple[int, int] | None:
@@ -92,6 +102,7 @@ class StepTrace:
       return None
     start = time.time()
     jax.profiler.stop_trace()
+    write_traced_steps(self.directory, step - self.first + 1)
     self.active = False
     self.seconds += time.time() - start
     return f'profile of steps {self.first} to {step} written to {self.directory}'

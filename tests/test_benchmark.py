@@ -1,6 +1,7 @@
 """The benchmark instrument: analytic FLOPs, the CLI's JSON line, and the HF reference step."""
 import contextlib
 import importlib.util
+import json
 import math
 import os
 import subprocess
@@ -115,6 +116,13 @@ def test_synthetic_batch_is_full_length_two_segments_without_masking_candidates_
   assert ids[:, 1:15].min() >= 5 and ids.max() < c.vocab_size  # no specials inside the text
 
 
+def test_synthetic_rows_need_a_vocabulary_beyond_the_special_tokens():
+  proc = run_cli('electra_jax.benchmark', *BENCH_FLAGS, '--config.vocab_size=5', check=False)
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+      'error: config.vocab_size=5 leaves no token for synthetic rows beside the 5 special '
+      'tokens; use a vocabulary bigger than 5'], proc.stderr
+
+
 def benchmark_script(name: str):
   """benchmarks/NAME.py (scripts of the checkout, not of the package) as a module."""
   spec = importlib.util.spec_from_file_location(
@@ -132,7 +140,8 @@ BENCH_FLAGS = ['--config=configs/demo.py', '--config.num_layers=1', '--config.hi
 
 
 def test_benchmark_cli_prints_a_table_and_a_json_line_with_every_field(tmp_path):
-  compare = ['--compare=hf'] if HAS_TORCH else []
+  # The paper's network (the demo's relative attention bias is not in the HF reference).
+  compare = ['--compare=hf', '--config.relative_attention_span=0'] if HAS_TORCH else []
   proc = run_cli('electra_jax.benchmark', *BENCH_FLAGS, '--peak_tflops=0.1', *compare,
                  f'--profile_dir={tmp_path}')
   result = last_json(proc.stdout)
@@ -175,7 +184,7 @@ def test_benchmark_cli_prints_a_table_and_a_json_line_with_every_field(tmp_path)
                         result['tokens_per_sec'] / result['hf_tokens_per_sec'])
 
 
-def test_benchmark_times_calls_of_several_steps_that_train_as_one_step_a_call():
+def test_benchmark_times_calls_of_several_steps_that_train_as_one_step_a_call(tmp_path):
   """With config.steps_per_execution=2 the benchmark times the loop's 2-step calls: per step
   a time and a loss, and the steps those calls run are one step a call's, bit for bit."""
   states = {}
@@ -192,8 +201,22 @@ def test_benchmark_times_calls_of_several_steps_that_train_as_one_step_a_call():
   # Step counts are rounded up to whole calls: the warmup's, and the timed ones.
   exp, host_batch = benchmark.build(tiny_config(steps_per_execution=2), 'synthetic')
   assert int(benchmark.JaxStep(exp, host_batch, warmup=1).state.step) == 2
-  result = benchmark.run_benchmark(tiny_config(steps_per_execution=2), steps=3, warmup=0)
+  result = benchmark.run_benchmark(tiny_config(steps_per_execution=2), steps=3, warmup=0,
+                                   profile_dir=str(tmp_path))
   assert result['steps'] == 4 and result['pipelined_step_ms'] > 0
+  # The profile's 3 calls are 6 steps: written down for profile_top_ops.py's per-step figures.
+  with open(tmp_path / 'traced_steps.json', encoding='utf-8') as f:
+    assert json.load(f) == {'steps': 6}
+
+
+def test_xla_flops_are_the_whole_steps_under_gradient_accumulation():
+  """XLA's cost analysis counts the micro-batch loop's body once: the benchmark scales it back
+  to the step's (within the optimizer update, counted once per micro-batch)."""
+  counts = {}
+  for accum in (1, 2):
+    exp, host_batch = benchmark.build(tiny_config(grad_accum_steps=accum), 'synthetic')
+    counts[accum] = benchmark.JaxStep(exp, host_batch, warmup=0).xla_flops
+  assert counts[2] == pytest.approx(counts[1], rel=0.05), counts
 
 
 def test_benchmark_cli_rejects_an_unknown_reference():
@@ -231,6 +254,45 @@ def test_hf_reference_shares_embeddings_masks_exactly_and_learns():
   assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 1.0, losses
 
 
+@pytest.mark.skipif(not HAS_TORCH, reason='needs torch + transformers (test/bench extras)')
+def test_hf_reference_generator_is_as_deep_as_the_configs():
+  hf = benchmark_script('hf_reference')
+  c = config_lib.resolve(tiny_config(num_layers=4, generator_layers=0.5))
+  g, d = hf.hf_configs(c)
+  assert (g.num_hidden_layers, d.num_hidden_layers) == (2, 4)
+  model = hf.ElectraPretrainer(c, (0, 2, 3, 4), 4)
+  assert len(model.generator.electra.encoder.layer) == 2
+  assert len(model.discriminator.electra.encoder.layer) == 4
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason='needs torch + transformers (test/bench extras)')
+@pytest.mark.parametrize('overrides, key', [
+    (dict(objective='mlm'), 'objective'), (dict(tie='none'), 'tie'),
+    (dict(uniform_generator=True), 'uniform_generator'),
+    (dict(relative_attention_span=8), 'relative_attention_span'),
+    (dict(whole_word_masking=True), 'whole_word_masking'),
+    (dict(grad_accum_steps=2), 'grad_accum_steps')])
+def test_compare_hf_refuses_a_config_the_reference_does_not_implement(overrides, key):
+  """Before anything compiles: the reference would time another step."""
+  with pytest.raises(UserError, match=rf'^--compare=hf: config\.{key}=.* is not what the HF '
+                     rf'reference .* set --config\.{key}='):
+    benchmark.run_benchmark(tiny_config(**overrides), steps=1, warmup=0, compare=['hf'])
+  hf = benchmark_script('hf_reference')
+  c = config_lib.resolve(tiny_config())
+  hf.check_config(c, '--compare=hf', 8, 'cpu')  # CPU devices share the reference's cores.
+  with pytest.raises(UserError, match='runs on one gpu device, electra_jax here on 2'):
+    hf.check_config(c, '--compare=hf', 2, 'gpu')
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason='needs torch + transformers (test/bench extras)')
+def test_compare_hf_on_the_demos_relative_attention_is_a_one_line_error():
+  proc = run_cli('electra_jax.benchmark', *BENCH_FLAGS, '--compare=hf', check=False)
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+      'error: --compare=hf: config.relative_attention_span=8 is not what the HF reference '
+      '(benchmarks/hf_reference.py) implements (0), so it would time another step; drop '
+      '--compare=hf or set --config.relative_attention_span=0'], proc.stderr
+
+
 def test_half_bits_dropout_keeps_the_rate_and_the_expectation():
   x = jax.numpy.ones((64, 33, 130))  # odd widths: the last element of a 32-bit pair is dropped
   layer = model_lib.Dropout(0.1)
@@ -254,7 +316,6 @@ def test_half_bits_dropout_keeps_the_rate_and_the_expectation():
 
 def test_profile_top_ops_ranks_device_ops_and_measures_idle_gaps(tmp_path):
   import gzip  # pylint: disable=import-outside-toplevel
-  import json  # pylint: disable=import-outside-toplevel
   meta = lambda kind, pid, name, tid=None: dict(ph='M', name=kind, pid=pid, tid=tid,
                                                 args=dict(name=name))
   op = lambda pid, tid, name, ts, dur: dict(ph='X', pid=pid, tid=tid, name=name, ts=ts, dur=dur)
@@ -286,6 +347,22 @@ def test_profile_top_ops_ranks_device_ops_and_measures_idle_gaps(tmp_path):
       dict(scope='jvp(Electra.discriminator_logits)/discriminator/encoder', kernels_per_step=1.0,
            us_per_step=20.0),
       dict(scope='(unnamed) nvjet', kernels_per_step=0.5, us_per_step=1.0)]
+  # The command divides by the steps the benchmark wrote beside the trace (a call may run
+  # many); --steps overrides it, and without either it says what to pass.
+  (tmp_path / 'train_step.hlo.txt').write_text(hlo)
+  script = os.path.join(REPO_ROOT, 'benchmarks', 'profile_top_ops.py')
+  run = lambda *flags: subprocess.run([sys.executable, script, str(tmp_path), *flags],
+                                      capture_output=True, text=True, check=False)
+  missing = run()
+  assert missing.returncode == 1 and 'no traced_steps.json in' in missing.stderr
+  (tmp_path / 'traced_steps.json').write_text(json.dumps({'steps': 300}))
+  for flags, steps in (((), 300), (('--steps=3',), 3)):
+    done = run(*flags)
+    assert done.returncode == 0, done.stderr
+    assert f'per step ({steps} traced)' in done.stdout
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary['traced_steps'] == steps
+    assert [r['kernels_per_step'] for r in summary['scopes']] == [2 / steps, 1 / steps]
   # The host's graph events: re-recorded in 2 of 3 launches here.
   host = [op(2, 3, 'command_buffer::update', 0, 4000), op(2, 3, 'command_buffer::update', 9, 5000),
           *(op(2, 3, 'cuGraphLaunch (CudaGraph:103)', t, 1000 * t) for t in (1, 2, 3))]

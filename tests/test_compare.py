@@ -51,8 +51,60 @@ def test_steps_are_inversely_proportional_to_flops_per_step(tmp_path):
   # Warmup: the config's, capped at 10 % of the run.
   assert a.num_warmup_steps == min(100, a.num_train_steps // 10) and a.config_warmup_steps == 100
   assert b.num_warmup_steps == min(3, b.num_train_steps // 10)
-  assert b.train_overrides(['seed=1'])[-2:] == [f'--config.num_train_steps={b.num_train_steps}',
+  assert b.scaled == {} and b.train_overrides(['seed=1'])[-2:] == [f'--config.num_train_steps={b.num_train_steps}',
                                                 f'--config.num_warmup_steps={b.num_warmup_steps}']
+
+
+TWO_STAGE = os.path.join(REPO_ROOT, 'configs', 'ablations', 'two_stage.py')
+SHRUNK = ['train_batch_size=8', 'max_seq_length=64', 'vocab_size=1000']
+
+
+@pytest.mark.parametrize('flops_budget', [1e15, 1e17])
+def test_two_stage_keeps_its_stage_split_and_its_run_spends_the_budget(flops_budget):
+  """two_stage's steps differ in cost: the generator stage keeps its share of the run (half in
+  the config), the run's FLOPs (from its stage split) fit the budget with no step to spare,
+  and the budget points sit evenly in FLOPs, not in steps."""
+  from electra_jax import config as config_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax import flops  # pylint: disable=import-outside-toplevel
+  plan = budget.plan_config(TWO_STAGE, SHRUNK, flops_budget, 2)
+  steps, n = plan.num_train_steps, plan.config.two_stage_generator_steps
+  assert abs(n - steps / 2) <= 1 and plan.scaled == {'two_stage_generator_steps': n}
+  resolved = config_lib.resolve(plan.config)  # the train command would accept it
+  spent = flops.flops_to_step(flops.model_flops_stages(resolved), steps)
+  assert spent == plan.total_flops <= flops_budget
+  # One more step (with the split scaled to it) would pass the budget.
+  more = budget.plan_config(TWO_STAGE, SHRUNK, plan.total_flops * (steps + 1) / steps * 1.01, 2)
+  assert more.num_train_steps > steps and more.total_flops > flops_budget
+  (first_stage, gen_step), (switch, disc_step) = plan.flops_stages
+  assert (first_stage, switch) == (0, n) and disc_step > gen_step
+  assert plan.flops_at(n + 1) == n * gen_step + disc_step
+  # Half the FLOPs is spent after the switch (stage 2 costs more a step) ...
+  half = plan.points[0]
+  assert half > n and plan.flops_at(half) <= plan.total_flops // 2 < plan.flops_at(half + 1)
+  assert plan.points[-1] == steps
+  assert f'--config.two_stage_generator_steps={n}' in plan.train_overrides([])
+
+
+def test_a_planned_run_the_train_command_would_refuse_fails_at_planning(tmp_path):
+  """Every planned config is validated before anything trains: a generator stage whose share
+  of the budget's run is shorter than the warmup is refused naming the config and the plan."""
+  plain = write_config(tmp_path / 'plain.py', 0.25)
+  short = tmp_path / 'short.py'
+  short.write_text('from configs.ablations import two_stage\n\n\ndef get_config():\n'
+                   '  c = two_stage.get_config()\n'
+                   '  c.two_stage_generator_steps = 14000  # of 1,000,000 steps\n'
+                   '  return c\n')
+  with pytest.raises(UserError, match=re.escape(f'config short ({short}) planned for ')) as e:
+    budget.plan_all([plain, str(short)], SHRUNK, 1e15, 1)
+  assert ('(two_stage_generator_steps=346, its share of the run) at --flops_budget=1e+15: '
+          'config.num_warmup_steps=') in str(e.value) and '\n' not in str(e.value)
+
+
+def test_an_infinite_budget_is_a_one_line_error(tmp_path):
+  plain = write_config(tmp_path / 'plain.py', 0.25)
+  for value in (float('inf'), float('nan'), 0.0):
+    with pytest.raises(UserError, match='must be a positive, finite number of FLOPs'):
+      budget.plan_all([plain], [], value, 1)
 
 
 def test_overrides_are_typed_like_the_config_and_change_the_flops(tmp_path):
@@ -352,7 +404,7 @@ def test_budget_points_fine_tune_the_checkpoint_of_each_point(tmp_path):
   assert f'Stopped at step {steps // 2}' in proc.stderr
   for point in run['points']:
     step = point['step']
-    assert point['flops'] == step * run['flops_per_step']
+    assert point['flops'] == step * run['flops_per_step'] == step * run['flops_stages'][0][1]
     assert os.listdir(out / 'points' / 'gen' / str(step) / 'checkpoints') == [str(step)]
     assert point['pretrain']['train']['step'] == step
     with open(os.path.join(point['finetune']['workdir'], 'results.json'), encoding='utf-8') as f:

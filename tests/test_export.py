@@ -172,6 +172,26 @@ def test_exported_tokenizer_matches_ours_on_held_out_text(tmp_path):
                                                           tokenizer_lib.MASK_ID)
 
 
+def test_exported_bpe_sentencepiece_tokenizer_matches_ours(tmp_path):
+  """A BPE vocabulary (build_vocab --model_type=bpe) exports too, with our ids."""
+  def lines_of(split):
+    folder = os.path.join(REPO_ROOT, 'data', 'demo_corpus', split)
+    with open(os.path.join(folder, sorted(os.listdir(folder))[0]), encoding='utf-8') as f:
+      return [line for line in f.read().split('\n') if line.strip()]
+
+  model = tokenizer_lib.train_sentencepiece(lines_of('train')[:3000], 600,
+                                            str(tmp_path / 'bpe'), model_type='bpe',
+                                            num_threads=1)
+  out = tmp_path / 'hf'
+  out.mkdir()
+  tokenizer_files.write_tokenizer(model, str(out), 128)
+  hf_tok = transformers.AutoTokenizer.from_pretrained(str(out))
+  ours = tokenizer_lib.load_tokenizer(model)
+  lines = lines_of('eval')[:300] + ['  extra   spaces\tand a tab ', 'zzzqqq xylophone',
+                                    'ﬁne ＦＵＬＬ width 1760, émigré 日本']
+  assert hf_tok(lines, add_special_tokens=False)['input_ids'] == ours.encode_batch(lines)
+
+
 def test_wordpiece_vocab_exports_as_an_electra_tokenizer(tmp_path):
   words = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the', 'cat', 'sat', '##s', '.']
   (tmp_path / 'vocab.txt').write_text('\n'.join(words) + '\n', encoding='utf-8')
@@ -396,6 +416,20 @@ def test_a_finetuned_head_exports_as_transformers_sequence_classifier(kind, tmp_
     assert hf_model.config.problem_type == 'single_label_classification'
   else:
     assert hf_model.config.problem_type == 'regression' and hf_model.config.num_labels == 1
+
+
+@pytest.mark.parametrize('tie, reason', [
+    ('none', "config.tie='none': the generator has its own embeddings (generator_embeddings)"),
+    ('all', "config.tie='all': the generator has no encoder of its own (it runs the "
+     "discriminator's, and shares its embeddings)")])
+def test_a_generator_the_export_cannot_write_is_refused_with_the_reason(tie, reason):
+  c = config_lib.resolve(tiny_config(tie=tie, generator_hidden_size=1.0))
+  export.check_exportable(c, {'discriminator': ''})
+  for networks in ({'generator': ''}, {'discriminator': '', 'generator': 'generator'}):
+    with pytest.raises(UserError) as e:
+      export.check_exportable(c, networks)
+    assert str(e.value).startswith(reason) and str(e.value).endswith(
+        'export only --what=discriminator'), str(e.value)
 
 
 def test_heads_transformers_cannot_hold_are_refused_with_the_reason():

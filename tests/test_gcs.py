@@ -566,6 +566,7 @@ def test_compare_keeps_its_points_results_and_plots_on_the_bucket(gcs):
   copied.close()
   results = dict(flops_budget=1e10, finetune_task='files', main_metric='accuracy', num_seeds=2,
                  configs=[dict(name='tiny', objective='electra', flops_per_step=2e9,
+                               flops_stages=[[0, 2e9]],
                                pretrain_workdir=workdir, num_warmup_steps=0,
                                config_warmup_steps=10, points=[dict(
                                    step=4, flops=8e9,

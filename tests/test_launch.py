@@ -83,6 +83,34 @@ fi
 """
 
 
+# Stands in for python3 in the pretrain stage: the train command exits with $TRAIN_RC, or,
+# with TRAIN_RC=hang, outlives the stage's PRETRAIN_SECONDS (timeout stops it: exit 124).
+_TRAIN_SHIM = """#!/usr/bin/env bash
+if [[ $1 == -m && $2 == electra_jax.train ]]; then
+  if [[ $TRAIN_RC == hang ]]; then exec sleep 30; fi
+  echo "train: exit $TRAIN_RC"
+  exit "$TRAIN_RC"
+fi
+"""
+
+
+@pytest.mark.parametrize('train_rc, suite_rc', [('0', 0), ('3', 3), ('hang', 0)])
+def test_gpu_suite_pretrain_stage_fails_with_its_train_command(tmp_path, train_rc, suite_rc):
+  """The pretrain stage's status is its train command's, except timeout's 124 at
+  PRETRAIN_SECONDS: the stage stops the run there on purpose."""
+  shim_dir = tmp_path / 'bin'
+  shim_dir.mkdir()
+  (shim_dir / 'python3').write_text(_TRAIN_SHIM)
+  (shim_dir / 'python3').chmod(0o755)
+  env = dict(os.environ, PATH=f'{shim_dir}:{os.environ["PATH"]}', TRAIN_RC=train_rc,
+             PRETRAIN_SECONDS='1', GPU_SUITE_CACHE=str(tmp_path / 'cache'))
+  proc = subprocess.run(['bash', 'benchmarks/gpu_suite.sh', 'pretrain', str(tmp_path / 'out')],
+                        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env=env)
+  assert proc.returncode == suite_rc, proc.stdout + proc.stderr
+  failed = f'!! pretrain failed (exit {train_rc}); see {tmp_path}/out/pretrain.log'
+  assert (failed in proc.stderr) == bool(suite_rc), proc.stderr
+
+
 def test_gpu_suite_benchmark_stages_pass_flags_the_benchmark_accepts(tmp_path):
   """Every benchmark command of the small/base/large/graphs/profile/calls/wwm stages parses
   (--config=FILE before its --config.KEY overrides, which absl refuses otherwise) with the

@@ -222,6 +222,8 @@ def test_profile_dir_traces_exactly_the_chosen_steps(trained):
   assert f'profile of steps 3 to 4 written to {trained["profile"]}' in trained['third'].stdout
   events = read_trace(trained['profile'])
   assert executions(events) == 2  # One call per step (steps_per_execution=1).
+  with open(os.path.join(trained['profile'], 'traced_steps.json'), encoding='utf-8') as f:
+    assert json.load(f) == {'steps': 2}  # What benchmarks/profile_top_ops.py divides by.
 
 
 def executions(events) -> int:
@@ -352,6 +354,8 @@ def test_steps_run_in_calls_match_one_step_a_call_exactly(trained, in_calls):
   # The trace holds the whole call that ran step 7: one execution for two steps.
   assert f'profile of steps 7 to 8 written to {in_calls["profile"]}' in stdout
   assert executions(read_trace(in_calls['profile'])) == 1
+  with open(os.path.join(in_calls['profile'], 'traced_steps.json'), encoding='utf-8') as f:
+    assert json.load(f) == {'steps': 2}
 
 
 def test_the_first_call_compiles_once_beside_the_set_up(trained):

@@ -2,8 +2,10 @@
 
 Configs are loaded by the train command's parser (`path.py` or `path.py:arg`, overridden by
 `key=value` strings as --config.key=value would be), FLOPs per step come from
-`flops.model_flops_per_step`, and every config gets floor(budget / FLOPs per step) steps, so
-runs are matched on compute, not on steps.
+`flops.model_flops_stages`, and every config gets the most steps whose FLOPs fit the budget, so
+runs are matched on compute, not on steps. Keys counted in steps (two_stage's
+two_stage_generator_steps) keep their share of the run (the objective's `steps_scaled`), and
+every planned config is validated here, before anything trains.
 """
 import dataclasses
 import math
@@ -13,7 +15,9 @@ import sys
 import ml_collections
 
 from electra_jax import cli
+from electra_jax import config as config_lib
 from electra_jax import flops
+from electra_jax import objectives
 from electra_jax.errors import UserError
 
 # Keys the comparison sets itself, with what sets them.
@@ -28,23 +32,33 @@ class Plan:
   """One config's share of the comparison."""
   name: str                 # short name: file name without .py (plus _arg for path.py:arg)
   spec: str                 # what --config= gets: the path as given (plus :arg)
-  config: ml_collections.ConfigDict  # after overrides, with num_train_steps / warmup set
+  config: ml_collections.ConfigDict  # after overrides, with the planned keys set
   objective: str
-  flops_per_step: float
+  flops_stages: list        # flops.model_flops_stages of the planned run
   num_train_steps: int
   num_warmup_steps: int
   config_warmup_steps: int  # the config's own warmup, before the cap
   points: list              # steps of the budget points (checkpoints that get fine-tuned)
+  scaled: dict              # other keys counted in steps, scaled to the run (two_stage's split)
 
   @property
-  def total_flops(self) -> float:
-    return self.flops_per_step * self.num_train_steps
+  def total_flops(self) -> int:
+    return flops.flops_to_step(self.flops_stages, self.num_train_steps)
+
+  @property
+  def flops_per_step(self) -> float:
+    """The run's average (two_stage's stages differ)."""
+    return self.total_flops / self.num_train_steps
+
+  def flops_at(self, step: int) -> int:
+    return flops.flops_to_step(self.flops_stages, step)
 
   def train_overrides(self, user_overrides: list[str]) -> list[str]:
-    """--config.KEY=VALUE flags for the train command: the user's, then the managed keys."""
+    """--config.KEY=VALUE flags for the train command: the user's, then the planned keys."""
+    planned = {**self.scaled, 'num_train_steps': self.num_train_steps,
+               'num_warmup_steps': self.num_warmup_steps}
     return ([f'--config.{o}' for o in user_overrides]
-            + [f'--config.num_train_steps={self.num_train_steps}',
-               f'--config.num_warmup_steps={self.num_warmup_steps}'])
+            + [f'--config.{k}={v}' for k, v in planned.items()])
 
 
 def config_name(spec: str) -> str:
@@ -88,25 +102,55 @@ def load_config(spec: str, overrides: list[str], flag: str = '--override',
     raise UserError(f'{flag}: {error}') from None
 
 
-def budget_points(num_train_steps: int, num_points: int) -> list[int]:
-  """Steps of `num_points` checkpoints evenly spaced in FLOPs (= in steps), the last at the end."""
-  return [(k * num_train_steps) // num_points for k in range(1, num_points + 1)]
+def budget_points(stages, num_train_steps: int, num_points: int) -> list[int]:
+  """Steps of `num_points` checkpoints evenly spaced in FLOPs, the last at the end (for most
+  objectives evenly spaced in steps too; not in two_stage, whose steps differ in cost)."""
+  total = flops.flops_to_step(stages, num_train_steps)
+  return [flops.step_at_flops(stages, (k * total) // num_points)
+          for k in range(1, num_points + 1)]
 
 
-def steps_for_budget(flops_budget: float, flops_per_step: float) -> int:
-  return int(math.floor(flops_budget / flops_per_step))
+def _scaled_config(c, objective, steps: int) -> tuple[ml_collections.ConfigDict, dict]:
+  """A copy of `c` for a run of `steps` steps, and the keys `steps_scaled` set in it."""
+  scaled = objective.steps_scaled(c, steps)
+  run = ml_collections.ConfigDict(c.to_dict())
+  run.num_train_steps = steps
+  run.update(scaled)
+  return run, scaled
+
+
+def steps_for_budget(c, flops_budget: float) -> int:
+  """The most steps whose model FLOPs fit the budget, keys counted in steps scaled with them:
+  a step count from the config's average FLOPs per step, then moved a step at a time while
+  the scaled run's total says so (rounding the scaled keys moves it a few steps at most)."""
+  objective = objectives.get(c.objective)
+  parts = flops.forward_flops(c)
+
+  def total(steps):
+    run, _ = _scaled_config(c, objective, steps)
+    return flops.flops_to_step(objective.flops_stages(run, parts), steps)
+
+  steps = flops.step_at_flops(
+      [(0, total(c.num_train_steps) / c.num_train_steps)], flops_budget)
+  while steps > 0 and total(steps) > flops_budget:
+    steps -= 1
+  while total(steps + 1) <= flops_budget:
+    steps += 1
+  return steps
 
 
 def plan_config(spec: str, overrides: list[str], flops_budget: float,
                 num_points: int) -> Plan:
-  """Loads one config, applies the overrides and matches its step count to the budget."""
+  """Loads one config, applies the overrides, matches its step count to the budget and
+  validates the planned run (config.resolve), so a bad plan fails before anything trains."""
   name = config_name(spec)
   c = load_config(spec, overrides)
   try:
-    per_step = flops.model_flops_per_step(c)
+    resolved = config_lib.resolve(c)
   except UserError as e:
     raise UserError(f'config {name} ({spec}): {e}') from None
-  steps = steps_for_budget(flops_budget, per_step)
+  steps = steps_for_budget(resolved, flops_budget)
+  per_step = flops.model_flops_per_step(resolved)
   if steps < num_points:
     need = 'one step' if num_points == 1 else f'{num_points} steps (--budget_points)'
     raise UserError(f'--flops_budget={flops_budget:.4g} is too small for config {name}: one '
@@ -114,18 +158,28 @@ def plan_config(spec: str, overrides: list[str], flops_budget: float,
                     f'the budget to at least {per_step * num_points:.4g}')
   warmup = min(c.num_warmup_steps, int(MAX_WARMUP_FRACTION * steps))
   config_warmup = c.num_warmup_steps
-  c.num_train_steps, c.num_warmup_steps = steps, warmup
-  return Plan(name=name, spec=spec, config=c, objective=str(c.get('objective', 'electra')),
-              flops_per_step=per_step, num_train_steps=steps, num_warmup_steps=warmup,
-              config_warmup_steps=config_warmup, points=budget_points(steps, num_points))
+  run, scaled = _scaled_config(c, objectives.get(resolved.objective), steps)
+  run.num_warmup_steps = warmup
+  try:
+    stages = flops.model_flops_stages(run)
+  except UserError as e:
+    keys = ', '.join(f'{k}={v}' for k, v in scaled.items())
+    raise UserError(f'config {name} ({spec}) planned for {steps} steps'
+                    + (f' ({keys}, its share of the run)' if keys else '')
+                    + f' at --flops_budget={flops_budget:.4g}: {e}') from None
+  return Plan(name=name, spec=spec, config=run, objective=resolved.objective,
+              flops_stages=stages, num_train_steps=steps, num_warmup_steps=warmup,
+              config_warmup_steps=config_warmup, points=budget_points(stages, steps, num_points),
+              scaled=scaled)
 
 
 def plan_all(specs: list[str], overrides: list[str], flops_budget: float,
              num_points: int) -> list[Plan]:
   if not specs:
     raise UserError('--configs is empty; pass pretraining config files separated by commas')
-  if not flops_budget > 0:
-    raise UserError(f'--flops_budget={flops_budget} must be a positive number of FLOPs, e.g. 1e15')
+  if not (math.isfinite(flops_budget) and flops_budget > 0):
+    raise UserError(f'--flops_budget={flops_budget} must be a positive, finite number of FLOPs, '
+                    'e.g. 1e15')
   if num_points < 1:
     raise UserError(f'--budget_points={num_points} must be at least 1')
   names = [config_name(s) for s in specs]

@@ -5,8 +5,8 @@
       [--override=KEY=VALUE ...] [--finetune_override=KEY=VALUE ...] [--num_seeds=3] \\
       [--budget_points=1] [--pretrained=NAME=WORKDIR ...]
 
-Each config gets floor(budget / model FLOPs per step) steps (electra_jax/flops.py), warmup
-capped at 10 % of them, and checkpoints at --budget_points evenly spaced FLOPs points; each
+Each config gets floor(budget / model FLOPs per step) steps (electra_jax/flops.py; keys counted
+in steps, two_stage's split, keep their share of the run), warmup capped at 10 % of them, and checkpoints at --budget_points evenly spaced FLOPs points; each
 point is fine-tuned with --num_seeds seeds; --pretrained reuses a run already trained with the
 planned config instead of training it again. Re-running the same command resumes: finished
 pretraining and fine-tuning runs are skipped. Writes DIR/{results.json, results.md,
@@ -197,6 +197,7 @@ def compare() -> dict:
           f'{p.num_train_steps} steps ({p.total_flops:.4g} FLOPs), warmup '
           f'{p.num_warmup_steps} (config {p.config_warmup_steps}, capped at 10 % of the '
           f"steps), budget points at steps {', '.join(map(str, p.points))}"
+          + ''.join(f' | {k}={v} (the config\'s share of the run)' for k, v in p.scaled.items())
           + (f' | pretrained: {pretrained[p.name]}' if p.name in pretrained else ''), flush=True)
   counter = dict(pretrain_run=0, pretrain_skipped=0, pretrain_reused=0, finetune_run=0,
                  finetune_skipped=0)
@@ -216,7 +217,8 @@ def compare() -> dict:
                          finetune=dict(score, workdir=ft['workdir'])))
     configs.append(dict(name=p.name, config_file=p.spec, objective=p.objective,
                         pretrain_workdir=workdir,
-                        flops_per_step=p.flops_per_step, num_train_steps=p.num_train_steps,
+                        flops_per_step=p.flops_per_step, flops_stages=p.flops_stages,
+                        num_train_steps=p.num_train_steps,
                         num_warmup_steps=p.num_warmup_steps,
                         config_warmup_steps=p.config_warmup_steps, total_flops=p.total_flops,
                         points=points))
@@ -242,7 +244,7 @@ def _define_flags():
   flags.DEFINE_list('configs', None, 'Pretraining config files to compare, separated by commas '
                     '(path.py or path.py:arg, as --config= of the train command).')
   flags.DEFINE_float('flops_budget', None, 'Pretraining model FLOPs per config (e.g. 1e15); each '
-                     'config trains floor(budget / FLOPs per step) steps.')
+                     'config trains the most steps whose FLOPs fit it.')
   flags.DEFINE_string('finetune_task', None, "Downstream task: 'files' (configs/finetune/"
                       "files.py: data/austen_novels unless --finetune_override=train_file=... "
                       "eval_file=...), 'acceptability' (configs/finetune/acceptability.py: "

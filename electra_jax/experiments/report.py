@@ -5,6 +5,7 @@ The markdown table is written from results.json's numbers, so the two always agr
 import io
 
 from electra_jax import atomic
+from electra_jax import flops
 from electra_jax import paths
 from electra_jax.experiments import runs
 
@@ -89,8 +90,9 @@ def plot_downstream(results: dict, path: str):
 
 
 def plot_curves(results: dict, path: str):
-  """Pretraining metrics from each run's metrics.jsonl against FLOPs spent (step × FLOPs per
-  step); a metric no run logs (e.g. disc_auc without a discriminator) gets no panel."""
+  """Pretraining metrics from each run's metrics.jsonl against the FLOPs spent by each step
+  (from its FLOPs stages: two_stage's steps differ in cost); a metric no run logs (e.g.
+  disc_auc without a discriminator) gets no panel."""
   plt = _pyplot()
   curves = {}
   for run in results['configs']:
@@ -102,7 +104,7 @@ def plot_curves(results: dict, path: str):
   fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
   for ax, (key, title) in zip(axes[0], metrics):
     for index, (name, (run, rows)) in enumerate(curves.items()):
-      points = [(r['step'] * run['flops_per_step'], r[key]) for r in rows
+      points = [(flops.flops_to_step(run['flops_stages'], r['step']), r[key]) for r in rows
                 if r.get(key) is not None]
       if points:
         ax.plot(*zip(*points), marker='.', label=name, color=_color(index))

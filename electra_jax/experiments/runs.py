@@ -151,7 +151,7 @@ def pretrain(plan, user_overrides: list[str], output: str, workdir: str, counter
     point_dir = paths.join(output, 'points', plan.name, str(step))
     done = paths.join(point_dir, 'point.json')
     label = f'pretrain {plan.name} -> step {step}'
-    where = f'point {k}/{len(plan.points)}, {step * plan.flops_per_step:.3g} FLOPs'
+    where = f'point {k}/{len(plan.points)}, {plan.flops_at(step):.3g} FLOPs'
     if paths.is_file(done):
       _say(f'{label} ({where}): already done, skipped')
       counter['pretrain_skipped'] += 1
@@ -163,7 +163,7 @@ def pretrain(plan, user_overrides: list[str], output: str, workdir: str, counter
       if step not in checkpoint.steps(workdir):
         raise UserError(f'{label}: the checkpoint of step {step} is gone from {workdir} '
                         '(--pretrained); restore it or drop the flag to train the config here')
-      records.append(_make_point(workdir, point_dir, step, step * plan.flops_per_step))
+      records.append(_make_point(workdir, point_dir, step, plan.flops_at(step)))
       continue
     latest = checkpoint.latest_step(workdir) or 0
     if latest < step:
@@ -187,7 +187,7 @@ def pretrain(plan, user_overrides: list[str], output: str, workdir: str, counter
       raise UserError(f'{label}: the checkpoint of step {step} is gone from {workdir} (the '
                       f'run went on to step {latest}); delete {workdir} and '
                       f'{paths.parent(point_dir)} to redo this config')
-    records.append(_make_point(workdir, point_dir, step, step * plan.flops_per_step))
+    records.append(_make_point(workdir, point_dir, step, plan.flops_at(step)))
   return records
 
 

@@ -45,7 +45,9 @@ def _spm_fast_tokenizer(model_file: str):
                                          byte_fallback=proto.trainer_spec.byte_fallback))
   elif model_type == sentencepiece_model_pb2.TrainerSpec.BPE:
     from transformers.convert_slow_tokenizer import SentencePieceExtractor
-    vocab, merges = SentencePieceExtractor(model_file).extract(pieces)
+    # transformers 5: extract(model class) returns that model's keyword arguments.
+    kwargs = SentencePieceExtractor(model_file).extract(models.BPE)
+    vocab, merges = kwargs['vocab'], kwargs['merges']
     tokenizer = Tokenizer(models.BPE(vocab, merges, unk_token=proto.trainer_spec.unk_piece,
                                      fuse_unk=True,
                                      byte_fallback=proto.trainer_spec.byte_fallback))

@@ -128,11 +128,20 @@ class Objective:
     return adamw(c, c.num_train_steps)
 
   @classmethod
-  def flops_per_step(cls, c, forward_parts: dict) -> float:
-    """Training FLOPs of an average step from one step's forward FLOPs by part (flops.py):
-    forward + backward, 3x."""
+  def flops_stages(cls, c, forward_parts: dict) -> list[tuple[int, int]]:
+    """[(first step, training FLOPs of each step from there on)] from one step's forward FLOPs
+    by part (flops.py): forward + backward, 3x, the same at every step. A list, so that an
+    objective whose steps differ (two_stage) says where their cost changes."""
     del c
-    return float(3 * sum(forward_parts.values()))
+    return [(0, 3 * sum(forward_parts.values()))]
+
+  @classmethod
+  def steps_scaled(cls, c, num_train_steps: int) -> dict:
+    """Config keys counted in steps, other than num_train_steps, for a run of
+    `num_train_steps` steps made from config `c` (compare's FLOPs budget): each keeps its share
+    of c's run. None here; two_stage's stage split."""
+    del c, num_train_steps
+    return {}
 
   def at_step(self, step) -> 'Objective':
     """This objective for optimizer step `step` (0-based; a traced value inside jit)."""

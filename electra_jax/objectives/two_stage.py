@@ -52,15 +52,21 @@ class TwoStage(electra.Electra):
     return tx, schedule
 
   @classmethod
-  def flops_per_step(cls, c, forward_parts):
-    """The run's average step: stage 1 trains G alone (3 x its forward) for n steps; stage 2
-    runs the frozen G forward only (its samples feed D) and trains D (1 x G + 3 x D). (The
-    implementation also runs D's forward in stage 1 and G's backward in stage 2, with zero
-    weight, for uniform metrics; that is not counted.)"""
+  def flops_stages(cls, c, forward_parts):
+    """Stage 1 trains G alone (3 x its forward) for n steps; stage 2 runs the frozen G forward
+    only (its samples feed D) and trains D (1 x G + 3 x D). (The implementation also runs D's
+    forward in stage 1 and G's backward in stage 2, with zero weight, for uniform metrics;
+    that is not counted.)"""
     gen = sum(v for k, v in forward_parts.items() if k.startswith('generator_'))
     disc = sum(v for k, v in forward_parts.items() if k.startswith('discriminator_'))
-    n, total = c.two_stage_generator_steps, c.num_train_steps
-    return float((n * 3 * gen + (total - n) * (gen + 3 * disc)) / total)
+    return [(0, 3 * gen), (c.two_stage_generator_steps, gen + 3 * disc)]
+
+  @classmethod
+  def steps_scaled(cls, c, num_train_steps):
+    """The generator's stage keeps its share of the run (at least one step in each stage where
+    the run has two)."""
+    n = round(c.two_stage_generator_steps * num_train_steps / c.num_train_steps)
+    return {'two_stage_generator_steps': max(1, min(n, num_train_steps - 1))}
 
   def prepare_params(self, params, step):
     """At step n the discriminator (embeddings and encoder) becomes a copy of the generator.
