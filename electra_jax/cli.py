@@ -1,4 +1,6 @@
 """What every electra_jax command shares: error handling, quiet library logs, JSON results."""
+import difflib
+import importlib
 import importlib.metadata
 import importlib.util
 import json
@@ -80,12 +82,15 @@ def _flag_error_message(error: Exception, argv,
     return f'--{name} is required; pass --{name}=...{hint}; see --help'
   if isinstance(error, flags.Error):
     return f'{text.splitlines()[0]}; see --help'
+  example = ('configs/finetune/files.py' if keys_file.startswith('configs/finetune/')
+             else 'configs/demo.py')
   if 'get_config' in text:
     return (f"config file '{_config_file_arg(argv)}' has no get_config() function; pass a "
-            'config file such as configs/demo.py')
+            f'config file such as {example}')
   if isinstance(error, OSError):
     return (f"cannot load config file '{_config_file_arg(argv)}' (no such file, or it failed "
-            'to import); pass an existing file such as configs/demo.py')
+            f'to import); pass an existing file such as {example} (relative paths are tried '
+            'from the current directory, then the repository root)')
   if isinstance(error, (ImportError, SyntaxError)):  # From the config file's own code.
     return (f"config file '{_config_file_arg(argv)}' failed to import ({type(error).__name__}: "
             f'{text.splitlines()[0] if text else "?"}); fix it or pass another file')
@@ -117,18 +122,53 @@ def _wrong_kind(config, keys_file: str, spec: str) -> str | None:
           'configs/demo.py (python -m electra_jax.finetune runs this one)')
 
 
+def _unknown_key(config, keys_file: str, spec: str) -> str | None:
+  """Why a config file's own keys are not all keys of `keys_file` (a misspelt key set in a
+  file, `c.learning_rat = ...`, would be carried along unread), or None. --config.KEY on the
+  command line is checked by the config's lock."""
+  if not isinstance(config, ml_collections.ConfigDict):
+    return None
+  module = importlib.import_module(keys_file.removesuffix('.py').replace('/', '.'))
+  known = set(module.get_config().keys())
+  unknown = sorted(set(config.keys()) - known)
+  if not unknown:
+    return None
+  close = difflib.get_close_matches(unknown[0], known, n=1)
+  return (f"config file '{spec}' sets unknown key {unknown[0]!r}"
+          + (f' (did you mean {close[0]!r}?)' if close else '')
+          + f'; every key is listed in {keys_file}')
+
+
+def _resolved_spec(spec: str) -> str:
+  """A --config value with its file found as data paths are: from the current directory, else
+  the repository root (configs/demo.py from anywhere)."""
+  path, colon, arg = spec.partition(':')
+  return paths.resolve(path) + colon + arg
+
+
+def _with_resolved_config(argv: list) -> list:
+  argv = list(argv)
+  for i, arg in enumerate(argv):
+    if arg.startswith('--config='):
+      argv[i] = '--config=' + _resolved_spec(arg.split('=', 1)[1])
+    elif arg == '--config' and i + 1 < len(argv):
+      argv[i + 1] = _resolved_spec(argv[i + 1])
+  return argv
+
+
 def parse_flags(argv, keys_file: str = 'configs/base_config.py'):
   """absl flag parsing with every mistake reported as one `error: ...` line and exit code 2."""
   try:
-    rest = flags.FLAGS(argv)
+    rest = flags.FLAGS(_with_resolved_config(argv))
     for name in flags.FLAGS:
       _raise_deferred_load_error(flags.FLAGS[name].value)
   except Exception as e:  # pylint: disable=broad-except
     if '--verbose' in argv or '--verbose=true' in argv:
       raise
     _fail(_flag_error_message(e, argv, keys_file))
-  wrong = 'config' in flags.FLAGS and _wrong_kind(flags.FLAGS.config, keys_file,
-                                                  _config_file_arg(argv))
+  wrong = 'config' in flags.FLAGS and (
+      _wrong_kind(flags.FLAGS.config, keys_file, _config_file_arg(argv))
+      or _unknown_key(flags.FLAGS.config, keys_file, _config_file_arg(argv)))
   if wrong:
     _fail(wrong)
   return rest
@@ -140,23 +180,25 @@ def load_config(spec: str, overrides=(),
   command, parsed by config_flags into flags of its own: a command that starts others (compare)
   reads a config exactly as they will. UserError with the line the command would print."""
   argv = ['electra_jax', f'--config={spec}', *[f'--config.{o}' for o in overrides]]
+  resolved = _resolved_spec(spec)
   flag_values = flags.FlagValues()
   config_flags.DEFINE_config_file('config', None, flag_values=flag_values, lock_config=True,
-                                  sys_argv=argv)
+                                  sys_argv=_with_resolved_config(argv))
   modules = set(sys.modules)
   try:
-    flag_values(argv)
+    flag_values(_with_resolved_config(argv))
     _raise_deferred_load_error(flag_values.config)
   except Exception as e:  # pylint: disable=broad-except
     raise UserError(_flag_error_message(e, argv, keys_file)) from e
   finally:
     # config_flags imports the file as a module it keeps in sys.modules and re-executes in
     # place on its next load, of any file: a file without get_config() would get this one's.
-    path = os.path.abspath(spec.split(':', 1)[0])
+    path = os.path.abspath(resolved.split(':', 1)[0])
     for name in set(sys.modules) - modules:
       if os.path.abspath(getattr(sys.modules[name], '__file__', None) or '') == path:
         del sys.modules[name]
-  wrong = _wrong_kind(flag_values.config, keys_file, spec)
+  wrong = (_wrong_kind(flag_values.config, keys_file, spec)
+           or _unknown_key(flag_values.config, keys_file, spec))
   if wrong:
     raise UserError(wrong)
   return flag_values.config

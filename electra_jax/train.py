@@ -237,6 +237,9 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   def run_eval():
     nonlocal eval_metrics, window_start, last_eval_step
     last_eval_step = step
+    # The train call before it may still be running: its time is training's, not evaluation's
+    # (counted here, tokens_per_sec came out several times too high).
+    jax.block_until_ready(state)
     t = time.time()
     if eval_ahead is not None:
       eval_ahead.wait()  # Its executable is the one the evaluation's first call uses.
@@ -250,6 +253,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
 
   def save():
     nonlocal window_start
+    jax.block_until_ready(state)  # As in run_eval: the last train call's time is training's.
     t = time.time()
     writer.flush()  # Rows up to this step reach the workdir before the checkpoint does.
     position = first_position + (step - first_step) * c.train_batch_size

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from electra_jax import cli
 from electra_jax.errors import UserError
 from electra_jax.experiments import budget
 from tests.conftest import REPO_ROOT
@@ -156,7 +157,10 @@ def test_config_file_mistakes_name_the_file_and_each_file_is_its_own(tmp_path):
   (tmp_path / 'no_get.py').write_text('X = 1\n')
   (tmp_path / 'bad_import.py').write_text('import no_such_module_here\n')
   (tmp_path / 'raises.py').write_text('def get_config():\n  raise ValueError("no size")\n')
+  (tmp_path / 'typo.py').write_text('from configs import demo\n\n\ndef get_config():\n'
+                                    '  c = demo.get_config()\n  c.num_layer = 1\n  return c\n')
   for spec, message in [
+      (str(tmp_path / 'typo.py'), "sets unknown key 'num_layer' (did you mean 'num_layers'?)"),
       (str(tmp_path / 'no_get.py'), 'has no get_config() function'),
       (str(tmp_path / 'nope.py'), f"cannot load config file '{tmp_path / 'nope.py'}'"),
       (str(tmp_path / 'bad_import.py'),
@@ -166,6 +170,17 @@ def test_config_file_mistakes_name_the_file_and_each_file_is_its_own(tmp_path):
     with pytest.raises(UserError, match=re.escape(message)) as e:
       budget.plan_all([with_config, spec], ['seed=1'], 1e15, 1)
     assert str(e.value).startswith('--configs: ') and '\n' not in str(e.value)
+
+
+def test_a_config_path_resolves_from_the_repository_root_as_data_paths_do(tmp_path,
+                                                                          monkeypatch):
+  monkeypatch.chdir(tmp_path)  # No configs/ here: configs/demo.py is the repository's.
+  assert cli.load_config('configs/demo.py:mlm').objective == 'mlm'
+  (tmp_path / 'configs').mkdir()  # The current directory's own file wins.
+  (tmp_path / 'configs' / 'demo.py').write_text(
+      'from configs import demo\n\n\ndef get_config():\n  c = demo.get_config()\n'
+      '  c.seed = 7\n  return c\n')
+  assert cli.load_config('configs/demo.py').seed == 7
 
 
 def run_compare(*flags, env=None):

@@ -767,6 +767,15 @@ def test_build_vocab_cli_writes_the_model_and_ends_with_a_json_line(corpus, tmp_
   assert tok.load_tokenizer(summary['model']).vocab_size == 120
 
 
+def test_build_vocab_output_names_a_file_a_prefix_or_a_folder(tmp_path):
+  from electra_jax.data import build_vocab  # pylint: disable=import-outside-toplevel
+  (tmp_path / 'existing').mkdir()
+  for output, prefix in [('v/spm.model', 'v/spm'), ('v/spm.vocab', 'v/spm'), ('v/mine', 'v/mine'),
+                         ('new/', 'new/spm'), ('existing', 'existing/spm')]:
+    assert build_vocab._prefix(str(tmp_path / output) + ('/' if output.endswith('/') else '')) \
+        == str(tmp_path / prefix)  # pylint: disable=protected-access
+
+
 def test_build_vocab_cli_reads_json_lines_under_text_key(corpus, tmp_path):
   """A JSON Lines corpus trains the vocabulary its text trains (sentencepiece is deterministic
   given its lines)."""

@@ -360,6 +360,10 @@ def _bad_input_cases(tmp, corpus, reference):
     with open(os.path.join(tmp, name), 'wb') as f:
       f.write(data)
   a_file = os.path.join(tmp, 'empty.txt')
+  typo = os.path.join(tmp, 'typo.py')  # A key misspelt in a config file, not on the line.
+  with open(typo, 'w', encoding='utf-8') as f:
+    f.write('from configs import demo\n\n\ndef get_config():\n  c = demo.get_config()\n'
+            '  c.learning_rat = 1e-5\n  return c\n')
   changed = os.path.join(tmp, 'changed')
   shutil.copytree(reference, changed)
   base = ['--config=configs/demo.py', *TINY_FLAGS, f'--config.train_files={corpus}']
@@ -389,6 +393,8 @@ def _bad_input_cases(tmp, corpus, reference):
        "cannot load config file 'configs/nope.py'"),
       ('config_without_get_config', ['--config=electra_jax/errors.py'],
        "config file 'electra_jax/errors.py' has no get_config()"),
+      ('config_file_unknown_key', [f'--config={typo}'],
+       f"config file '{typo}' sets unknown key 'learning_rat' (did you mean 'learning_rate'?)"),
       ('config_changed_on_resume', [f'--workdir={changed}', '--config.learning_rate=0.002'],
        'learning_rate: 0.001 -> 0.002'),
   ], base, changed

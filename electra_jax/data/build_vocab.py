@@ -22,7 +22,10 @@ FLAGS = flags.FLAGS
 
 def _prefix(output: str) -> str:
   """--output as a prefix: users often name the file they want, and 'vocab/spm.model' must
-  write vocab/spm.model, not vocab/spm.model.model."""
+  write vocab/spm.model, not vocab/spm.model.model; or a folder ('vocab/', or one that exists),
+  which gets vocab/spm.model, not vocab.model beside it."""
+  if output.endswith('/') or paths.is_dir(output):
+    return paths.join(paths.absolute(output.rstrip('/') or '/'), 'spm')
   output = paths.absolute(output)
   for suffix in ('.model', '.vocab'):
     if output.endswith(suffix) and len(paths.name(output)) > len(suffix):
@@ -82,7 +85,8 @@ def _define_flags():
   flags.DEFINE_integer('vocab_size', 8000, 'Vocabulary size, including the 5 special tokens.')
   flags.DEFINE_string('output', None, 'Output prefix: writes PREFIX.model and PREFIX.vocab '
                       '(a trailing .model or .vocab is dropped: vocab/spm.model writes '
-                      'vocab/spm.model and vocab/spm.vocab).')
+                      'vocab/spm.model and vocab/spm.vocab; a folder, vocab/, writes '
+                      'vocab/spm.*).')
   flags.DEFINE_bool('overwrite', False, 'Replace an existing PREFIX.model / PREFIX.vocab.')
   flags.DEFINE_enum('model_type', 'unigram', ['unigram', 'bpe'], 'Sentencepiece model type.')
   flags.DEFINE_integer('max_sentences', 2_000_000,
