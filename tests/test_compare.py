@@ -3,8 +3,10 @@ tiny configs, resuming without redoing finished runs, and one-line errors."""
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -181,6 +183,44 @@ def test_a_config_path_resolves_from_the_repository_root_as_data_paths_do(tmp_pa
       'from configs import demo\n\n\ndef get_config():\n  c = demo.get_config()\n'
       '  c.seed = 7\n  return c\n')
   assert cli.load_config('configs/demo.py').seed == 7
+
+
+_CHILD = """import signal, sys, time
+def stop(*_):
+  print('Stopped at step 3; checkpoint saved', flush=True)
+  sys.exit(0)
+signal.signal(signal.SIGINT, stop)
+print('started', flush=True)
+time.sleep(60)
+"""
+_DRIVER = """import os, sys
+from electra_jax.experiments import runs
+from electra_jax.errors import UserError
+try:
+  runs.run_command('child', [], os.path.join(sys.argv[1], 'child.log'), 'child')
+except UserError as e:
+  print('error:', e)
+"""
+
+
+def test_a_ctrl_c_keeps_the_commands_last_lines_in_its_log(tmp_path):
+  """Ctrl-C reaches compare and the command it runs (one process group): the command's last
+  lines, where it stopped and its result, still go to the command log."""
+  (tmp_path / 'child.py').write_text(_CHILD)
+  (tmp_path / 'driver.py').write_text(_DRIVER)
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(tmp_path), REPO_ROOT)))
+  proc = subprocess.Popen([sys.executable, str(tmp_path / 'driver.py'), str(tmp_path)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                          start_new_session=True)
+  log = tmp_path / 'child.log'
+  for _ in range(300):
+    if log.exists() and 'started' in log.read_text():
+      break
+    time.sleep(0.1)
+  os.killpg(proc.pid, signal.SIGINT)
+  out, err = proc.communicate(timeout=60)
+  assert 'error: child was stopped (signal 2)' in out, err
+  assert 'Stopped at step 3; checkpoint saved' in log.read_text()
 
 
 def run_compare(*flags, env=None):

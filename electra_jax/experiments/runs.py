@@ -83,23 +83,26 @@ def run_command(module: str, args: list[str], log_path: str, label: str) -> dict
     reader.start()
     stopped = []
 
-    def forward_sigterm(signum, frame):
+    def forward(signum, frame):
       del frame
       stopped.append(signum)
-      proc.send_signal(signum)  # The train command saves a checkpoint and exits.
+      # The train command saves a checkpoint and exits (Ctrl-C reaches it too, from the
+      # terminal: a second request is the same request).
+      proc.send_signal(signum)
 
-    previous = signal.signal(signal.SIGTERM, forward_sigterm)
+    # Handled, not a KeyboardInterrupt: one raised between reading a line and logging it lost
+    # the command's last lines (where it stopped, its checkpoint); they are read to the end.
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
       for line in proc.stdout:
         if line.strip():
           last_stdout = line
         echo(line)
-    except KeyboardInterrupt:  # Ctrl-C reached the command too (same process group).
-      stopped.append(signal.SIGINT)
     finally:
       proc.wait()
       reader.join()
-      signal.signal(signal.SIGTERM, previous)
+      for sig, handler in previous.items():
+        signal.signal(sig, handler)
   finally:
     log.close()
   if stopped:
