@@ -170,7 +170,15 @@ case "${STEP}" in
   install)
     REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
     ARCHIVE="${TMPDIR:-/tmp}/electra_jax-${NAME}.tar.gz"
-    run tar -czf "${ARCHIVE}" -C "${REPO}" --exclude=.git --exclude='*.egg-info' .
+    # The checkout's own files, not what .gitignore keeps out of it (a venv of gigabytes, the
+    # GPU wheels): git lists them, tracked or new; a copy without git sends the tree as is.
+    if git -C "${REPO}" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
+      run bash -c 'cd "$1" && git ls-files -z --cached --others --exclude-standard \
+        | tar -czf "$2" --null --ignore-failed-read -T -' _ "${REPO}" "${ARCHIVE}"
+    else
+      run tar -czf "${ARCHIVE}" -C "${REPO}" --exclude=.git --exclude='*.egg-info' \
+        --exclude=.ci/venv --exclude=.whl .
+    fi
     run "${GCLOUD[@]}" tpu-vm scp "${ARCHIVE}" "${NAME}:electra_jax.tar.gz" "${LOCATION[@]}" \
       --worker=all
     run "${SSH[@]}" --command="mkdir -p electra_jax && tar -xzf electra_jax.tar.gz -C electra_jax \
