@@ -181,12 +181,13 @@ def load_config(spec: str, overrides=(),
   reads a config exactly as they will. UserError with the line the command would print."""
   argv = ['electra_jax', f'--config={spec}', *[f'--config.{o}' for o in overrides]]
   resolved = _resolved_spec(spec)
+  resolved_argv = [argv[0], f'--config={resolved}', *argv[2:]]
   flag_values = flags.FlagValues()
   config_flags.DEFINE_config_file('config', None, flag_values=flag_values, lock_config=True,
-                                  sys_argv=_with_resolved_config(argv))
+                                  sys_argv=resolved_argv)
   modules = set(sys.modules)
   try:
-    flag_values(_with_resolved_config(argv))
+    flag_values(resolved_argv)
     _raise_deferred_load_error(flag_values.config)
   except Exception as e:  # pylint: disable=broad-except
     raise UserError(_flag_error_message(e, argv, keys_file)) from e

@@ -104,8 +104,8 @@ def model_flops_per_step(config) -> float:
 
   `config`: an experiment ConfigDict (resolved or not; presets are filled in here).
   """
-  c = config_lib.resolve(config)
-  return flops_to_step(model_flops_stages(c), c.num_train_steps) / c.num_train_steps
+  steps = config.num_train_steps  # resolve (in model_flops_stages) leaves it as it is.
+  return flops_to_step(model_flops_stages(config), steps) / steps
 
 
 def utilization(model_flops_per_step: float, steps: int, seconds: float, num_devices: int,

@@ -46,28 +46,31 @@ from electra_jax.data import sources
 FLAGS = flags.FLAGS
 
 
-def _loop_state(window, data_position: int, examples) -> dict:
+def _loop_state(window, data_position: int, data_size: dict) -> dict:
   """What a checkpoint keeps of the loop: the metric sums not yet logged, exactly (values with
   dtypes), the data position (examples of the global stream consumed; pipeline.py), which
   any process or device count resumes from, and the size of the data it counts in."""
   if window is not None:
     window = {k: [np.asarray(v).item(), str(np.asarray(v).dtype)]
               for k, v in jax.device_get(window).items()}
-  return dict(window=window, data_position=int(data_position), data=_data_size(examples))
+  return dict(window=window, data_position=int(data_position), data=data_size)
 
 
 def _data_size(examples) -> dict:
+  """What a checkpoint keeps of the data's size (read once: num_tokens of examples packed at
+  start-up is a pass over all of them)."""
   return dict(examples=len(examples), tokens=int(examples.num_tokens))
 
 
-def _changed_data_note(loop_state, examples) -> str | None:
+def _changed_data_note(loop_state, data_size: dict) -> str | None:
   """A note when the training data is not the data the checkpoint's position counts in (files
   added to the glob, a corpus re-prepared): the run goes on, but not where it left off."""
   saved = (loop_state or {}).get('data')
-  if saved is None or saved == _data_size(examples):
+  if saved is None or saved == data_size:
     return None
   return (f"the training data changed since the checkpoint: {saved['examples']:,} examples "
-          f"({saved['tokens']:,} tokens) then, {len(examples):,} ({examples.num_tokens:,}) now; "
+          f"({saved['tokens']:,} tokens) then, {data_size['examples']:,} "
+          f"({data_size['tokens']:,}) now; "
           f"the run reads on from position {loop_state['data_position']:,} of the new data's "
           'order, not where it left off in the old')
 
@@ -160,7 +163,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   # A new run's state is initialised below, while its first train call compiles.
   step = 0 if state is None else int(jax.device_get(state.step))
   first_position = _data_position(loop_state, step, c)
-  note = _changed_data_note(loop_state, examples)
+  data_size = _data_size(examples)
+  note = _changed_data_note(loop_state, data_size)
   if note:
     say(f'note: {note}', flush=True)
   # Each item holds the batches of one train call (config.steps_per_execution steps, fewer
@@ -257,7 +261,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     t = time.time()
     writer.flush()  # Rows up to this step reach the workdir before the checkpoint does.
     position = first_position + (step - first_step) * c.train_batch_size
-    ckpt.save(step, state, force=True, loop_state=_loop_state(window, position, examples))
+    ckpt.save(step, state, force=True, loop_state=_loop_state(window, position, data_size))
     window_start += time.time() - t  # Nor does saving (async: the copy off the devices).
 
   def stop_now(reason: str) -> dict:
