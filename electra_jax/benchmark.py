@@ -223,6 +223,9 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
                   rounds: int = 1) -> dict:
   if steps < 1 or warmup < 0 or rounds < 1:
     raise UserError(f'--steps={steps} and --rounds={rounds} must be >= 1, --warmup={warmup} >= 0')
+  if peak_override is not None and not peak_override > 0:
+    raise UserError(f"--peak_tflops={peak_override:g} must be the device's peak TFLOP/s, a "
+                    'positive number (e.g. 989 for an H100 in bfloat16)')
   unknown = sorted(set(compare) - {'hf', 'hf_full'})
   if unknown:
     raise UserError(f'--compare={",".join(unknown)} is not known; use hf and/or hf_full')

@@ -11,6 +11,7 @@ on start-up a half-written step is reported and ignored, and an unreadable newes
 aside to WORKDIR/corrupt_checkpoints/ (never deleted) in favour of the newest readable one.
 A state holding NaN/inf is never written.
 """
+import contextlib
 import logging
 import os
 import re
@@ -29,6 +30,7 @@ TMP_MARKER = '.orbax-checkpoint-tmp'
 # What marks a complete step on an object store (Orbax's CommitFileTemporaryPath).
 COMMIT_FILE = 'commit_success.txt'
 SUBDIR = 'checkpoints'
+CORRUPT_SUBDIR = 'corrupt_checkpoints'  # Unreadable steps a resume moved aside.
 
 
 def _warn(message: str):
@@ -161,8 +163,10 @@ class Checkpointer:
     loop_state: small JSON-able bookkeeping of the loop (data position, unlogged metric window).
     """
     if not all_finite(state):
-      raise UserError(f'the train state at step {step} contains NaN/inf; not saving it. The '
-                      f'last good checkpoint is step {self.latest_step()} in {self.directory}')
+      latest = self.latest_step()
+      kept = (f'the last good checkpoint is step {latest} in {self.directory}'
+              if latest is not None else f'{self.directory} holds no checkpoint yet')
+      raise UserError(f'the train state at step {step} contains NaN/inf; not saving it: {kept}')
     items = {'state': ocp.args.StandardSave(state)}
     if loop_state is not None:
       items['loop'] = ocp.args.JsonSave(loop_state)
@@ -198,16 +202,33 @@ class Checkpointer:
       return restored['state']
     return restored['state'], (restored['loop'] if has_loop else None)
 
-  def read_state(self, step: int):
+  def read_state(self, step: int, flag: str | None = None):
     """A step's saved state tree as arrays on this process's first device, whatever the
     device count it was saved from (Orbax refuses a restore without target shardings on other
     devices): for reading parameters outside the training mesh (export, fine-tuning, tests)."""
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    metadata = self._manager.item_metadata(step)['state']
-    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-                          metadata)
-    return self._manager.restore(
-        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))['state']
+    with self.reading(step, flag):
+      metadata = self._manager.item_metadata(step)['state']
+      target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                            metadata)
+      return self._manager.restore(
+          step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))['state']
+
+  @contextlib.contextmanager
+  def reading(self, step: int, flag: str | None = None):
+    """A step that fails to read (a step directory missing its state, truncated files) is a
+    UserError naming it and the steps to read instead (`flag`: the flag that picks one); a
+    resumed run moves such steps aside instead (restore_latest_valid)."""
+    try:
+      yield
+    except UserError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      others = [s for s in sorted(self.all_steps()) if s != step]
+      instead = (f'read one of its other steps, {others}' + (f' ({flag}=N)' if flag else '')
+                 if others else 'it holds no other step')
+      raise UserError(f'checkpoint step {step} in {self.directory} is unreadable '
+                      f'({first_line(e)}); {instead}') from e
 
   def restore_latest_valid(self, abstract_state):
     """(step, state, loop_state) of the newest readable finite checkpoint; (None,)*3 if none.
@@ -238,7 +259,7 @@ class Checkpointer:
     return None, None, None
 
   def _move_aside(self, step: int, reason: str, resume_step: int):
-    target_dir = paths.join(paths.parent(self.directory), 'corrupt_checkpoints')
+    target_dir = paths.join(paths.parent(self.directory), CORRUPT_SUBDIR)
     target, n = paths.join(target_dir, str(step)), 1
     while paths.exists(target):
       target, n = paths.join(target_dir, f'{step}.{n}'), n + 1
@@ -342,7 +363,7 @@ def read_params(workdir: str, step: int | None = None,
   try:
     step = latest if step is None else step
     check_step(ckpt, step, flag)
-    state = ckpt.read_state(step)
+    state = ckpt.read_state(step, flag)
   finally:
     ckpt.close()
   return jax.tree.map(np.asarray, jax.device_get(state['params'])), step

@@ -4,10 +4,12 @@ Size keys left as None take the `model_size` preset; derived keys (max_predictio
 are filled; inconsistent values fail here, before any device work, with one line each.
 """
 import json
+import math
 
 import ml_collections
 
 from electra_jax import objectives
+from electra_jax import paths
 from electra_jax.errors import UserError
 
 # The paper's architectures (ELECTRA.md) plus a demo size that trains in minutes on a CPU.
@@ -28,6 +30,14 @@ REMAT = ('none', 'save_dots', 'full')
 
 # Generator/discriminator weight sharing (model.py); objectives: the objectives/ registry.
 TIES = ('embeddings', 'none', 'all', 'gdes')
+# The objectives tie='gdes' is built and tested for (ELECTRA's, as DeBERTa-v3 uses it).
+GDES_OBJECTIVES = ('electra', 'electra_15')
+# Keys naming files, directories (PATH_KEYS) or comma-separated globs (GLOB_KEYS): resolved
+# absolute as found from the cwd (or the repository root), so the saved config names what the
+# run read, whatever directory a resume or evaluate later starts from.
+PATH_KEYS = ('vocab_file', 'train_data_dir', 'tfds_data_dir', 'init_from', 'init_generator_from',
+             'extend_vocab_file')
+GLOB_KEYS = ('train_files', 'eval_files')
 
 
 def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -39,10 +49,23 @@ def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   for key, value in MODEL_SIZES[c.model_size].items():
     if c[key] is None:
       c[key] = value
+  # Before the masking budget derived from them (a NaN mask_prob cannot become a count).
+  check(c.max_seq_length >= 8, f'config.max_seq_length={c.max_seq_length} must be >= 8')
+  check(0 < c.mask_prob < 1, f'config.mask_prob={c.mask_prob} must be in (0, 1)')
   if c.max_predictions_per_seq is None:
     c.max_predictions_per_seq = derived_max_predictions(c)
+    check(c.max_predictions_per_seq > 0,
+          f'config.mask_prob={c.mask_prob} masks no token of a config.max_seq_length='
+          f'{c.max_seq_length} sequence (int((mask_prob + 0.005) * max_seq_length) = 0); raise '
+          'mask_prob or set config.max_predictions_per_seq')
   # A smoke run of a long recipe (e.g. small.py for 20 steps) warms up over the whole run.
   c.num_warmup_steps = min(c.num_warmup_steps, c.num_train_steps)
+  for key in PATH_KEYS:
+    if c[key]:
+      c[key] = paths.as_found(c[key])
+  for key in GLOB_KEYS:
+    if c[key]:
+      c[key] = ','.join(paths.resolve_glob(part) for part in c[key].split(',') if part.strip())
   _validate(c)
   c.lock()
   return c
@@ -61,17 +84,19 @@ def check(condition: bool, message: str):
 
 
 def _validate(c):
-  # First: a too-short sequence also leaves max_predictions_per_seq, derived from it, at 0.
-  check(c.max_seq_length >= 8, f'config.max_seq_length={c.max_seq_length} must be >= 8')
   for key in ('embedding_size', 'hidden_size', 'num_layers', 'num_heads', 'intermediate_size',
               'vocab_size', 'max_seq_length', 'train_batch_size', 'eval_batch_size',
               'num_train_steps', 'log_every_steps', 'max_predictions_per_seq',
               'keep_checkpoint_max', 'save_checkpoints_steps', 'grad_accum_steps',
               'fsdp_axis_size', 'steps_per_execution'):
     check(c[key] > 0, f'config.{key}={c[key]} must be a positive integer')
-  for key in ('num_warmup_steps', 'eval_every_steps', 'num_eval_steps', 'seed',
+  for key in ('num_warmup_steps', 'eval_every_steps', 'num_eval_steps',
               'max_consecutive_nonfinite'):
     check(c[key] >= 0, f'config.{key}={c[key]} must be >= 0')
+  # The data order's shuffle takes 32-bit seeds; jax.random.key(2**32) is key(0).
+  check(0 <= c.seed < 2**32, f'config.seed={c.seed} must be in [0, 2**32)')
+  check(c.type_vocab_size >= 2, f'config.type_vocab_size={c.type_vocab_size} must be >= 2: '
+         'examples hold two segments (token type ids 0 and 1)')
   check(c.hidden_size % c.num_heads == 0,
          f'config.hidden_size={c.hidden_size} is not divisible by config.num_heads='
          f'{c.num_heads}; pick sizes with an integer head width')
@@ -80,7 +105,6 @@ def _validate(c):
   check(c.max_seq_length <= c.max_position_embeddings,
          f'config.max_seq_length={c.max_seq_length} exceeds config.max_position_embeddings='
          f'{c.max_position_embeddings}; lower max_seq_length or raise max_position_embeddings')
-  check(0 < c.mask_prob < 1, f'config.mask_prob={c.mask_prob} must be in (0, 1)')
   check(c.max_predictions_per_seq <= c.max_seq_length,
          f'config.max_predictions_per_seq={c.max_predictions_per_seq} exceeds '
          f'config.max_seq_length={c.max_seq_length}')
@@ -111,18 +135,30 @@ def _validate(c):
     check(not c[key] or bool(c.init_from),
            f'config.{key}={c[key]!r} needs config.init_from (the weights it adds to); set '
            '--config.init_from=PATH')
-  check(c.learning_rate > 0, f'config.learning_rate={c.learning_rate} must be > 0')
-  check(c.lr_decay_power > 0, f'config.lr_decay_power={c.lr_decay_power} must be > 0 '
-         '(1.0: linear decay)')
-  check(c.generator_lr_multiplier > 0,
-         f'config.generator_lr_multiplier={c.generator_lr_multiplier} must be > 0')
-  check(c.initializer_range > 0,
-         f'config.initializer_range={c.initializer_range} must be > 0 (BERT: 0.02)')
+  _validate_optimization(c)
   check(c.relative_attention_span >= 0,
          f'config.relative_attention_span={c.relative_attention_span} must be >= 0 (0 = off)')
   unknown = [k for k in split_keys(c.allow_config_change) if k not in c]
   check(not unknown, f'config.allow_config_change={c.allow_config_change!r} names unknown '
          f'keys {unknown}; list config keys separated by commas')
+
+
+def _validate_optimization(c):
+  """The optimizer's and the loss's numbers: a bad one turns the weights to NaN (or stops
+  learning) only steps later, with nothing naming it."""
+  for key, hint in (('learning_rate', ''), ('lr_decay_power', ' (1.0: linear decay)'),
+                    ('generator_lr_multiplier', ''), ('initializer_range', ' (BERT: 0.02)'),
+                    ('adam_epsilon', ' (ELECTRA: 1e-6)')):
+    check(math.isfinite(c[key]) and c[key] > 0, f'config.{key}={c[key]} must be > 0{hint}')
+  for key, hint in (('weight_decay_rate', ''), ('max_grad_norm', ' (0: no clipping)'),
+                    ('gen_weight', ''), ('disc_weight', '')):
+    check(math.isfinite(c[key]) and c[key] >= 0, f'config.{key}={c[key]} must be >= 0{hint}')
+  for key in ('adam_b1', 'adam_b2'):
+    check(0 <= c[key] < 1, f'config.{key}={c[key]} must be in [0, 1)')
+  check(0 <= c.short_seq_prob <= 1,
+         f'config.short_seq_prob={c.short_seq_prob} must be a probability in [0, 1]')
+  check(math.isfinite(c.disc_output_bias_init),
+         f'config.disc_output_bias_init={c.disc_output_bias_init} must be a finite number')
 
 
 def _validate_objective(c):
@@ -134,10 +170,12 @@ def _validate_objective(c):
           f"config.tie='all' shares every encoder weight, so config.{key}={c[key]} must be "
           '1.0; set it or pick another tie')
   layout = objectives.get(c.objective).layout_for(c)
-  check(c.tie != 'gdes' or (layout.generator and not layout.mlm_head),
-         f"config.tie='gdes' shares the generator's token table with an RTD discriminator; "
-         f'objective {c.objective!r} (uniform_generator={c.uniform_generator}) has no such '
-         "pair; use objective 'electra' or 'electra_15' with a generator")
+  check(c.tie != 'gdes' or (c.objective in GDES_OBJECTIVES and layout.generator
+                            and not layout.mlm_head),
+         f"config.tie='gdes' shares the generator's embeddings with the discriminator of "
+         f"objective 'electra' or 'electra_15' with a learned generator, not objective "
+         f'{c.objective!r} (uniform_generator={c.uniform_generator}); pick one of them or '
+         'another tie')
   objectives.get(c.objective).validate(c)
 
 

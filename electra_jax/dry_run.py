@@ -65,6 +65,17 @@ def describe(p: dict) -> str:
       f"(grad_accum_steps {p['grad_accum_steps']}) x {p['seq_length']} tokens",
       f"parameters  {p['num_params'] / 1e6:.1f}M (G+D): {gib(p['param_bytes_per_device'])} "
       f"per device; optimizer state {gib(p['optimizer_bytes_per_device'])} per device",
-      f"compute     {p['model_flops_per_step'] / 1e15:.3f} PFLOP per step (model FLOPs, "
-      f"fwd+bwd), {p['model_flops_per_step_per_device'] / 1e12:.2f} TFLOP per device",
+      f"compute     {flop(p['model_flops_per_step'])} per step (model FLOPs, fwd+bwd), "
+      f"{flop(p['model_flops_per_step_per_device'])} per device",
   ])
+
+
+def flop(count: float) -> str:
+  """A FLOP count to 3 digits in the smallest unit that keeps it under 1000: the demo's
+  16.5 GFLOP a step and Large's 1.2 PFLOP read alike."""
+  units = (('FLOP', 1), ('kFLOP', 1e3), ('MFLOP', 1e6), ('GFLOP', 1e9), ('TFLOP', 1e12),
+           ('PFLOP', 1e15), ('EFLOP', 1e18))
+  for unit, scale in units:
+    value = float(f'{count / scale:.3g}')
+    if value < 1000 or unit == units[-1][0]:
+      return f'{value:g} {unit}'

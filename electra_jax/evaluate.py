@@ -45,12 +45,15 @@ def main(argv):
   mode = distributed.initialize_from(FLAGS)
   cpu_devices.configure_for(config, FLAGS.cpu_devices, single_process=mode == 'single')
   run = experiment_lib.Experiment.create(config)
-  experiment_lib.check_saved_config_matches(FLAGS.workdir, run.config)
+  experiment_lib.check_saved_config_matches(
+      FLAGS.workdir, run.config, "evaluate with the run's own config (leave out --config and "
+      'its overrides)')
   ckpt, latest = checkpoint.open_for_reading(FLAGS.workdir)
   step = latest if FLAGS.step is None else FLAGS.step
   checkpoint.check_step(ckpt, step, '--step')
   abstract_state = run.abstract_state()
-  state = ckpt.restore(step, abstract_state)
+  with ckpt.reading(step, '--step'):
+    state = ckpt.restore(step, abstract_state)
   ckpt.close()
   eval_step = ts.jit_eval_step(ts.make_eval_step(run.objective), run.mesh,
                                jax.tree.map(lambda x: x.sharding, abstract_state.params))

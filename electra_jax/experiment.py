@@ -95,8 +95,10 @@ class Experiment:
                               self.state_shardings())
 
 
-def check_saved_config_matches(workdir: str, c) -> list[str]:
-  """Refuses a workdir trained with other parameter shapes; returns the other changed keys."""
+def check_saved_config_matches(
+    workdir: str, c, advice: str = 'use a new --workdir or the saved config') -> list[str]:
+  """Refuses a workdir trained with other parameter shapes (`advice`: what to do instead);
+  returns the other changed keys."""
   if not saved_config.exists(workdir):
     return []
   saved, current = saved_config.load(workdir).to_dict(), c.to_dict()
@@ -105,7 +107,7 @@ def check_saved_config_matches(workdir: str, c) -> list[str]:
   if shape_changes:
     diffs = ', '.join(f'{k}: {saved.get(k)!r} -> {current[k]!r}' for k in shape_changes)
     raise UserError(f"workdir '{workdir}' holds a model with different shapes ({diffs}); "
-                    'use a new --workdir or the saved config')
+                    f'{advice}')
   return changed
 
 

@@ -175,8 +175,11 @@ def _workdir_source(path: str, workdir: str, step: int | None) -> Source:
     params, _ = checkpoint.read_params(workdir, step)
     return params, []
 
+  # A run from before runs kept their vocabulary may name a file since gone: then it must be
+  # given (_vocabulary: --config.vocab_file).
+  vocab_file = saved.vocab_file if paths.exists(saved.vocab_file) else None
   return Source(f"init_from '{path}' (step {step})", keys,
-                tokenizer_files.Vocabulary(saved.vocab_file, None, saved.do_lower_case),
+                tokenizer_files.Vocabulary(vocab_file, None, saved.do_lower_case),
                 copy_vocabulary=False, read_params=read_params)
 
 
@@ -381,6 +384,10 @@ def initial_state(exp, start: Start) -> tuple[ts.TrainState, list[str]]:
     loaded = _extend_rows(loaded, start.extension)
   loaded = {tuple(k.key for k in path): x
             for path, x in jax.tree_util.tree_leaves_with_path(loaded)}
+  broken = [key for key, x in loaded.items() if not np.isfinite(x).all()]
+  if broken:  # Refused before the run writes anything (its first save would refuse it later).
+    raise UserError(f"{start.source.name}: parameter {'/'.join(broken[0])} holds NaN/inf "
+                    f'({len(broken)} parameter(s) do); start from weights that are finite')
   abstract = exp.abstract_state()
   shardings = jax.tree.map(lambda x: x.sharding, abstract)
   fresh = abstract.params

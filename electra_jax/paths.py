@@ -124,6 +124,28 @@ def resolve(path: str) -> str:
   return candidate if os.path.exists(candidate) else path
 
 
+def as_found(path: str) -> str:
+  """The absolute path (or URL) a user's path names where it is found (resolve): what a saved
+  config keeps, so a run resumed or evaluated from another directory reads the same files."""
+  return absolute(resolve(path))
+
+
+def resolve_glob(pattern: str) -> str:
+  """A glob made absolute where it matches files, from the cwd or else the repository root (as
+  glob() matches it); a URL, or a relative glob that matches nothing, as written."""
+  pattern = os.path.expanduser(pattern.strip())
+  if is_remote(pattern) or os.path.isabs(pattern):
+    return pattern
+  for candidate in (os.path.abspath(pattern), os.path.join(REPO_ROOT, pattern)):
+    if _local_files(candidate):
+      return candidate
+  return pattern
+
+
+def _local_files(pattern: str) -> list[str]:
+  return [m for m in glob_lib.glob(pattern, recursive=True) if os.path.isfile(m)]
+
+
 def exists(path) -> bool:
   with storage_errors(path):
     return get(path).exists()
@@ -165,13 +187,10 @@ def open_binary(path):
 def glob(pattern: str) -> list[str]:
   """Sorted absolute files matching one glob (`**` recurses), from the cwd or else the
   repository root; a URL is matched on its filesystem."""
-  pattern = os.path.expanduser(pattern.strip())
+  pattern = resolve_glob(pattern)
   if not is_remote(pattern):
-    matches = glob_lib.glob(pattern, recursive=True)
-    if not matches and not os.path.isabs(pattern):
-      matches = glob_lib.glob(os.path.join(REPO_ROOT, pattern), recursive=True)
     # Absolute: one file named two ways ('a.txt', '/data/a.txt') is one file.
-    return sorted(os.path.abspath(m) for m in matches if os.path.isfile(m))
+    return sorted(os.path.abspath(m) for m in _local_files(pattern))
   with storage_errors(pattern):
     filesystem, _ = _filesystem(pattern)
     found = filesystem.glob(pattern, detail=True)

@@ -25,6 +25,15 @@ from electra_jax.errors import UserError
 from electra_jax.hf import tokenizer_files
 
 FILE_NAME = 'config.json'
+# The file other commands keep at the top of their output folders (data.prepare's metadata,
+# experiments.compare's spec), with what such a folder holds and how to use it: named when one
+# is passed as a run's --workdir.
+OTHER_OUTPUTS = (
+    ('train_metadata.json', 'prepared training data (python -m electra_jax.data.prepare); train '
+     'on it with --config.train_data_dir={}'),
+    ('compare.json', 'a comparison (python -m electra_jax.experiments.compare); its runs are '
+     '{0}/pretrain/NAME and {0}/finetune/NAME/STEP'),
+)
 # Pretraining keys renamed since workdirs were first written: old name -> new name.
 RENAMED_KEYS = {'tfds_text_key': 'text_key'}  # 2026-11-28: JSON Lines files use it too.
 
@@ -47,7 +56,7 @@ def vocabulary_path(workdir, vocab_file: str) -> str:
 
 def keep_vocabulary(workdir, c: ml_collections.ConfigDict):
   """Copies the vocabulary `c` names into `workdir` (unless it is that copy already)."""
-  named = paths.absolute(paths.resolve(c.vocab_file))
+  named = paths.as_found(c.vocab_file)
   kept = vocabulary_path(workdir, c.vocab_file)
   if named != kept:
     atomic.write_bytes(kept, paths.read_bytes(named))
@@ -57,7 +66,7 @@ def resumed_vocabulary(c: ml_collections.ConfigDict, workdir) -> ml_collections.
   """`c`, resuming or evaluating the run in `workdir`, with vocab_file its kept copy. A
   different file at the path `c` names is refused: it would give other token ids."""
   kept = vocabulary_path(workdir, c.vocab_file)
-  named = paths.absolute(paths.resolve(c.vocab_file))
+  named = paths.as_found(c.vocab_file)
   if named == kept or not paths.exists(kept):  # Or a run from before runs kept their copy.
     return c
   if paths.exists(named) and not paths.same_file(named, kept):
@@ -75,12 +84,32 @@ def write(workdir, c: ml_collections.ConfigDict):
   atomic.write_text(path(workdir), config_lib.to_json(c) + '\n')
 
 
+def other_output(directory) -> str | None:
+  """What another command's output folder `directory` holds (OTHER_OUTPUTS), or None."""
+  directory = paths.absolute(directory)
+  for name, holds in OTHER_OUTPUTS:
+    if paths.exists(paths.join(directory, name)):
+      return holds.format(directory)
+  return None
+
+
+def check_not_other_output(workdir):
+  """Refuses a --workdir to train or fine-tune in that holds another command's output: the run
+  would write its files among them."""
+  holds = other_output(workdir) if paths.is_dir(workdir) else None
+  if holds:
+    raise UserError(f"--workdir '{paths.absolute(workdir)}' holds {holds}; pass a new --workdir")
+
+
 def _read(workdir, kind: str, command: str) -> dict:
   target = path(workdir)
   if not paths.is_dir(workdir):
     state = 'is a file' if paths.exists(workdir) else 'does not exist'
     raise UserError(f"'{paths.absolute(workdir)}' {state}; pass a {kind} workdir (python -m "
                     f'electra_jax.{command} --workdir=...)')
+  holds = None if paths.exists(target) else other_output(workdir)
+  if holds:
+    raise UserError(f"'{paths.absolute(workdir)}' is not a {kind} workdir: it holds {holds}")
   if not paths.exists(target):
     raise UserError(f"'{target}' not found; '{workdir}' is not a {kind} workdir (python -m "
                     f'electra_jax.{command} writes config.json there)')
@@ -115,6 +144,7 @@ def _not_pretraining(workdir, kind: str) -> str:
 def check_trains_in(workdir):
   """Refuses a --workdir for pretraining that holds another kind of run or someone else's
   config.json: training there would overwrite it."""
+  check_not_other_output(workdir)
   if exists(workdir):
     kind = _kind(_read(workdir, 'training', 'train'))
     if kind != 'pretraining':

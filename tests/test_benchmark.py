@@ -123,6 +123,14 @@ def test_synthetic_rows_need_a_vocabulary_beyond_the_special_tokens():
       'tokens; use a vocabulary bigger than 5'], proc.stderr
 
 
+@pytest.mark.parametrize('value', ['-5', 'nan'])
+def test_a_peak_that_is_no_positive_number_is_a_one_line_error(value):
+  proc = run_cli('electra_jax.benchmark', *BENCH_FLAGS, f'--peak_tflops={value}', check=False)
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+      f"error: --peak_tflops={float(value):g} must be the device's peak TFLOP/s, a positive "
+      'number (e.g. 989 for an H100 in bfloat16)'], proc.stderr
+
+
 def benchmark_script(name: str):
   """benchmarks/NAME.py (scripts of the checkout, not of the package) as a module."""
   spec = importlib.util.spec_from_file_location(

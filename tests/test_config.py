@@ -1,4 +1,5 @@
 import json
+import os
 import re
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from configs import base, base_config, demo, demo_long, large, small, small_plus
 from electra_jax import config as config_lib
 from electra_jax import saved_config
 from electra_jax.errors import UserError
+from tests.conftest import REPO_ROOT
 
 
 def test_presets_fill_only_unset_size_keys():
@@ -103,6 +105,24 @@ def test_demo_long_stretches_the_demo_and_its_argument_changes_only_the_objectiv
     (dict(mask_token_prob=0.9, random_token_prob=0.2), 'random_token_prob=0.2'),
     (dict(generator_hidden_size=1.5), 'generator_hidden_size=1.5'),
     (dict(text_key=''), 'config.text_key is empty'),
+    # Checked before the masking budget derived from it, which a NaN cannot give.
+    (dict(mask_prob=float('nan')), 'config.mask_prob=nan must be in (0, 1)'),
+    (dict(mask_prob=0.0), 'config.mask_prob=0.0 must be in (0, 1)'),
+    (dict(mask_prob=0.001), 'config.mask_prob=0.001 masks no token of a config.max_seq_length='),
+    (dict(type_vocab_size=1), 'config.type_vocab_size=1 must be >= 2'),
+    (dict(seed=2**32), 'config.seed=4294967296 must be in [0, 2**32)'),
+    (dict(adam_b2=1.0), 'config.adam_b2=1.0 must be in [0, 1)'),
+    (dict(adam_b1=float('nan')), 'config.adam_b1=nan must be in [0, 1)'),
+    (dict(adam_epsilon=0.0), 'config.adam_epsilon=0.0 must be > 0 (ELECTRA: 1e-6)'),
+    (dict(learning_rate=float('inf')), 'config.learning_rate=inf must be > 0'),
+    (dict(lr_decay_power=float('inf')), 'config.lr_decay_power=inf must be > 0'),
+    (dict(weight_decay_rate=float('nan')), 'config.weight_decay_rate=nan must be >= 0'),
+    (dict(max_grad_norm=-1.0), 'config.max_grad_norm=-1.0 must be >= 0 (0: no clipping)'),
+    (dict(disc_weight=-50.0), 'config.disc_weight=-50.0 must be >= 0'),
+    (dict(short_seq_prob=2.0), 'config.short_seq_prob=2.0 must be a probability in [0, 1]'),
+    (dict(disc_output_bias_init=float('inf')), 'config.disc_output_bias_init=inf must be a '
+                                               'finite number'),
+    (dict(objective='adversarial', tie='gdes'), "config.tie='gdes' shares"),
 ])
 def test_invalid_values_fail_with_one_line_naming_the_key(overrides, needle):
   c = demo.get_config()
@@ -110,6 +130,30 @@ def test_invalid_values_fail_with_one_line_naming_the_key(overrides, needle):
   with pytest.raises(UserError) as e:
     config_lib.resolve(c)
   assert needle in str(e.value) and '\n' not in str(e.value)
+
+
+def test_data_paths_resolve_absolute_where_found_from_the_cwd_then_the_repository_root(
+    tmp_path, monkeypatch):
+  """The resolved (and so saved) config names the files the run reads, whichever directory a
+  later resume or evaluate starts from; a URL, and a glob matching nothing, stay as written."""
+  (tmp_path / 'mine').mkdir()
+  (tmp_path / 'mine' / 'a.txt').write_text('text\n')
+  (tmp_path / 'data').mkdir()  # Holds no files: 'data/...' is found in the repository.
+  (tmp_path / 'spm.model').write_bytes(b'model')
+  monkeypatch.chdir(tmp_path)
+  c = demo.get_config()
+  c.update(train_files='mine/*.txt, data/demo_corpus/train/*.txt', eval_files='gs://b/e*.txt',
+           vocab_file='spm.model', tfds_data_dir='nowhere/tfds', init_from='~/run')
+  r = config_lib.resolve(c)
+  assert r.train_files == (f"{tmp_path / 'mine' / '*.txt'},"
+                           f"{os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'train', '*.txt')}")
+  assert r.eval_files == 'gs://b/e*.txt'
+  assert r.vocab_file == str(tmp_path / 'spm.model')
+  assert r.tfds_data_dir == str(tmp_path / 'nowhere' / 'tfds')
+  assert r.init_from.startswith('/') and r.init_from.endswith('/run')
+  c.eval_files = 'missing/*.txt'  # Left for the one-line 'no files match' error naming it.
+  assert config_lib.resolve(c).eval_files == 'missing/*.txt'
+  assert config_lib.resolve(r).to_dict() == r.to_dict()  # Resolving again changes nothing.
 
 
 def test_a_saved_config_loads_with_renamed_keys_under_their_new_names(tmp_path):

@@ -1,6 +1,7 @@
 """--cpu_devices: how many XLA CPU devices a run splits into, chosen before JAX starts."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -93,10 +94,16 @@ def test_train_dry_run_splits_the_demo_batch(tmp_path):
     proc = subprocess.run(cmd + [f'--cpu_devices={value}'], env=env, cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=300, check=True)
     plans[value] = json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = proc.stdout
   from configs import demo  # pylint: disable=import-outside-toplevel
   c = demo.get_config()
   assert plans['4']['num_devices'] == 4 and plans['1']['num_devices'] == 1
   assert plans['4']['per_device_batch'] * 4 == c.train_batch_size
+  # The demo's step in units that show it (16.5 GFLOP, not 0.000 PFLOP).
+  assert plans['auto']['model_flops_per_step'] == pytest.approx(16.54e9, rel=1e-3)
+  per_device = plans['auto']['model_flops_per_step_per_device'] / 1e9
+  assert re.search(r'^compute +16\.5 GFLOP per step \(model FLOPs, fwd\+bwd\), '
+                   f'{per_device:.3g} GFLOP per device$', lines, re.M), lines
   assert plans['auto']['num_devices'] == cpu_devices.auto_count(
       cpu_devices.usable_cores(), [c.train_batch_size, c.eval_batch_size])
   bad = subprocess.run(cmd + ['--cpu_devices=5'], env=env, cwd=REPO_ROOT, capture_output=True,

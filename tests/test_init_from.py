@@ -4,6 +4,7 @@ vocabulary extension, and the one-line errors. The transformers pair is built in
 (tests/hf_pair.py): random weights, a WordPiece vocabulary trained on the bundled corpus."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -421,6 +422,75 @@ def test_pytorch_model_bin_is_read_with_weights_only_and_a_code_pickle_is_refuse
   with pytest.raises(UserError, match='only weights are read from pickles'):
     hf_files.read_dir(str(directory))
   assert not marker.exists()
+
+
+def test_an_unreadable_step_is_one_line_naming_it_and_the_steps_to_read_instead(
+    tmp_path, cache_dir, trained):
+  """A step directory missing its state (a copy cut short), or an empty stray one, fails
+  evaluate, export and init_from with one line naming it and the other steps, not a traceback;
+  export refuses an --output among the run's checkpoints (it would pass for one)."""
+  workdir = tmp_path / 'w'
+  shutil.copytree(trained['workdir'], workdir)
+  checkpoints = workdir / 'checkpoints'
+  shutil.rmtree(checkpoints / str(STEPS) / 'state')
+  unreadable = f'checkpoint step {STEPS} in {checkpoints} is unreadable ('
+  cli = lambda module, *flags: subprocess.run(
+      [sys.executable, '-m', module, f'--workdir={workdir}', *flags], cwd=REPO_ROOT,
+      env=env_for(cache_dir), capture_output=True, text=True, timeout=600)
+  for module, flags in (('electra_jax.evaluate', ['--num_batches=1']),
+                        ('electra_jax.export', [f'--output={tmp_path / "hf"}'])):
+    proc = cli(module, *flags)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f'error: {unreadable}'), lines
+    assert lines[0].endswith('); read one of its other steps, [10, 20] (--step=N)'), lines
+  with pytest.raises(UserError, match=re.escape(unreadable) + r'.*; read one of its other '
+                                      r'steps, \[10, 20\]$'):
+    start_params(tmp_path / 'new', prepare(tmp_path / 'new', init_from=str(workdir)))
+  shutil.rmtree(checkpoints / str(STEPS))
+  (checkpoints / '40').mkdir()
+  with pytest.raises(UserError, match=re.escape(f'checkpoint step 40 in {checkpoints} is '
+                                                'unreadable (')):
+    checkpoint.read_params(str(workdir))
+  proc = cli('electra_jax.export', f'--output={checkpoints / "50"}', '--step=20')
+  assert proc.returncode == 2 and proc.stderr.strip() == (
+      f"error: --output '{checkpoints / '50'}' lies in the run's checkpoints/, among its "
+      'checkpoints; choose a directory outside it, e.g. WORKDIR/hf')
+  assert not (checkpoints / '50').exists()
+
+
+def test_nan_weights_or_a_lost_vocabulary_of_a_source_are_one_line_before_anything_is_written(
+    tmp_path, cache_dir, small_corpus, pair, trained):
+  # pylint: disable=import-outside-toplevel
+  from safetensors.numpy import load_file, save_file
+  broken = tmp_path / 'nan'
+  shutil.copytree(pair['disc'], broken)
+  tensors = load_file(broken / 'model.safetensors')
+  tensors[sorted(k for k in tensors if k.endswith('LayerNorm.weight'))[0]][0] = np.nan
+  save_file(tensors, broken / 'model.safetensors', metadata={'format': 'pt'})
+  new = tmp_path / 'new'
+  flags = command(small_corpus, dict(pair, disc=str(broken)), new, '--stop_after_steps=0')
+  proc = subprocess.run(flags, cwd=REPO_ROOT, env=env_for(cache_dir), capture_output=True,
+                        text=True, timeout=600)
+  assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+  assert re.search(rf"^error: init_from '{re.escape(str(broken))}': parameter \S+ holds "
+                   r'NaN/inf \(1 parameter\(s\) do\); start from weights that are finite$',
+                   proc.stderr.strip()), proc.stderr
+  assert not new.exists()
+  # A workdir from before runs kept their vocabulary, whose vocab_file has since gone.
+  old = tmp_path / 'old'
+  shutil.copytree(trained['workdir'], old)
+  os.remove(old / 'vocab.txt')
+  saved = json.loads((old / 'config.json').read_text())
+  saved['vocab_file'] = str(tmp_path / 'gone' / 'vocab.txt')
+  (old / 'config.json').write_text(json.dumps(saved))
+  with pytest.raises(UserError, match=re.escape(
+      f"'{old}' has no spm.model, vocab.txt or WordPiece tokenizer.json; pass its vocabulary as "
+      '--config.vocab_file=FILE')):
+    prepare(tmp_path / 'v', init_from=str(old))
+  assert not (tmp_path / 'v').exists()
+  start = prepare(tmp_path / 'given', init_from=str(old), vocab_file=pair['vocab'])
+  assert start.config.vocab_size == 600
 
 
 # --- Vocabulary extension -------------------------------------------------------------------

@@ -207,3 +207,8 @@ def test_a_sweep_without_an_fsdp_size_dividing_the_chips_is_a_one_line_error():
                                       r'--topology=v4-8, so nothing would be compiled; use '
                                       r'some of 1,2,4$'):
     tpu_plan.run(tiny_config(), 'v4-8', ('none',), (16, 32))
+
+
+def test_flop_counts_read_to_three_digits_in_the_unit_that_keeps_them_under_a_thousand():
+  assert [dry_run.flop(x) for x in (1.2e15, 999.7e12, 16537878528, 2.5e6, 12, 0)] == [
+      '1.2 PFLOP', '1 PFLOP', '16.5 GFLOP', '2.5 MFLOP', '12 FLOP', '0 FLOP']

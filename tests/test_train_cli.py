@@ -462,7 +462,8 @@ def test_evaluate_restores_the_latest_checkpoint_and_reports_json(trained):
                  f'--workdir={trained["resumed"]}', *trained['flags'][2:], '--num_batches=3')
   result = last_json(proc.stdout)
   assert result['step'] == 8 and result['num_batches'] == 3
-  assert result['eval_files'] == 'data/demo_corpus/eval/*.txt'  # The run's own eval set.
+  # The run's own eval set, as found where the run started.
+  assert result['eval_files'] == os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'eval', '*.txt')
   for key in ('loss', 'mlm_accuracy', 'disc_auc', 'disc_precision', 'unigram_baseline_accuracy'):
     assert key in result
   assert 0 < result['unigram_baseline_accuracy'] < 0.2
@@ -525,6 +526,53 @@ def test_a_run_keeps_its_vocabulary_and_resumes_with_it_wherever_the_file_went(
   vocab.write_bytes(b'another vocabulary')
   proc = evaluate()
   assert proc.returncode == 2 and f"vocab_file '{vocab}' is not the vocabulary" in proc.stderr
+
+
+def test_a_run_started_with_relative_paths_reads_the_same_files_from_any_directory(
+    tmp_path, monkeypatch, small_corpus):
+  """config.json keeps the data paths as found where training started: evaluate started in
+  another directory reads the run's eval set, not other text at the same relative path there;
+  resuming there with the same relative flags is refused instead of training on other text. An
+  older workdir's relative paths still resume from the directory they were written in."""
+  # pylint: disable=import-outside-toplevel
+  import shutil
+  from electra_jax import train
+  from tests.conftest import tiny_config
+  here, elsewhere = tmp_path / 'here', tmp_path / 'elsewhere'
+  for directory in (here, elsewhere):
+    (directory / 'text').mkdir(parents=True)
+  for name in glob.glob(small_corpus):
+    shutil.copy(name, here / 'text')
+  (elsewhere / 'text' / 'other.txt').write_text('Other text entirely, in its own words.\n\n' * 300)
+  workdir = str(tmp_path / 'run')
+  config = lambda steps: tiny_config(
+      vocab_size=8000, train_files='text/*.txt', eval_files='text/*.txt', num_train_steps=steps,
+      eval_every_steps=0, save_checkpoints_steps=2, progress_bar=False,
+      allow_config_change='num_train_steps,num_warmup_steps')
+  monkeypatch.chdir(here)
+  train.train_and_evaluate(config(2), workdir)
+  saved_file = os.path.join(workdir, 'config.json')
+  with open(saved_file, encoding='utf-8') as f:
+    saved = json.load(f)
+  assert saved['train_files'] == saved['eval_files'] == str(here / 'text' / '*.txt')
+  assert saved['vocab_file'] == os.path.join(REPO_ROOT, 'data', 'demo_spm.model')
+  env = dict(os.environ, PYTHONPATH=REPO_ROOT, JAX_PLATFORMS='cpu')
+  proc = subprocess.run([sys.executable, '-m', 'electra_jax.evaluate', f'--workdir={workdir}',
+                         '--num_batches=1'], cwd=elsewhere, env=env, capture_output=True,
+                        text=True, timeout=600, check=False)
+  assert proc.returncode == 0, proc.stderr
+  assert last_json(proc.stdout)['eval_files'] == str(here / 'text' / '*.txt')
+  monkeypatch.chdir(elsewhere)
+  with pytest.raises(UserError, match=re.escape(
+      f"trained with another config (train_files: '{here / 'text' / '*.txt'}' -> "
+      f"'{elsewhere / 'text' / '*.txt'}')")):
+    train.train_and_evaluate(config(4), workdir)
+  # A workdir from before paths were saved absolute resumes where its paths name its files.
+  saved.update(train_files='text/*.txt', eval_files='text/*.txt')
+  with open(saved_file, 'w', encoding='utf-8') as f:
+    json.dump(saved, f)
+  monkeypatch.chdir(here)
+  assert train.train_and_evaluate(config(4), workdir)['step'] == 4
 
 
 def test_a_finished_run_re_run_keeps_one_final_evaluation_and_reports_it(tmp_path,
@@ -692,9 +740,11 @@ def test_missing_eval_files_fail_before_training_and_leave_no_new_workdir(tmp_pa
   assert not os.path.exists(tmp_path / 'new')  # The folders it created are gone.
   (tmp_path / 'kept').mkdir()  # A folder the user made stays, empty or not.
   proc = run_cli('electra_jax.train', '--config=configs/demo.py', f'--workdir={tmp_path}/kept',
-                 f'--config.train_files={small_corpus}', '--config.eval_files=/nowhere/*.txt',
-                 *TINY_FLAGS, check=False)
-  assert proc.returncode == 2
+                 f'--config.train_files={small_corpus}', '--config.eval_files=', *TINY_FLAGS,
+                 check=False)
+  assert proc.returncode == 2 and proc.stderr.splitlines() == [
+      'error: config.eval_files is empty: there is no eval text to read; set '
+      '--config.eval_files=GLOB (or --config.eval_every_steps=0 to train without evaluating)']
   assert os.path.isdir(tmp_path / 'kept') and not os.listdir(tmp_path / 'kept')
 
 
@@ -725,6 +775,41 @@ def test_train_refuses_a_workdir_holding_another_kind_of_run_and_leaves_it_as_it
     assert message in proc.stderr and 'pass a new --workdir' in proc.stderr
     assert os.listdir(workdir) == ['config.json']
     assert json.loads((workdir / 'config.json').read_text()) == saved
+
+
+def test_a_folder_of_prepared_data_or_a_comparison_is_no_workdir_and_is_left_as_it_was(
+    tmp_path, small_corpus):
+  """--config.train_data_dir's folder passed as --workdir (or a comparison's --output) is
+  refused by train and finetune before they write, and evaluate, export, detect and
+  init_checkpoint, which read a run's config.json, say what the folder holds and how to use it."""
+  # pylint: disable=import-outside-toplevel
+  from electra_jax import train
+  from electra_jax.data import prepare
+  from electra_jax.experiments import compare
+  from electra_jax.finetune import progress
+  from tests.conftest import tiny_config
+  prepared, comparison = str(tmp_path / 'prepared'), str(tmp_path / 'comparison')
+  prepare.prepare(tiny_config(vocab_size=8000, train_files=small_corpus), prepared,
+                  progress=False)
+  compare.prepare_output(comparison, {'configs': []})
+  holds = {prepared: 'prepared training data (python -m electra_jax.data.prepare); train on it '
+                     f'with --config.train_data_dir={prepared}',
+           comparison: 'a comparison (python -m electra_jax.experiments.compare); its runs are '
+                       f'{comparison}/pretrain/NAME and {comparison}/finetune/NAME/STEP'}
+  before = {d: sorted(os.listdir(d)) for d in holds}
+  proc = run_cli('electra_jax.train', '--config=configs/demo.py', *TINY_FLAGS,
+                 f'--config.train_files={small_corpus}', f'--workdir={prepared}', check=False)
+  assert proc.returncode == 2 and proc.stderr.splitlines() == [
+      f"error: --workdir '{prepared}' holds {holds[prepared]}; pass a new --workdir"]
+  for directory, what in holds.items():
+    with pytest.raises(UserError, match=re.escape(f"--workdir '{directory}' holds {what}")):
+      train.train_and_evaluate(tiny_config(vocab_size=8000, train_files=small_corpus), directory)
+    with pytest.raises(UserError, match=re.escape(f"--workdir '{directory}' holds {what}")):
+      progress.open_workdir(directory, None)
+    with pytest.raises(UserError, match=re.escape(
+        f"'{directory}' is not a training workdir: it holds {what}")):
+      saved_config.load(directory)
+    assert sorted(os.listdir(directory)) == before[directory]
 
 
 @pytest.mark.parametrize('module, flags, message', [

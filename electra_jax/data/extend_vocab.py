@@ -44,7 +44,8 @@ class Extension:
 def read_new_tokens(path: str) -> list[str]:
   """The file's tokens, one per line (blank lines skipped, duplicates kept once)."""
   if not paths.is_file(path):
-    raise UserError(f"config.extend_vocab_file='{path}' not found; pass a text file with one "
+    state = 'is a directory' if paths.is_dir(path) else 'not found'
+    raise UserError(f"config.extend_vocab_file='{path}' {state}; pass a text file with one "
                     'new token per line')
   try:
     lines = paths.read_text(path).splitlines()

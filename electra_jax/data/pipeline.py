@@ -310,7 +310,7 @@ def open_train_examples(config, tokenizer):
   (train_files or tfds_name) tokenized and packed now."""
   data_dir = config.get('train_data_dir')
   if data_dir:
-    data_dir = paths.absolute(paths.resolve(data_dir))
+    data_dir = paths.as_found(data_dir)
     metadata = shards.read_metadata(data_dir, 'train')
     shards.check_compatible(metadata, data_dir, config, tokenizer)
     return PreparedExampleBatches(shards.PreparedExamples(data_dir, metadata),

@@ -407,6 +407,11 @@ def open_corpus(config, split: str = 'train', files: str | None = None) -> Corpu
         tfds_name=config.tfds_name, tfds_split=tfds_split, text_key=text_key,
         tfds_data_dir=data_dir or ''), text.records)
   pattern = files or config[f'{split}_files']
+  if not (pattern or '').strip():
+    raise UserError(f"config.{split}_files is empty: there is no {split} text to read; set "
+                    f'--config.{split}_files=GLOB'
+                    + (' (or --config.eval_every_steps=0 to train without evaluating)'
+                       if split == 'eval' else ''))
   paths_read = list_files(pattern)
   parts = lambda: (read_documents([path], **reading) for path in paths_read)
   return Corpus(f"'{pattern}'", 'files', len(paths_read), {

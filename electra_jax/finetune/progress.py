@@ -31,6 +31,7 @@ def open_workdir(workdir: str, c) -> tuple[str, bool]:
   Creates nothing (a run that fails to read its data leaves no workdir behind).
   """
   workdir = paths.absolute(workdir)
+  saved_config.check_not_other_output(workdir)
   names = paths.listdir(workdir)
   if RESULTS in names:
     raise UserError(f"--workdir '{workdir}' already holds fine-tuning results; pass a new "

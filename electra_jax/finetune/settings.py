@@ -37,7 +37,7 @@ def resolve(config, task, hidden_size: int) -> ml_collections.ConfigDict:
     c.doc_stride = (c.max_seq_length - 2) // 2 if task.kind == tasks_lib.TAGGING else 128
   for key in PATH_KEYS:  # As found from here: a resumed run elsewhere must name the same.
     if c[key]:
-      c[key] = paths.absolute(paths.resolve(c[key]))
+      c[key] = paths.as_found(c[key])
   validate(c, task)
   c.lock()
   return c
