@@ -60,15 +60,22 @@ def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
           'mask_prob or set config.max_predictions_per_seq')
   # A smoke run of a long recipe (e.g. small.py for 20 steps) warms up over the whole run.
   c.num_warmup_steps = min(c.num_warmup_steps, c.num_train_steps)
-  for key in PATH_KEYS:
-    if c[key]:
-      c[key] = paths.as_found(c[key])
-  for key in GLOB_KEYS:
-    if c[key]:
-      c[key] = ','.join(paths.resolve_glob(part) for part in c[key].split(',') if part.strip())
+  paths_as_found(c)
   _validate(c)
   c.lock()
   return c
+
+
+def paths_as_found(c):
+  """Makes the PATH_KEYS and GLOB_KEYS of `c` (a ConfigDict or a saved config's dict)
+  absolute as found from here; a saved config of an older version, which kept them as
+  typed, compares equal to today's after this."""
+  for key in PATH_KEYS:
+    if c.get(key):
+      c[key] = paths.as_found(c[key])
+  for key in GLOB_KEYS:
+    if c.get(key):
+      c[key] = ','.join(paths.resolve_glob(part) for part in c[key].split(',') if part.strip())
 
 
 def derived_max_predictions(c) -> int:

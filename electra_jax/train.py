@@ -213,21 +213,28 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   on_error.append(lambda: trace.close(step))
   tokens_per_step = c.train_batch_size * c.max_seq_length
   model_flops = flops_lib.model_flops_per_step(c)
+  flops_stages = flops_lib.model_flops_stages(c)  # two_stage's steps cost less, then more.
   peak, _ = chips.peak_tflops(jax.devices()[0].device_kind, c.dtype, None)
 
-  def throughput(steps: int, seconds: float) -> dict:
+  def throughput(steps: int, seconds: float, first: int, last: int) -> dict:
+    """Of `steps` timed steps taking `seconds`, among steps first+1..last (FLOPs: theirs)."""
     if not steps:  # Only calls that compiled ran: no steady-state figure (null in the JSON).
       return dict.fromkeys(('tokens_per_sec', 'steps_per_sec',
                             'model_tflops_per_sec_per_device', 'mfu'))
+    flops_per_step = ((flops_lib.flops_to_step(flops_stages, last)
+                       - flops_lib.flops_to_step(flops_stages, first)) / (last - first))
     return dict(tokens_per_sec=steps * tokens_per_step / max(seconds, 1e-9),
                 steps_per_sec=steps / max(seconds, 1e-9),
-                **flops_lib.utilization(model_flops, steps, seconds, mesh.devices.size, peak))
+                **flops_lib.utilization(flops_per_step, steps, seconds, mesh.devices.size,
+                                        peak))
 
   train_metrics, eval_metrics, last_eval_step = {}, {}, None
-  saved_eval = (metric_writer.record_at(workdir, 'eval_metrics', latest)
-                if c.eval_every_steps and latest is not None else None)
-  if saved_eval is not None:  # E.g. a finished run re-run: its final evaluation stands.
-    eval_metrics, last_eval_step = saved_eval, latest
+  if latest is not None:  # E.g. a finished run re-run: its final rows stand (and its summary).
+    train_metrics = metric_writer.record_at(workdir, 'metrics', latest) or {}
+    saved_eval = (metric_writer.record_at(workdir, 'eval_metrics', latest)
+                  if c.eval_every_steps else None)
+    if saved_eval is not None:
+      eval_metrics, last_eval_step = saved_eval, latest
   # The metric sums since the last log, on the devices (host values at a log); a resumed run
   # continues its checkpoint's window exactly (on the host until the first call).
   window, zeros = _window_from_json(loop_state), None
@@ -294,7 +301,10 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   if ahead is not None:
     ahead.wait()  # What is left of the compile counts in the first call's time.
     ahead_seconds, zeros = ahead.seconds, ahead.window_zeros
-  if c.eval_every_steps and compile_ahead.compiles_eval_alongside(jax.devices()[0]):
+  # Compiled ahead only for an evaluation to come (a finished run re-run has none).
+  will_evaluate = step < c.num_train_steps or last_eval_step != step
+  if (c.eval_every_steps and will_evaluate
+      and compile_ahead.compiles_eval_alongside(jax.devices()[0])):
     eval_ahead = compile_ahead.FirstEvalCompile(
         eval_step, abstract_state.params,
         lambda: eval_loop.eval_batches(c, exp.tokenizer, mesh, 1, eval_corpus))
@@ -370,7 +380,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
           grad_norm=float(window['grad_norm_sum']) / finite_steps if finite_steps else None,
           learning_rate=float(exp.schedule(step - 1)),
           skipped_steps=int(nonfinite.total_skipped(state.opt_state)),
-          **throughput(window_timed_steps, elapsed))
+          **throughput(window_timed_steps, elapsed, step - window_steps, step))
       if log_step:
         writer.write('metrics', step, train_metrics)
       tokens_per_sec = train_metrics['tokens_per_sec']
@@ -407,7 +417,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
                  epochs=round(step * c.train_batch_size / len(examples), 4))
   summary.update(train_metrics)
   if steps_run:
-    summary.update(throughput(timed_steps, train_seconds), first_step_sec=first_step_seconds,
+    summary.update(throughput(timed_steps, train_seconds, first_step, step),
+                   first_step_sec=first_step_seconds,
                    setup_sec=round(setup_seconds, 2),
                    train_compile_sec=None if ahead_seconds is None else round(ahead_seconds, 2),
                    model_flops_per_step=model_flops, peak_tflops_per_device=peak,

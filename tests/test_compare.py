@@ -352,6 +352,27 @@ def test_a_different_budget_on_the_same_output_is_refused(sweep):
   assert 'holds a comparison with different flops_budget' in proc.stderr
 
 
+def test_an_output_whose_spec_kept_relative_paths_still_matches_the_same_comparison(tmp_path):
+  """compare.json written before configs kept absolute paths ('data/...' as typed) is the same
+  comparison as today's spec of those files; other files are still another comparison."""
+  # pylint: disable=import-outside-toplevel
+  from configs import demo
+  from electra_jax import config as config_lib
+  from electra_jax.experiments import compare
+  resolved = config_lib.resolve(demo.get_config()).to_dict()
+  spec = {'configs': [{'name': 'demo', 'config': resolved}]}
+  older = {'configs': [{'name': 'demo', 'config': dict(
+      resolved, train_files='data/demo_corpus/train/*.txt', vocab_file='data/demo_spm.model')}]}
+  assert older != spec
+  output = tmp_path / 'out'
+  output.mkdir()
+  (output / 'compare.json').write_text(json.dumps(older))
+  assert compare.prepare_output(str(output), spec) == str(output)
+  other = {'configs': [{'name': 'demo', 'config': dict(resolved, train_files='/other/*.txt')}]}
+  with pytest.raises(UserError, match=r'holds a comparison with different configs \(demo\)'):
+    compare.prepare_output(str(output), other)
+
+
 def test_other_fine_tuning_on_the_same_output_is_refused_naming_the_runs_to_reuse(sweep):
   """Only fine-tuning differs: the refusal says how a new --output starts from this one's
   pretraining (each --pretrained=NAME=WORKDIR)."""

@@ -307,6 +307,30 @@ def test_an_mlm_workdir_trains_evaluates_and_fine_tunes(tmp_path):
       params['discriminator']['encoder']['layer_0']['output']['kernel'])
 
 
+def test_two_stage_rows_count_the_flops_of_their_own_stage(tmp_path):
+  """metrics.jsonl's model TFLOP/s (and MFU) of a two_stage run: each row's steps at their
+  stage's cost (here the generator-only stage, its 8000-token MLM head trained, costs more),
+  not the run's average."""
+  # pylint: disable=import-outside-toplevel
+  from electra_jax import flops, train
+  src = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'train')
+  name = sorted(os.listdir(src))[0]
+  with open(os.path.join(src, name), encoding='utf-8') as f:
+    (tmp_path / name).write_text(f.read(20_000).rsplit('\n', 1)[0] + '\n', encoding='utf-8')
+  c = tiny_config(**TWO_STAGE, vocab_size=8000, num_layers=1, num_train_steps=9,
+                  log_every_steps=3, eval_every_steps=0, save_checkpoints_steps=9,
+                  progress_bar=False, train_files=str(tmp_path / '*.txt'))
+  train.train_and_evaluate(c, str(tmp_path / 'run'))
+  with open(tmp_path / 'run' / 'metrics.jsonl', encoding='utf-8') as f:
+    rows = {row['step']: row for row in map(json.loads, f)}
+  (_, generator_stage), (_, both_stage) = flops.model_flops_stages(c)
+  assert generator_stage > 1.2 * both_stage
+  per_step = lambda row: (row['model_tflops_per_sec_per_device'] * 1e12 * jax.device_count()
+                          / row['steps_per_sec'])
+  assert per_step(rows[3]) == pytest.approx(generator_stage, rel=1e-9)
+  assert per_step(rows[9]) == pytest.approx(both_stage, rel=1e-9)
+
+
 def test_workdir_written_before_the_ablation_keys_existed_still_matches(tmp_path):
   # pylint: disable=import-outside-toplevel
   from electra_jax import experiment, saved_config

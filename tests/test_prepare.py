@@ -376,7 +376,8 @@ def test_a_resume_on_changed_data_says_it_does_not_read_on_where_it_left_off(
 
 def test_data_benchmark_cli_reads_the_same_batches_from_every_source_and_times_the_step(
     corpus, prepared):
-  """`electra_jax.data.benchmark`: raw text and prepared shards give the same batches, and
+  """`electra_jax.data.benchmark`: raw text and prepared shards, read in this process or by
+  worker processes, give the same batches (so num_data_workers may change on resume), and
   --train_steps times the train program in whole calls of config.steps_per_execution."""
   env = dict(os.environ, PYTHONPATH=REPO_ROOT, JAX_PLATFORMS='cpu')
   proc = subprocess.run(
@@ -384,13 +385,13 @@ def test_data_benchmark_cli_reads_the_same_batches_from_every_source_and_times_t
        f'--config.train_files={corpus}', f'--config.max_seq_length={SEQ}',
        '--config.short_seq_prob=0.1', '--config.seed=5', '--config.num_layers=1',
        '--config.train_batch_size=8', '--config.steps_per_execution=2',
-       f'--data_dir={prepared[0]}', '--num_batches=3', '--workers=0', '--train_steps=3'],
+       f'--data_dir={prepared[0]}', '--num_batches=3', '--workers=0,2', '--train_steps=3'],
       cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr
   summary = json.loads(proc.stdout.strip().splitlines()[-1])
   assert summary['same_batches_for_all_runs'] is True
-  assert [(r['source'], r['workers']) for r in summary['results']] == [('raw', 0),
-                                                                        ('prepared', 0)]
+  assert [(r['source'], r['workers']) for r in summary['results']] == [
+      ('raw', 0), ('raw', 2), ('prepared', 0), ('prepared', 2)]
   assert summary['train_step_tokens_per_sec'] > 0
   assert 'train step (demo):' in proc.stdout
   for workers in ('1,two', '-1'):

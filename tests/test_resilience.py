@@ -484,8 +484,8 @@ def test_resume_accepts_harmless_and_allowed_changes_and_refuses_others(tmp_path
   # No checkpoint yet: nothing to resume, any change is fine.
   assert changed(learning_rate=0.1) == []
   os.makedirs(os.path.join(workdir, 'checkpoints', '3'))
-  assert changed(log_every_steps=7, save_checkpoints_steps=9) == ['log_every_steps',
-                                                                 'save_checkpoints_steps']
+  assert changed(log_every_steps=7, save_checkpoints_steps=9, num_data_workers=2) == [
+      'log_every_steps', 'num_data_workers', 'save_checkpoints_steps']
   with pytest.raises(UserError) as e:
     changed(learning_rate=0.1, num_train_steps=200)
   assert 'learning_rate: 0.001 -> 0.1' in str(e.value) and 'num_train_steps: 100 -> 200' in str(

@@ -576,24 +576,34 @@ def test_a_run_started_with_relative_paths_reads_the_same_files_from_any_directo
 
 
 def test_a_finished_run_re_run_keeps_one_final_evaluation_and_reports_it(tmp_path,
-                                                                         small_corpus):
+                                                                         small_corpus,
+                                                                         monkeypatch):
   """Re-running a finished run trains nothing: eval_metrics.jsonl keeps one row per evaluated
-  step (no second final row each time) and the summary still reports the final evaluation."""
+  step (no second final row each time), the summary still reports the final rows (training's
+  and evaluation's), and no evaluation is compiled ahead for an evaluation that never comes."""
   # pylint: disable=import-outside-toplevel
-  from electra_jax import train
+  from electra_jax import compile_ahead, train
   from tests.conftest import tiny_config
   workdir = str(tmp_path / 'run')
   config = tiny_config(vocab_size=8000, train_files=small_corpus, num_train_steps=3,
                        eval_every_steps=2, num_eval_steps=1, save_checkpoints_steps=3,
-                       progress_bar=False)
+                       log_every_steps=3, progress_bar=False)
   first = train.train_and_evaluate(config, workdir)
+  # As on a GPU or TPU, where the first evaluation compiles alongside training.
+  monkeypatch.setattr(compile_ahead, 'compiles_eval_alongside', lambda device: True)
+  started = []
+  monkeypatch.setattr(compile_ahead, 'FirstEvalCompile', lambda *a: started.append(a))
   again = train.train_and_evaluate(config, workdir)
-  assert again['steps_run'] == 0
+  assert again['steps_run'] == 0 and not started
   rows = read_jsonl(os.path.join(workdir, 'eval_metrics.jsonl'))
   assert [r['step'] for r in rows] == [2, 3]
   evaluated = {k: v for k, v in first.items() if k.startswith('eval_')}
   assert 'eval_loss' in evaluated
   assert {k: v for k, v in again.items() if k.startswith('eval_')} == evaluated
+  final_row = read_jsonl(os.path.join(workdir, 'metrics.jsonl'))[-1]
+  assert final_row['step'] == 3 and final_row['loss'] == first['loss']
+  assert {k: again[k] for k in final_row if k != 'step'} == {
+      k: v for k, v in final_row.items() if k != 'step'}
 
 
 def test_a_resume_at_a_longer_sequence_length_goes_on_at_the_new_length(tmp_path, small_corpus):

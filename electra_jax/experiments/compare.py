@@ -152,6 +152,8 @@ def prepare_output(output: str, spec: dict) -> str:
     raise UserError(f"--output '{output}' is a file; pass a folder")
   if paths.is_file(spec_path):
     saved = runs.read_json(spec_path)
+    for entry in saved.get('configs', []):  # Written before configs kept absolute paths.
+      config_lib.paths_as_found(entry.get('config', {}))
     differ = [k for k in {**spec, **saved} if saved.get(k) != spec.get(k)]
     if 'configs' in differ:  # Name the configs added, dropped or changed.
       before = {c['name']: c for c in saved.get('configs', [])}
