@@ -273,8 +273,11 @@ def test_json_lines_read_the_configured_text_key(tmp_path):
     list(sources.read_documents([str(tmp_path / 'c.jsonl')]))
 
 
-@pytest.mark.parametrize('line,problem', [('{"text": "a"', r'not JSON \(Expecting'),
-                                          ('["a"]', 'a JSON list'), ('"a"', 'a JSON str')])
+@pytest.mark.parametrize('line,problem', [
+    ('{"text": "a"', r'not JSON \(Expecting'), ('["a"]', 'a JSON list'), ('"a"', 'a JSON str'),
+    # Valid JSON that Python's reader refuses: an integer of 5000 digits, 100,000 nested lists.
+    ('{"text": "a", "id": ' + '1' * 5000 + '}', r'not JSON Python reads \(Exceeds the limit'),
+    ('[' * 100_000, r'not JSON Python reads \(maximum recursion')])
 def test_a_json_lines_line_that_is_no_object_is_named_or_skipped(tmp_path, line, problem):
   path = tmp_path / 'bad.jsonl'
   path.write_text('{"text": "ok"}\n\n' + line + '\n{"text": "fine"}\n')
@@ -748,7 +751,8 @@ def test_build_vocab_cli_writes_the_model_and_ends_with_a_json_line(corpus, tmp_
   lines = sum(len((corpus / name).read_text(encoding='utf-8').splitlines())
               for name in ('a.txt', 'b.txt'))
   assert summary == {'model': f'{tmp_path}/out/spm.model', 'vocab': f'{tmp_path}/out/spm.vocab',
-                     'vocab_size': 250, 'num_input_files': 2, 'num_lines': lines}
+                     'vocab_size': 250, 'num_input_files': 2, 'num_lines': lines,
+                     'num_lines_too_long': 0}
   assert os.path.exists(summary['vocab'])
   tk = tok.load_tokenizer(summary['model'], 250)
   assert [tk.id_to_piece(i) for i in range(5)] == list(tok.SPECIAL_TOKENS)
@@ -803,6 +807,34 @@ def test_build_vocab_cli_bad_input_is_one_error_line_and_exit_code_2(tmp_path):
   assert proc.stderr.strip().splitlines() == [f"error: no files match '{tmp_path}/none/*.txt'; "
                                               'fix the glob (relative paths are tried from the '
                                               'current directory, then the repository root)']
+  # One glob of several that matches nothing is a typo, not a part to leave out.
+  proc = run_build_vocab(f'--input={WORDS},{tmp_path}/typo*.txt', f'--output={tmp_path}/spm')
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+      f"error: no files match '{tmp_path}/typo*.txt' (of '{WORDS},{tmp_path}/typo*.txt'); fix "
+      'the glob (relative paths are tried from the current directory, then the repository root)']
+  assert not (tmp_path / 'spm.model').exists()
+
+
+def test_build_vocab_counts_the_lines_sentencepiece_leaves_out_and_names_a_corpus_of_only_them(
+    tmp_path):
+  """Sentencepiece skips lines over 64 KiB without a word: the run says how many, and a corpus
+  of nothing else is one line naming them, not sentencepiece's internal error."""
+  long_line = 'ωμέγα ' * 12_000  # 132 KB: its Greek is found nowhere else.
+  (tmp_path / 'long.txt').write_text(long_line + '\n\n')
+  proc = run_build_vocab(f'--input={WORDS},{tmp_path}/long.txt', '--vocab_size=35',
+                         f'--output={tmp_path}/v/spm')
+  assert proc.returncode == 0, proc.stderr
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert summary['num_lines'] == 12 and summary['num_lines_too_long'] == 1
+  assert 'note: 1 of the 12 lines are over 64 KiB, which sentencepiece leaves out' in proc.stdout
+  assert tok.load_tokenizer(summary['model']).encode('ωμέγα')[-1] == tok.UNK_ID
+  proc = run_build_vocab(f'--input={tmp_path}/long.txt', '--vocab_size=60',
+                         f'--output={tmp_path}/w/spm')
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+      'error: --input has no line to train a vocabulary on: its 2 line(s) are blank (1) or '
+      'longer than sentencepiece reads (1 over 64 KiB); give it text, one sentence or paragraph '
+      'a line']
+  assert not (tmp_path / 'w').exists()
 
 
 WORDS = os.path.join(REPO_ROOT, 'data', 'austen_words.txt')  # 10 lines: 27 to 38 tokens.

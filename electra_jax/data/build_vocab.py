@@ -46,11 +46,16 @@ def main(argv):
   # One read of the corpus: a bad line or record fails it with the file named (sentencepiece's
   # own error would not say which).
   read = dict(skip_bad_lines=FLAGS.skip_bad_lines, text_key=FLAGS.text_key, flags='--')
-  num_lines = 0
+  num_lines, blank, too_long = 0, 0, 0
 
   def counted(lines):
-    nonlocal num_lines
+    nonlocal num_lines, blank, too_long
+    limit = tokenizer_lib.MAX_TRAINING_LINE_BYTES
     for num_lines, line in enumerate(lines, 1):
+      if not line.strip():
+        blank += 1
+      elif len(line) > limit // 4 and len(line.encode('utf-8')) > limit:
+        too_long += 1  # Sentencepiece leaves it out without a word.
       yield line
 
   with paths.new_dirs_removed_on_failure(paths.parent(prefix)):
@@ -62,16 +67,26 @@ def main(argv):
           counted(sources.vocabulary_lines(files, **read)), FLAGS.vocab_size, prefix,
           FLAGS.model_type, FLAGS.max_sentences)
     except UserError as e:
+      if num_lines and blank + too_long == num_lines:
+        raise UserError(f'--input has no line to train a vocabulary on: its {num_lines} line(s) '
+                        f'are blank ({blank}) or longer than sentencepiece reads '
+                        f'({too_long} over {tokenizer_lib.MAX_TRAINING_LINE_BYTES // 1024} KiB); '
+                        'give it text, one sentence or paragraph a line') from None
       if str(e).startswith('vocab_size='):
         raise UserError(f'--{e}') from None  # The flag that sets it.
       raise
+  if too_long:
+    print(f'note: {too_long} of the {num_lines} lines are over '
+          f'{tokenizer_lib.MAX_TRAINING_LINE_BYTES // 1024} KiB, which sentencepiece leaves out '
+          'of training: characters found only there become [UNK]; split such text into '
+          'sentences or paragraphs, one a line', flush=True)
   vocab_size = tokenizer_lib.load_tokenizer(model_file).vocab_size
   print(f'Wrote {model_file} ({vocab_size} tokens) from {num_lines} lines in '
         f'{time.time() - start:.1f}s; use --config.vocab_file={model_file} '
         f'--config.vocab_size={vocab_size}', flush=True)
   cli.print_result({'model': model_file, 'vocab': prefix + '.vocab',
                     'vocab_size': vocab_size, 'num_input_files': len(files),
-                    'num_lines': num_lines})
+                    'num_lines': num_lines, 'num_lines_too_long': too_long})
 
 
 def _define_flags():

@@ -20,18 +20,19 @@ from typing import Callable, Collection, Iterable, Iterator, NamedTuple
 from absl import logging
 
 from electra_jax import paths
-from electra_jax.errors import UserError
+from electra_jax.errors import UserError, first_line
 
 
 def list_files(pattern: str) -> list[str]:
-  """Sorted, de-duplicated files matching one or more comma-separated globs."""
-  files = []
-  for part in (pattern or '').split(','):
-    if part.strip():
-      files.extend(paths.glob(part))
-  if not files:
-    raise UserError(f"no files match '{pattern}'; fix the glob (relative paths are tried from "
-                    'the current directory, then the repository root)')
+  """Sorted, de-duplicated files matching one or more comma-separated globs (each must match)."""
+  files, parts = [], [part for part in (pattern or '').split(',') if part.strip()]
+  for part in parts or ['']:
+    matched = paths.glob(part) if part else []
+    if not matched:  # Also one of several: a typo would silently leave its files out.
+      named = f"'{pattern}'" if len(parts) < 2 else f"'{part.strip()}' (of '{pattern}')"
+      raise UserError(f'no files match {named}; fix the glob (relative paths are tried from '
+                      'the current directory, then the repository root)')
+    files.extend(matched)
   return sorted(set(files))
 
 
@@ -131,6 +132,8 @@ def read_json_records(path: str, skip_bad_lines: bool = False,
       problem = None if isinstance(record, dict) else f'a JSON {type(record).__name__}'
     except json.JSONDecodeError as e:
       problem = f'not JSON ({e.msg})'
+    except (ValueError, RecursionError) as e:  # An integer over 4300 digits; deep nesting.
+      problem = f'not JSON Python reads ({first_line(e)})'
     if problem is None:
       yield number, record
     elif skip_bad_lines:
