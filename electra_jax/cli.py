@@ -339,14 +339,19 @@ def integers(flag: str, values: list[str], minimum: int, example: str) -> list[i
 
 
 def _finite_or_none(value):
+  """`value` with every NaN/inf float, in lists and dicts too, made None."""
   if isinstance(value, float) and not math.isfinite(value):
     return None
+  if isinstance(value, dict):
+    return {k: _finite_or_none(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_finite_or_none(v) for v in value]
   return value
 
 
 def json_line(record: dict) -> str:
   """One JSON object on one line; NaN/inf become null so any JSON parser accepts it."""
-  return json.dumps({k: _finite_or_none(v) for k, v in record.items()}, sort_keys=False)
+  return json.dumps(_finite_or_none(record), sort_keys=False)
 
 
 def print_result(record: dict):

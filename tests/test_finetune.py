@@ -357,15 +357,23 @@ def test_file_rows_with_missing_values_or_fields_are_named_and_other_columns_ign
   rows = tasks.read_rows(str(tmp_path / 'dated.parquet'))
   assert rows[0] == dict(text='a', label='x', day='"2026-11-28"', raw=rows[0]['raw'])
   assert tasks.files_task(rows).label_names == ('x', 'y')
-  (tmp_path / 'gaps.jsonl').write_text('{"text_a": "q1", "label": "x"}\n'
+  (tmp_path / 'gaps.jsonl').write_text('{"text_a": "q1", "text_b": "s1", "label": "x"}\n'
                                        '{"text_a": "q2", "text_b": "s2", "label": "y"}\n'
-                                       '{"text_a": null, "label": "x"}\n'
-                                       '{"text_a": "q4"}\n')
+                                       '{"text_a": null, "text_b": "s3", "label": "x"}\n'
+                                       '{"text_a": "q4", "text_b": "s4"}\n'
+                                       '{"text_a": "q5", "label": "y"}\n')
   rows = tasks.read_rows(str(tmp_path / 'gaps.jsonl'))
   task = tasks.files_task(rows[:2])
-  assert [e['text_b'] for e in tasks.file_examples(task, rows[:2], 'gaps.jsonl')] == [None, 's2']
+  assert [e['text_b'] for e in tasks.file_examples(task, rows[:2], 'gaps.jsonl')] == ['s1', 's2']
   with pytest.raises(UserError, match=r"gaps.jsonl' example 3 has no text_a value"):
     tasks.file_examples(task, rows[:3], 'gaps.jsonl')
+  # A pair model is never fed a single text: a record without text_b is named (or skipped).
+  single = [rows[0], rows[4]]
+  with pytest.raises(UserError, match=r"gaps.jsonl' example 2 has no text_b value"):
+    tasks.file_examples(task, single, 'gaps.jsonl')
+  with pytest.raises(UserError, match=r"gaps.jsonl' example 2 has no text_b value; give every"):
+    tasks.complete_rows(single, 'gaps.jsonl')
+  assert tasks.complete_rows(single, 'gaps.jsonl', skip_bad_rows=True) == [rows[0]]
   with pytest.raises(UserError, match=r"gaps.jsonl' example 4 has no label value; give every"):
     tasks.files_task(rows, path='gaps.jsonl')
   (tmp_path / 'empty.jsonl').write_text('\n')
@@ -969,6 +977,31 @@ def run_cli(*flags, check=True):
   return proc
 
 
+def test_a_diverged_seed_ends_with_its_epochs_and_the_other_seeds_go_on(tmp_path,
+                                                                       pretrain_workdir):
+  """Fine-tuning takes every step, so NaN weights stay NaN: the seed stops at that epoch's
+  end, recorded (its NaN ranks last), instead of the whole run failing at the next save."""
+  rng = np.random.default_rng(0)
+  lines = ['text\tlabel'] + [f'{w} day\t{rng.uniform(0, 5):.2f}'
+                             for w in rng.choice(['good', 'bad', 'fine', 'grim'], 64)]
+  (tmp_path / 'scores.tsv').write_text('\n'.join(lines) + '\n')
+  proc = run_cli('--config=configs/finetune/files.py', f'--config.train_file={tmp_path}/scores.tsv',
+                 f'--config.eval_file={tmp_path}/scores.tsv', '--config.max_seq_length=16',
+                 '--config.train_batch_size=16', '--config.num_epochs=2', '--config.num_seeds=2',
+                 '--config.learning_rate=1e30', '--config.progress_bar=false',
+                 f'--config.init_checkpoint={pretrain_workdir[0]}', f'--workdir={tmp_path}/out')
+  for seed in (0, 1):
+    assert f'seed {seed} diverged in epoch 1 (NaN/inf weights) and stops there' in proc.stdout
+  strict = lambda constant: pytest.fail(f'{constant} in the JSON line')
+  summary = json.loads(proc.stdout.strip().splitlines()[-1], parse_constant=strict)
+  assert summary['best_spearman_per_seed'] == [None, None]
+  with open(tmp_path / 'out' / 'results.json', encoding='utf-8') as f:
+    runs = json.load(f)['runs']
+  assert [(r['seed'], r['diverged_in_epoch'], r['checkpoint']) for r in runs] == [
+      (0, 1, None), (1, 1, None)]
+  assert not os.listdir(tmp_path / 'out' / 'seed_0' / 'best')
+
+
 @pytest.fixture(scope='module')
 def finetuned(tmp_path_factory, pretrain_workdir):
   """Two seeds x two epochs of the CLI from the tiny pretraining workdir on the toy task."""
@@ -1118,6 +1151,16 @@ def test_predict_reproduces_the_best_epochs_score_and_writes_every_example(finet
   assert again.returncode == 2 and again.stderr.strip().splitlines()[-1] == (
       f"error: --output '{tmp_path}/out' already holds eval.tsv, eval.jsonl; pass another "
       '--output or --overwrite')
+  # A folder where a file goes is refused before anything is written, --overwrite or not.
+  (tmp_path / 'folder' / 'eval.jsonl').mkdir(parents=True)
+  folder = subprocess.run([*proc.args[:4], f'--output={tmp_path}/folder', *proc.args[5:],
+                           '--overwrite'], cwd=REPO_ROOT,
+                          env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT),
+                          capture_output=True, text=True, timeout=600, check=False)
+  assert folder.returncode == 2 and folder.stderr.strip().splitlines()[-1] == (
+      f"error: --output '{tmp_path}/folder' holds a folder named eval.jsonl, where a prediction "
+      'file goes; pass another --output or move it away')
+  assert os.listdir(tmp_path / 'folder') == ['eval.jsonl']
   seeds = sorted(r['seed'] for r in results['runs'])
   no_seed = subprocess.run([*proc.args[:4], f'--output={tmp_path}/new/out', *proc.args[5:],
                             '--seed=99'], cwd=REPO_ROOT,

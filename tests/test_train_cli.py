@@ -481,6 +481,16 @@ def test_evaluate_restores_the_latest_checkpoint_and_reports_json(trained):
                    proc.stdout, re.M)
 
 
+def test_the_json_line_makes_every_nan_or_inf_null_inside_lists_and_dicts_too():
+  """The summary line parses with any JSON parser (a diverged seed's [NaN] did not)."""
+  from electra_jax import cli  # pylint: disable=import-outside-toplevel
+  line = cli.json_line({'a': float('nan'), 'b': [1.5, float('inf')], 'c': {'d': (float('-inf'),)},
+                        'e': 'x', 'f': 2})
+  strict = lambda constant: pytest.fail(f'{constant} in {line}')
+  assert json.loads(line, parse_constant=strict) == {
+      'a': None, 'b': [1.5, None], 'c': {'d': [None]}, 'e': 'x', 'f': 2}
+
+
 def test_a_run_keeps_its_vocabulary_and_resumes_with_it_wherever_the_file_went(
     tmp_path, small_corpus):
   """The vocabulary is copied into the workdir at the start and is what the saved config names

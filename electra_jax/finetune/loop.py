@@ -373,8 +373,10 @@ def run_seed(c, data: Data, trainer: Trainer, pretrained_params, seed: int, mesh
                       loss=f'{position.loss_sum / max(position.count, 1):.4f}', refresh=False)
       if position.batches_done == per_epoch:
         break  # The epoch's end saves.
-      if stop.signal is not None or (c.save_checkpoints_steps
-                                     and step % c.save_checkpoints_steps == 0):
+      save_now = stop.signal is not None or (c.save_checkpoints_steps
+                                             and step % c.save_checkpoints_steps == 0)
+      # A diverged state is not saved: the epoch's end ends the seed (a resume redoes it).
+      if save_now and checkpoint.all_finite(state):
         save_position(step)
       if stop.signal is not None:
         close()
@@ -392,6 +394,18 @@ def run_seed(c, data: Data, trainer: Trainer, pretrained_params, seed: int, mesh
               f' | eval loss {record["eval_loss"]:.4f} | {task.main_metric} '
               f'{record[main_key]:.4f}', file=sys.stdout)
     best = _best_record(history, main_key)
+    if not checkpoint.all_finite(state.params):
+      # Fine-tuning takes every step (no skip), so NaN/inf weights stay: the seed ends here with
+      # the epochs it has (its NaN metrics rank below every number) and the other seeds go on.
+      bar.write(f'seed {seed} diverged in epoch {epoch} (NaN/inf weights) and stops there; a '
+                'lower config.learning_rate may keep it finite', file=sys.stdout)
+      close()
+      progress.write_metrics(seed_dir, history)
+      kept = best_ckpt is not None and best is not record  # Saved when it was the best.
+      run = dict(seed=seed, best=best, final=record, history=history, diverged_in_epoch=epoch,
+                 checkpoint=best_ckpt.step_path(best['step']) if kept else None)
+      progress.finish_seed(seed_dir, run)
+      return run
     if best is record and best_ckpt is not None:
       best_ckpt.save(step, state.params, force=True)
     if epoch == c.num_epochs:

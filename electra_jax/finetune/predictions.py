@@ -179,6 +179,10 @@ def check_output(output: str, task, parts: list, overwrite: bool) -> str:
       raise UserError(f"--output '{output}' would write {name} over the input file '{clash}'; "
                       'pass another --output')
   output = paths.check_writable_dir(output, '--output')
+  folders = [n for n in names if paths.is_dir(paths.join(output, n))]
+  if folders:  # Not even --overwrite replaces a folder: it may hold anything.
+    raise UserError(f"--output '{output}' holds a folder named {folders[0]}, where a prediction "
+                    'file goes; pass another --output or move it away')
   existing = [n for n in names if paths.exists(paths.join(output, n))]
   if existing and not overwrite:
     raise UserError(f"--output '{output}' already holds {', '.join(existing)}; pass another "

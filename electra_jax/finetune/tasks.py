@@ -640,7 +640,7 @@ def complete_rows(rows: list[dict], path: str, columns: FileColumns = FileColumn
   first is an error."""
   if not rows:
     raise UserError(f"file '{path}' has no examples")
-  text_a, _, label = _columns(rows, path, columns=columns)
+  text_a, text_b, label = _columns(rows, path, columns=columns)
   if all(_label_value(row, label) is None for row in rows):
     raise UserError(f"file '{path}' has no {label} values (a test split?); fine-tune and "
                     'evaluate on labelled files, and predict this one with python -m '
@@ -648,7 +648,8 @@ def complete_rows(rows: list[dict], path: str, columns: FileColumns = FileColumn
   kept = []
   for n, row in enumerate(rows, 1):
     missing = (label if _label_value(row, label) is None else
-               text_a if row.get(text_a) is None else None)
+               text_a if row.get(text_a) is None else
+               text_b if text_b and row.get(text_b) is None else None)  # A pair: both texts.
     if missing is None:
       kept.append(row)
     elif not skip_bad_rows:
@@ -726,8 +727,9 @@ def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0
                         'mark of a test example without a label; fine-tune and evaluate on '
                         'labelled files (a test file is for predict --glue_test)')
       raise UserError(f"file '{path}' example {n} has no label value")
-    if row.get(text_a) is None:
-      raise UserError(f"file '{path}' example {n} has no {text_a} value")
+    for column in (text_a, text_b):  # A pair model is never fed a single text.
+      if column and row.get(column) is None:
+        raise UserError(f"file '{path}' example {n} has no {column} value")
     if not labelled:
       label = None
     elif task.kind == REGRESSION:
