@@ -319,17 +319,22 @@ def test_a_refused_export_leaves_no_folder_it_made_for_output(exported):
 
 
 def test_overwrite_replaces_an_earlier_export_but_never_the_run_or_other_files(exported):
-  """--overwrite with --output at the workdir, above it (a symlink too) or at a directory that
-  is not an export (the run's checkpoints) would have deleted the run: refused, nothing
-  touched."""
+  """--overwrite with --output at the workdir, above it (a symlink too), among its checkpoints
+  or at a directory that is not an export (a folder of notes) would have deleted them: refused,
+  nothing touched."""
   workdir, base = exported['workdir'], exported['base']
   os.symlink(workdir, base / 'link_to_run')
   before = sorted(str(p) for p in pathlib.Path(workdir).rglob('*'))
   for output in (workdir, str(base), str(base / 'link_to_run')):
     with pytest.raises(UserError, match='is the workdir or a directory holding it'):
       export.export_workdir(workdir, output, overwrite=True)
-  with pytest.raises(UserError, match='is not an earlier export .* replaces only those'):
+  with pytest.raises(UserError, match="lies in the run's checkpoints/, among its checkpoints"):
     export.export_workdir(workdir, os.path.join(workdir, 'checkpoints'), overwrite=True)
+  (pathlib.Path(base) / 'notes').mkdir()
+  (pathlib.Path(base) / 'notes' / 'todo.txt').write_text('mine')
+  with pytest.raises(UserError, match='is not an earlier export .* replaces only those'):
+    export.export_workdir(workdir, str(base / 'notes'), overwrite=True)
+  assert (pathlib.Path(base) / 'notes' / 'todo.txt').read_text() == 'mine'
   assert sorted(str(p) for p in pathlib.Path(workdir).rglob('*')) == before
   # Inside the workdir is fine, and a second export replaces the first.
   inside = os.path.join(workdir, 'hf')
