@@ -215,10 +215,11 @@ class Checkpointer:
           step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))['state']
 
   @contextlib.contextmanager
-  def reading(self, step: int, flag: str | None = None):
+  def reading(self, step: int, flag: str | None = None, other_tree: str = ''):
     """A step that fails to read (a step directory missing its state, truncated files) is a
     UserError naming it and the steps to read instead (`flag`: the flag that picks one); a
-    resumed run moves such steps aside instead (restore_latest_valid)."""
+    resumed run moves such steps aside instead (restore_latest_valid). `other_tree`: what to
+    do where the caller's target may differ from the saved tree (another config)."""
     try:
       yield
     except UserError:
@@ -227,8 +228,8 @@ class Checkpointer:
       others = [s for s in sorted(self.all_steps()) if s != step]
       instead = (f'read one of its other steps, {others}' + (f' ({flag}=N)' if flag else '')
                  if others else 'it holds no other step')
-      raise UserError(f'checkpoint step {step} in {self.directory} is unreadable '
-                      f'({first_line(e)}); {instead}') from e
+      raise UserError(f'checkpoint step {step} in {self.directory} cannot be read '
+                      f'({first_line(e)}); {other_tree}{instead}') from e
 
   def restore_latest_valid(self, abstract_state):
     """(step, state, loop_state) of the newest readable finite checkpoint; (None,)*3 if none.

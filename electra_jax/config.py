@@ -33,15 +33,21 @@ TIES = ('embeddings', 'none', 'all', 'gdes')
 # The objectives tie='gdes' is built and tested for (ELECTRA's, as DeBERTa-v3 uses it).
 GDES_OBJECTIVES = ('electra', 'electra_15')
 # Keys naming files, directories (PATH_KEYS) or comma-separated globs (GLOB_KEYS): resolved
-# absolute as found from the cwd (or the repository root), so the saved config names what the
-# run read, whatever directory a resume or evaluate later starts from.
+# absolute as found from the cwd (relative where they lie in the repository), so the saved
+# config names what the run read, whatever directory a resume or evaluate later starts from.
 PATH_KEYS = ('vocab_file', 'train_data_dir', 'tfds_data_dir', 'init_from', 'init_generator_from',
              'extend_vocab_file')
 GLOB_KEYS = ('train_files', 'eval_files')
 
 
-def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """Returns a locked copy with presets and derived values filled in, or raises UserError."""
+def resolve(config: ml_collections.ConfigDict, training: bool = False
+            ) -> ml_collections.ConfigDict:
+  """Returns a locked copy with presets and derived values filled in, or raises UserError.
+
+  `training`: also refuse what only training reads (the optimizer's numbers, the seed, a
+  pairing of tie and objective not built for training): where a run is planned or started
+  (init_from.prepare, compare's plans). Loading a finished run's or a released model's config
+  (evaluate, export, fine-tuning) leaves it out: what an older version trained still loads."""
   c = ml_collections.ConfigDict(config.to_dict())
   if c.model_size not in MODEL_SIZES:
     raise UserError(f"config.model_size={c.model_size!r} is not one of "
@@ -61,21 +67,23 @@ def resolve(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   # A smoke run of a long recipe (e.g. small.py for 20 steps) warms up over the whole run.
   c.num_warmup_steps = min(c.num_warmup_steps, c.num_train_steps)
   paths_as_found(c)
-  _validate(c)
+  _validate(c, training)
   c.lock()
   return c
 
 
 def paths_as_found(c):
   """Makes the PATH_KEYS and GLOB_KEYS of `c` (a ConfigDict or a saved config's dict)
-  absolute as found from here; a saved config of an older version, which kept them as
-  typed, compares equal to today's after this."""
+  absolute as found from here, but relative where they lie in the repository (its bundled
+  data: the clone may move); a saved config of an older version, which kept them as typed,
+  compares equal to today's after this."""
   for key in PATH_KEYS:
     if c.get(key):
-      c[key] = paths.as_found(c[key])
+      c[key] = paths.in_repository(paths.as_found(c[key]))
   for key in GLOB_KEYS:
     if c.get(key):
-      c[key] = ','.join(paths.resolve_glob(part) for part in c[key].split(',') if part.strip())
+      c[key] = ','.join(paths.in_repository(paths.resolve_glob(part))
+                        for part in c[key].split(',') if part.strip())
 
 
 def derived_max_predictions(c) -> int:
@@ -90,7 +98,7 @@ def check(condition: bool, message: str):
     raise UserError(message)
 
 
-def _validate(c):
+def _validate(c, training: bool):
   for key in ('embedding_size', 'hidden_size', 'num_layers', 'num_heads', 'intermediate_size',
               'vocab_size', 'max_seq_length', 'train_batch_size', 'eval_batch_size',
               'num_train_steps', 'log_every_steps', 'max_predictions_per_seq',
@@ -100,10 +108,12 @@ def _validate(c):
   for key in ('num_warmup_steps', 'eval_every_steps', 'num_eval_steps',
               'max_consecutive_nonfinite'):
     check(c[key] >= 0, f'config.{key}={c[key]} must be >= 0')
-  # The data order's shuffle takes 32-bit seeds; jax.random.key(2**32) is key(0).
-  check(0 <= c.seed < 2**32, f'config.seed={c.seed} must be in [0, 2**32)')
-  check(c.type_vocab_size >= 2, f'config.type_vocab_size={c.type_vocab_size} must be >= 2: '
-         'examples hold two segments (token type ids 0 and 1)')
+  check(c.seed >= 0, f'config.seed={c.seed} must be >= 0')
+  if training:
+    # The data order's shuffle takes 32-bit seeds; jax.random.key(2**32) is key(0).
+    check(c.seed < 2**32, f'config.seed={c.seed} must be in [0, 2**32)')
+    check(c.type_vocab_size >= 2, f'config.type_vocab_size={c.type_vocab_size} must be >= 2: '
+           'pretraining examples hold two segments (token type ids 0 and 1)')
   check(c.hidden_size % c.num_heads == 0,
          f'config.hidden_size={c.hidden_size} is not divisible by config.num_heads='
          f'{c.num_heads}; pick sizes with an integer head width')
@@ -137,12 +147,16 @@ def _validate(c):
   if c.tfds_name:
     check(bool(c.tfds_split), f'config.tfds_split is empty but config.tfds_name={c.tfds_name!r} '
            'is set; set --config.tfds_split')
-  _validate_objective(c)
+  _validate_objective(c, training)
   for key in ('init_generator_from', 'extend_vocab_file'):
     check(not c[key] or bool(c.init_from),
            f'config.{key}={c[key]!r} needs config.init_from (the weights it adds to); set '
            '--config.init_from=PATH')
-  _validate_optimization(c)
+  for key, hint in (('learning_rate', ''), ('lr_decay_power', ' (1.0: linear decay)'),
+                    ('generator_lr_multiplier', ''), ('initializer_range', ' (BERT: 0.02)')):
+    check(c[key] > 0, f'config.{key}={c[key]} must be > 0{hint}')
+  if training:
+    _validate_optimization(c)
   check(c.relative_attention_span >= 0,
          f'config.relative_attention_span={c.relative_attention_span} must be >= 0 (0 = off)')
   unknown = [k for k in split_keys(c.allow_config_change) if k not in c]
@@ -151,8 +165,8 @@ def _validate(c):
 
 
 def _validate_optimization(c):
-  """The optimizer's and the loss's numbers: a bad one turns the weights to NaN (or stops
-  learning) only steps later, with nothing naming it."""
+  """The optimizer's and the loss's numbers (training only): a bad one turns the weights to
+  NaN (or stops learning) only steps later, with nothing naming it."""
   for key, hint in (('learning_rate', ''), ('lr_decay_power', ' (1.0: linear decay)'),
                     ('generator_lr_multiplier', ''), ('initializer_range', ' (BERT: 0.02)'),
                     ('adam_epsilon', ' (ELECTRA: 1e-6)')):
@@ -168,7 +182,7 @@ def _validate_optimization(c):
          f'config.disc_output_bias_init={c.disc_output_bias_init} must be a finite number')
 
 
-def _validate_objective(c):
+def _validate_objective(c, training: bool):
   check(c.objective in objectives.OBJECTIVES,
          f'config.objective={c.objective!r} must be one of {tuple(objectives.OBJECTIVES)}')
   check(c.tie in TIES, f'config.tie={c.tie!r} must be one of {TIES}')
@@ -177,8 +191,8 @@ def _validate_objective(c):
           f"config.tie='all' shares every encoder weight, so config.{key}={c[key]} must be "
           '1.0; set it or pick another tie')
   layout = objectives.get(c.objective).layout_for(c)
-  check(c.tie != 'gdes' or (c.objective in GDES_OBJECTIVES and layout.generator
-                            and not layout.mlm_head),
+  check(c.tie != 'gdes' or ((c.objective in GDES_OBJECTIVES or not training)
+                            and layout.generator and not layout.mlm_head),
          f"config.tie='gdes' shares the generator's embeddings with the discriminator of "
          f"objective 'electra' or 'electra_15' with a learned generator, not objective "
          f'{c.objective!r} (uniform_generator={c.uniform_generator}); pick one of them or '

@@ -52,7 +52,10 @@ def main(argv):
   step = latest if FLAGS.step is None else FLAGS.step
   checkpoint.check_step(ckpt, step, '--step')
   abstract_state = run.abstract_state()
-  with ckpt.reading(step, '--step'):
+  # With --config, another optimizer (e.g. max_grad_norm=0) is another train state tree.
+  other_tree = ('if --config differs from the run\'s config in its optimizer, leave it out; '
+                'else ' if FLAGS.config is not None else '')
+  with ckpt.reading(step, '--step', other_tree):
     state = ckpt.restore(step, abstract_state)
   ckpt.close()
   eval_step = ts.jit_eval_step(ts.make_eval_step(run.objective), run.mesh,

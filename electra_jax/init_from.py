@@ -298,10 +298,10 @@ def prepare(config, workdir: str | None, overridden=()) -> Start:
       config = saved_run_config(config, workdir, overridden)
       notes.append(f'config.init_from is ignored: {workdir} already holds checkpoints, so the '
                    'run resumes')
-    return Start(saved_config.resumed_vocabulary(config_lib.resolve(config), workdir),
-                 notes=notes)
+    resolved = config_lib.resolve(config, training=True)
+    return Start(saved_config.resumed_vocabulary(resolved, workdir), notes=notes)
   if not config.init_from:
-    return Start(config_lib.resolve(config))
+    return Start(config_lib.resolve(config, training=True))
   source = open_source(config, overridden)
   vocab = _vocabulary(config, source, overridden)
   keys = dict(source.keys, do_lower_case=vocab.do_lower_case)
@@ -328,7 +328,7 @@ def prepare(config, workdir: str | None, overridden=()) -> Start:
                         saved_config.vocabulary_path(workdir or '.', name))
   c = _merge(config, keys, overridden, source.name)
   _check_layout(c)
-  resolved = config_lib.resolve(c)
+  resolved = config_lib.resolve(c, training=True)
   notes = [f'{source.name}: ' + ', '.join(f'{k} {keys[k]}' for k in SIZE_KEYS)
            + f", vocabulary {keys['vocab_file']} ({keys['vocab_size']} tokens"
            + ('' if vocab.do_lower_case or not vocab.wordpiece else ', cased') + ')']

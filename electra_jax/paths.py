@@ -130,6 +130,14 @@ def as_found(path: str) -> str:
   return absolute(resolve(path))
 
 
+def in_repository(path: str) -> str:
+  """`path` relative to the repository root where it lies below it (the bundled data), else
+  as given: a saved config still names those files after the clone moves (relative paths are
+  found from the repository root too)."""
+  root = REPO_ROOT + os.sep
+  return path[len(root):] if not is_remote(path) and path.startswith(root) else path
+
+
 def resolve_glob(pattern: str) -> str:
   """A glob made absolute where it matches files, from the cwd or else the repository root (as
   glob() matches it); a URL, or a relative glob that matches nothing, as written."""

@@ -1,5 +1,4 @@
 import json
-import os
 import re
 import subprocess
 import sys
@@ -10,7 +9,6 @@ from configs import base, base_config, demo, demo_long, large, small, small_plus
 from electra_jax import config as config_lib
 from electra_jax import saved_config
 from electra_jax.errors import UserError
-from tests.conftest import REPO_ROOT
 
 
 def test_presets_fill_only_unset_size_keys():
@@ -128,14 +126,31 @@ def test_invalid_values_fail_with_one_line_naming_the_key(overrides, needle):
   c = demo.get_config()
   c.update(overrides)
   with pytest.raises(UserError) as e:
-    config_lib.resolve(c)
+    config_lib.resolve(c, training=True)
   assert needle in str(e.value) and '\n' not in str(e.value)
+
+
+def test_what_only_training_reads_is_checked_for_training_not_when_a_run_is_loaded(tmp_path):
+  """A finished run an older version trained (a seed past 2**32, gdes with adversarial, a
+  single token type) still evaluates, exports and fine-tunes; training it is refused."""
+  for overrides in (dict(seed=2**32), dict(objective='adversarial', tie='gdes'),
+                    dict(type_vocab_size=1), dict(adam_epsilon=0.0)):
+    c = demo.get_config()
+    c.update(overrides)
+    workdir = tmp_path / '_'.join(overrides)
+    workdir.mkdir()
+    saved = config_lib.resolve(c).to_dict()
+    (workdir / 'config.json').write_text(json.dumps(saved))
+    assert saved_config.load(str(workdir)).to_dict() == saved
+    with pytest.raises(UserError):
+      config_lib.resolve(c, training=True)
 
 
 def test_data_paths_resolve_absolute_where_found_from_the_cwd_then_the_repository_root(
     tmp_path, monkeypatch):
   """The resolved (and so saved) config names the files the run reads, whichever directory a
-  later resume or evaluate starts from; a URL, and a glob matching nothing, stay as written."""
+  later resume or evaluate starts from; a URL, and a glob matching nothing, stay as written, and
+  files in the repository are named relative to it."""
   (tmp_path / 'mine').mkdir()
   (tmp_path / 'mine' / 'a.txt').write_text('text\n')
   (tmp_path / 'data').mkdir()  # Holds no files: 'data/...' is found in the repository.
@@ -145,8 +160,8 @@ def test_data_paths_resolve_absolute_where_found_from_the_cwd_then_the_repositor
   c.update(train_files='mine/*.txt, data/demo_corpus/train/*.txt', eval_files='gs://b/e*.txt',
            vocab_file='spm.model', tfds_data_dir='nowhere/tfds', init_from='~/run')
   r = config_lib.resolve(c)
-  assert r.train_files == (f"{tmp_path / 'mine' / '*.txt'},"
-                           f"{os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'train', '*.txt')}")
+  # The bundled data stays named as the repository names it: the clone may move.
+  assert r.train_files == f"{tmp_path / 'mine' / '*.txt'},data/demo_corpus/train/*.txt"
   assert r.eval_files == 'gs://b/e*.txt'
   assert r.vocab_file == str(tmp_path / 'spm.model')
   assert r.tfds_data_dir == str(tmp_path / 'nowhere' / 'tfds')

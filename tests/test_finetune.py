@@ -1000,6 +1000,19 @@ def test_a_diverged_seed_ends_with_its_epochs_and_the_other_seeds_go_on(tmp_path
   assert [(r['seed'], r['diverged_in_epoch'], r['checkpoint']) for r in runs] == [
       (0, 1, None), (1, 1, None)]
   assert not os.listdir(tmp_path / 'out' / 'seed_0' / 'best')
+  # NaN weights predict nothing: the epoch's eval metrics are NaN (an earlier finite epoch, had
+  # there been one, stays the best), and predict names the divergence.
+  (row,) = [json.loads(line) for line in open(tmp_path / 'out' / 'seed_0' / 'metrics.jsonl',
+                                               encoding='utf-8')]
+  assert all(v is None for k, v in row.items() if k.startswith('eval_'))  # JSON's NaN: null.
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT)
+  predict = subprocess.run(
+      [sys.executable, '-m', 'electra_jax.predict', f'--workdir={tmp_path}/out',
+       f'--output={tmp_path}/predictions', f'--input={tmp_path}/scores.tsv'], cwd=REPO_ROOT,
+      env=env, capture_output=True, text=True, timeout=600, check=False)
+  assert predict.returncode == 2 and predict.stderr.strip().splitlines() == [
+      f'error: seed 0 of {tmp_path}/out diverged in epoch 1 before any finite epoch, so it has '
+      'no checkpoint; pick another --seed (its seeds: [0, 1])']
 
 
 @pytest.fixture(scope='module')

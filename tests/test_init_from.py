@@ -433,7 +433,7 @@ def test_an_unreadable_step_is_one_line_naming_it_and_the_steps_to_read_instead(
   shutil.copytree(trained['workdir'], workdir)
   checkpoints = workdir / 'checkpoints'
   shutil.rmtree(checkpoints / str(STEPS) / 'state')
-  unreadable = f'checkpoint step {STEPS} in {checkpoints} is unreadable ('
+  unreadable = f'checkpoint step {STEPS} in {checkpoints} cannot be read ('
   cli = lambda module, *flags: subprocess.run(
       [sys.executable, '-m', module, f'--workdir={workdir}', *flags], cwd=REPO_ROOT,
       env=env_for(cache_dir), capture_output=True, text=True, timeout=600)
@@ -449,8 +449,8 @@ def test_an_unreadable_step_is_one_line_naming_it_and_the_steps_to_read_instead(
     start_params(tmp_path / 'new', prepare(tmp_path / 'new', init_from=str(workdir)))
   shutil.rmtree(checkpoints / str(STEPS))
   (checkpoints / '40').mkdir()
-  with pytest.raises(UserError, match=re.escape(f'checkpoint step 40 in {checkpoints} is '
-                                                'unreadable (')):
+  with pytest.raises(UserError, match=re.escape(f'checkpoint step 40 in {checkpoints} cannot '
+                                                'be read (')):
     checkpoint.read_params(str(workdir))
   proc = cli('electra_jax.export', f'--output={checkpoints / "50"}', '--step=20')
   assert proc.returncode == 2 and proc.stderr.strip() == (

@@ -462,8 +462,7 @@ def test_evaluate_restores_the_latest_checkpoint_and_reports_json(trained):
                  f'--workdir={trained["resumed"]}', *trained['flags'][2:], '--num_batches=3')
   result = last_json(proc.stdout)
   assert result['step'] == 8 and result['num_batches'] == 3
-  # The run's own eval set, as found where the run started.
-  assert result['eval_files'] == os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'eval', '*.txt')
+  assert result['eval_files'] == 'data/demo_corpus/eval/*.txt'  # The run's own eval set.
   for key in ('loss', 'mlm_accuracy', 'disc_auc', 'disc_precision', 'unigram_baseline_accuracy'):
     assert key in result
   assert 0 < result['unigram_baseline_accuracy'] < 0.2
@@ -472,6 +471,13 @@ def test_evaluate_restores_the_latest_checkpoint_and_reports_json(trained):
                             f'--workdir={trained["resumed"]}', *trained['flags'][2:],
                             '--num_batches=3').stdout)
   assert again['loss'] == result['loss']
+  # A --config with another optimizer (no clipping: another state tree) is named as the cause.
+  proc = run_cli('electra_jax.evaluate', '--config=configs/demo.py',
+                 f'--workdir={trained["resumed"]}', *trained['flags'][2:],
+                 '--config.max_grad_norm=0', '--num_batches=1', check=False)
+  assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+  assert ("; if --config differs from the run's config in its optimizer, leave it out; else "
+          'read one of its other steps') in proc.stderr
   # Training text evaluated is named as such (the run trained on the files of --eval_files).
   train_files = trained['flags'][1].split('=', 1)[1]
   proc = run_cli('electra_jax.evaluate', f'--workdir={trained["resumed"]}',
@@ -565,7 +571,7 @@ def test_a_run_started_with_relative_paths_reads_the_same_files_from_any_directo
   with open(saved_file, encoding='utf-8') as f:
     saved = json.load(f)
   assert saved['train_files'] == saved['eval_files'] == str(here / 'text' / '*.txt')
-  assert saved['vocab_file'] == os.path.join(REPO_ROOT, 'data', 'demo_spm.model')
+  assert saved['vocab_file'] == 'data/demo_spm.model'  # In the repository: wherever it moves.
   env = dict(os.environ, PYTHONPATH=REPO_ROOT, JAX_PLATFORMS='cpu')
   proc = subprocess.run([sys.executable, '-m', 'electra_jax.evaluate', f'--workdir={workdir}',
                          '--num_batches=1'], cwd=elsewhere, env=env, capture_output=True,

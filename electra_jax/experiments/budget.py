@@ -146,7 +146,7 @@ def plan_config(spec: str, overrides: list[str], flops_budget: float,
   name = config_name(spec)
   c = load_config(spec, overrides)
   try:
-    resolved = config_lib.resolve(c)
+    resolved = config_lib.resolve(c, training=True)
   except UserError as e:
     raise UserError(f'config {name} ({spec}): {e}') from None
   steps = steps_for_budget(resolved, flops_budget)

@@ -108,7 +108,7 @@ def pretrained_workdirs(values: list[str], plans) -> dict:
       saved = saved_config.load(workdir).to_dict()
     except UserError as e:
       raise UserError(f'--pretrained={value!r}: {e}') from None
-    resolved = config_lib.resolve(plan.config)
+    resolved = config_lib.resolve(plan.config, training=True)
     planned = resolved.to_dict()
     differ = experiment.weight_changing_differences(saved, resolved)
     if differ:
@@ -152,7 +152,7 @@ def prepare_output(output: str, spec: dict) -> str:
     raise UserError(f"--output '{output}' is a file; pass a folder")
   if paths.is_file(spec_path):
     saved = runs.read_json(spec_path)
-    for entry in saved.get('configs', []):  # Written before configs kept absolute paths.
+    for entry in [*saved.get('configs', []), *spec['configs']]:  # Paths however written.
       config_lib.paths_as_found(entry.get('config', {}))
     differ = [k for k in {**spec, **saved} if saved.get(k) != spec.get(k)]
     if 'configs' in differ:  # Name the configs added, dropped or changed.

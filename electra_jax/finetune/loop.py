@@ -389,12 +389,15 @@ def run_seed(c, data: Data, trainer: Trainer, pretrained_params, seed: int, mesh
       outputs = predict_all(predict_step, state.params, eval_set.features, c.eval_batch_size,
                             mesh)
       record.update({f'eval_{k}': v for k, v in score(task, c, eval_set, outputs).items()})
+    diverged = not checkpoint.all_finite(state.params)
+    if diverged:  # NaN weights predict nothing (an argmax of NaN logits is no class): NaN.
+      record.update({k: float('nan') for k in record if k.startswith('eval_')})
     history.append(record)
     bar.write(f'seed {seed} epoch {epoch}/{c.num_epochs} | train loss {record["train_loss"]:.4f}'
               f' | eval loss {record["eval_loss"]:.4f} | {task.main_metric} '
               f'{record[main_key]:.4f}', file=sys.stdout)
     best = _best_record(history, main_key)
-    if not checkpoint.all_finite(state.params):
+    if diverged:
       # Fine-tuning takes every step (no skip), so NaN/inf weights stay: the seed ends here with
       # the epochs it has (its NaN metrics rank below every number) and the other seeds go on.
       bar.write(f'seed {seed} diverged in epoch {epoch} (NaN/inf weights) and stops there; a '

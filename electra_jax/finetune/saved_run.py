@@ -61,6 +61,11 @@ class FinetunedRun:
     seeds = [r['seed'] for r in self.runs]
     if seed not in seeds:
       raise UserError(f'--seed={seed} is not a run of {self.workdir}; its seeds: {seeds}')
+    run = next(r for r in self.runs if r['seed'] == seed)
+    if run.get('diverged_in_epoch') and run.get('checkpoint') is None:
+      raise UserError(f"seed {seed} of {self.workdir} diverged in epoch "
+                      f"{run['diverged_in_epoch']} before any finite epoch, so it has no "
+                      f'checkpoint; pick another --seed (its seeds: {seeds})')
     directory = paths.join(self.workdir, f'seed_{seed}', 'best')
     if not paths.is_dir(directory):
       raise UserError(f'{directory} does not exist: the run kept no checkpoint '
