@@ -352,25 +352,24 @@ def test_a_different_budget_on_the_same_output_is_refused(sweep):
   assert 'holds a comparison with different flops_budget' in proc.stderr
 
 
-def test_an_output_whose_spec_kept_relative_paths_still_matches_the_same_comparison(tmp_path):
-  """compare.json written before configs kept absolute paths ('data/...' as typed) is the same
-  comparison as today's spec of those files; other files are still another comparison."""
+def test_a_spec_matches_the_same_files_however_its_paths_were_written(tmp_path, monkeypatch):
+  """compare.json holds each config as planned (paths as typed; older versions wrote resolved
+  ones with paths as typed too): a re-run naming the same files, relative or absolute, is the
+  same comparison; other files are another."""
   # pylint: disable=import-outside-toplevel
   from configs import demo
-  from electra_jax import config as config_lib
   from electra_jax.experiments import compare
-  resolved = config_lib.resolve(demo.get_config()).to_dict()
-  spec = {'configs': [{'name': 'demo', 'config': resolved}]}
-  older = {'configs': [{'name': 'demo', 'config': dict(
-      resolved, train_files='data/demo_corpus/train/*.txt', vocab_file='data/demo_spm.model')}]}
-  assert older != spec
-  output = tmp_path / 'out'
-  output.mkdir()
-  (output / 'compare.json').write_text(json.dumps(older))
-  assert compare.prepare_output(str(output), spec) == str(output)
-  other = {'configs': [{'name': 'demo', 'config': dict(resolved, train_files='/other/*.txt')}]}
+  (tmp_path / 'mine').mkdir()
+  (tmp_path / 'mine' / 'a.txt').write_text('text\n')
+  monkeypatch.chdir(tmp_path)
+  spec = lambda **keys: {'configs': [{'name': 'demo', 'config': dict(demo.get_config().to_dict(),
+                                                                     **keys)}]}
+  output = str(tmp_path / 'out')
+  assert compare.prepare_output(output, spec(train_files='mine/*.txt')) == output
+  assert compare.prepare_output(output, spec(train_files='mine/*.txt')) == output  # A re-run.
+  assert compare.prepare_output(output, spec(train_files=str(tmp_path / 'mine' / '*.txt')))
   with pytest.raises(UserError, match=r'holds a comparison with different configs \(demo\)'):
-    compare.prepare_output(str(output), other)
+    compare.prepare_output(output, spec(train_files='data/demo_corpus/train/*.txt'))
 
 
 def test_other_fine_tuning_on_the_same_output_is_refused_naming_the_runs_to_reuse(sweep):
