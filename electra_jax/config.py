@@ -38,6 +38,9 @@ GDES_OBJECTIVES = ('electra', 'electra_15')
 PATH_KEYS = ('vocab_file', 'train_data_dir', 'tfds_data_dir', 'init_from', 'init_generator_from',
              'extend_vocab_file')
 GLOB_KEYS = ('train_files', 'eval_files')
+# Keys that must be > 0 whatever reads the config, with a hint for the error line.
+POSITIVE_KEYS = (('learning_rate', ''), ('lr_decay_power', ' (1.0: linear decay)'),
+                 ('generator_lr_multiplier', ''), ('initializer_range', ' (BERT: 0.02)'))
 
 
 def resolve(config: ml_collections.ConfigDict, training: bool = False
@@ -152,8 +155,7 @@ def _validate(c, training: bool):
     check(not c[key] or bool(c.init_from),
            f'config.{key}={c[key]!r} needs config.init_from (the weights it adds to); set '
            '--config.init_from=PATH')
-  for key, hint in (('learning_rate', ''), ('lr_decay_power', ' (1.0: linear decay)'),
-                    ('generator_lr_multiplier', ''), ('initializer_range', ' (BERT: 0.02)')):
+  for key, hint in POSITIVE_KEYS:
     check(c[key] > 0, f'config.{key}={c[key]} must be > 0{hint}')
   if training:
     _validate_optimization(c)
@@ -167,9 +169,7 @@ def _validate(c, training: bool):
 def _validate_optimization(c):
   """The optimizer's and the loss's numbers (training only): a bad one turns the weights to
   NaN (or stops learning) only steps later, with nothing naming it."""
-  for key, hint in (('learning_rate', ''), ('lr_decay_power', ' (1.0: linear decay)'),
-                    ('generator_lr_multiplier', ''), ('initializer_range', ' (BERT: 0.02)'),
-                    ('adam_epsilon', ' (ELECTRA: 1e-6)')):
+  for key, hint in (*POSITIVE_KEYS, ('adam_epsilon', ' (ELECTRA: 1e-6)')):
     check(math.isfinite(c[key]) and c[key] > 0, f'config.{key}={c[key]} must be > 0{hint}')
   for key, hint in (('weight_decay_rate', ''), ('max_grad_norm', ' (0: no clipping)'),
                     ('gen_weight', ''), ('disc_weight', '')):

@@ -144,14 +144,19 @@ def resolve_glob(pattern: str) -> str:
   pattern = os.path.expanduser(pattern.strip())
   if is_remote(pattern) or os.path.isabs(pattern):
     return pattern
-  for candidate in (os.path.abspath(pattern), os.path.join(REPO_ROOT, pattern)):
-    if _local_files(candidate):
-      return candidate
-  return pattern
+  return _local_match(pattern)[0]
 
 
-def _local_files(pattern: str) -> list[str]:
-  return [m for m in glob_lib.glob(pattern, recursive=True) if os.path.isfile(m)]
+def _local_match(pattern: str) -> tuple[str, list[str]]:
+  """(the local glob as it matched, its files): from the cwd, else the repository root; the
+  pattern as given and no files where neither matches."""
+  candidates = ([pattern] if os.path.isabs(pattern) else
+                [os.path.abspath(pattern), os.path.join(REPO_ROOT, pattern)])
+  for candidate in candidates:
+    files = [m for m in glob_lib.glob(candidate, recursive=True) if os.path.isfile(m)]
+    if files:
+      return candidate, files
+  return pattern, []
 
 
 def exists(path) -> bool:
@@ -195,10 +200,10 @@ def open_binary(path):
 def glob(pattern: str) -> list[str]:
   """Sorted absolute files matching one glob (`**` recurses), from the cwd or else the
   repository root; a URL is matched on its filesystem."""
-  pattern = resolve_glob(pattern)
+  pattern = os.path.expanduser(pattern.strip())
   if not is_remote(pattern):
     # Absolute: one file named two ways ('a.txt', '/data/a.txt') is one file.
-    return sorted(os.path.abspath(m) for m in _local_files(pattern))
+    return sorted(os.path.abspath(m) for m in _local_match(pattern)[1])
   with storage_errors(pattern):
     filesystem, _ = _filesystem(pattern)
     found = filesystem.glob(pattern, detail=True)
