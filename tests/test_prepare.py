@@ -134,6 +134,24 @@ def test_prepared_data_of_the_eval_files_earns_the_held_out_note(corpus, prepare
   assert held_out_note(prepared_config(PERSUASION)) is None
 
 
+def test_prepared_data_in_the_repository_is_read_from_any_directory(corpus, prepared, tmp_path,
+                                                                  monkeypatch):
+  """A train_data_dir inside the repository is saved relative to it (the clone may move):
+  training and evaluate's held-out check read it from there, whatever the cwd."""
+  from electra_jax import config as config_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax import paths  # pylint: disable=import-outside-toplevel
+  repo = tmp_path / 'repo'
+  shutil.copytree(prepared[0], repo / 'prepared')
+  monkeypatch.setattr(paths, 'REPO_ROOT', str(repo))
+  monkeypatch.chdir(tmp_path)
+  config = config_lib.resolve(config_for(corpus, train_data_dir=str(repo / 'prepared')))
+  assert config.train_data_dir == 'prepared'
+  source = shards.read_metadata(prepared[0])['source']
+  assert sources.training_source(config) == source
+  examples = pipeline.open_train_examples(config, tok.load_tokenizer(DEMO_MODEL, 8000))
+  assert examples.source == source
+
+
 def test_training_batches_from_shards_equal_streamed_batches_across_epochs(corpus, prepared,
                                                                            tokenizer):
   out, summary = prepared

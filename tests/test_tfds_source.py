@@ -60,6 +60,19 @@ def test_tfds_split_slices_are_honoured(data_dir):
   assert source.description == "TFDS 'electra_test_text' split 'train[:5]'"
 
 
+def test_a_tfds_data_dir_in_the_repository_is_read_from_any_directory(data_dir, tmp_path,
+                                                                     monkeypatch):
+  """The saved config names a tfds_data_dir inside the repository relative to it: it is found
+  there whatever the cwd."""
+  from electra_jax import config as config_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax import paths  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(paths, 'REPO_ROOT', os.path.dirname(data_dir))
+  monkeypatch.chdir(tmp_path)
+  config = config_lib.resolve(tfds_config(data_dir))
+  assert config.tfds_data_dir == os.path.basename(data_dir)
+  assert sources.open_corpus(config, 'train').num_parts == NUM_DOCS
+
+
 def test_tfds_mock_data_works_without_tensorflow(tokenizer):
   with tfds.testing.mock_data(num_examples=40):
     source = tfds_source.open_text_source('lm1b', 'train', 'text')

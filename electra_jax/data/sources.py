@@ -405,7 +405,9 @@ def open_corpus(config, split: str = 'train', files: str | None = None) -> Corpu
                       'Arrow), not to TFDS datasets; unset it or tfds_name')
     from electra_jax.data import tfds_source  # pylint: disable=import-outside-toplevel
     data_dir = config.get('tfds_data_dir') or None
-    text = tfds_source.open_text_source(config.tfds_name, tfds_split, text_key, data_dir)
+    # A saved config names a directory in the repository relative to it: found from anywhere.
+    text = tfds_source.open_text_source(config.tfds_name, tfds_split, text_key,
+                                        data_dir and paths.as_found(data_dir))
     return Corpus(text.description, 'docs', len(text), dict(
         tfds_name=config.tfds_name, tfds_split=tfds_split, text_key=text_key,
         tfds_data_dir=data_dir or ''), text.records)
@@ -427,7 +429,7 @@ def training_source(config) -> dict:
   (train_data_dir) the one its metadata records."""
   if config.get('train_data_dir'):
     from electra_jax.data import shards  # pylint: disable=import-outside-toplevel
-    return shards.read_metadata(config.train_data_dir)['source']
+    return shards.read_metadata(paths.as_found(config.train_data_dir))['source']
   return open_corpus(config, 'train').source
 
 
