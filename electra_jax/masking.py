@@ -71,13 +71,12 @@ def _prediction_slots(input_ids, input_mask, special_ids, mask_prob, max_predict
 
 
 def num_predictions(input_ids, input_mask, *, special_ids: Sequence[int], mask_prob: float,
-                    max_predictions: int, with_replacement: bool = False):
-  """How many positions mask_batch predicts in the whole batch (no randomness needed)."""
+                    max_predictions: int):
+  """How many positions mask_batch predicts in the whole batch (no randomness needed) when it
+  masks distinct tokens, not whole words."""
   candidates, num_to_predict = _prediction_slots(input_ids, input_mask, special_ids, mask_prob,
                                                  max_predictions)
   available = candidates.sum(axis=-1)
-  if with_replacement:  # Draws may repeat, so any candidate at all allows every slot.
-    available = jnp.where(available > 0, max_predictions, 0)
   return jnp.sum(jnp.minimum(num_to_predict, available)).astype(jnp.float32)
 
 
