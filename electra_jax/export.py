@@ -185,8 +185,7 @@ def export_finetuned(workdir: str, output: str, seed: int | None = None,
   ElectraForSequenceClassification (a tagger: ElectraForTokenClassification; SQuAD:
   ElectraForQuestionAnswering) directory with its tokenizer; returns a summary."""
   run = saved_run.load(workdir)
-  hf_classifier.check_exportable(run.task, run.model_config, run.config.classifier_pooling,
-                                 run.config.span_head)
+  hf_classifier.check_exportable(run.task, run.model_config, run.config)
   output = _check_output(output, overwrite, run.workdir)
   seed = run.best_seed() if seed is None else seed
   params, step = run.read_params(seed)

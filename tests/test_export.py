@@ -438,21 +438,31 @@ def test_a_generator_the_export_cannot_write_is_refused_with_the_reason(tie, rea
 
 
 def test_heads_transformers_cannot_hold_are_refused_with_the_reason():
+  from configs.finetune import glue  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import tasks  # pylint: disable=import-outside-toplevel
   from electra_jax.hf import classifier  # pylint: disable=import-outside-toplevel
   cfg = model_lib.ModelConfig.from_config(config_lib.resolve(tiny_config()))
+  def run(**keys):
+    c = glue.get_config()
+    c.update(keys)
+    return c
   sst2 = tasks.get_task('sst2')
-  classifier.check_exportable(sst2, cfg, 'cls')
+  classifier.check_exportable(sst2, cfg, run())
   with pytest.raises(UserError, match=r"config.span_head='xlnet': this SQuAD head .* has no "
                                       r'transformers class; fine-tune with --config.span_head='
                                       r'bert'):
-    classifier.check_exportable(tasks.get_task('squad_v2'), cfg, 'cls', 'xlnet')
-  classifier.check_exportable(tasks.get_task('squad_v2'), cfg, 'cls', 'bert')
+    classifier.check_exportable(tasks.get_task('squad_v2'), cfg, run(span_head='xlnet'))
+  classifier.check_exportable(tasks.get_task('squad_v2'), cfg, run(span_head='bert'))
   with pytest.raises(UserError, match="classifier_pooling='mean'"):
-    classifier.check_exportable(sst2, cfg, 'mean')
+    classifier.check_exportable(sst2, cfg, run(classifier_pooling='mean'))
+  tagger = tasks.named_tagging_task(('B-X', 'O'))
+  classifier.check_exportable(tagger, cfg, run())
+  with pytest.raises(UserError, match=r"config.tag_head='official': this tagger read every "
+                                      r'token as segment 1.* --config.tag_head=transformers'):
+    classifier.check_exportable(tagger, cfg, run(tag_head='official'))
   with pytest.raises(UserError, match='relative_attention_span=8'):
     classifier.check_exportable(sst2, model_lib.ModelConfig.from_config(
-        config_lib.resolve(tiny_config(relative_attention_span=8))), 'cls')
+        config_lib.resolve(tiny_config(relative_attention_span=8))), run())
   many = tasks.named_files_task(tuple(f'c{i}' for i in range(17)))  # 2 x 17 > hidden 32
   with pytest.raises(UserError, match='17 classes need a hidden size of at least 34'):
-    classifier.check_exportable(many, cfg, 'cls')
+    classifier.check_exportable(many, cfg, run())

@@ -297,6 +297,31 @@ def test_each_tag_sits_at_its_words_first_piece_as_in_transformers_split_words(
   assert f['word_index'][0, firsts].tolist() == list(range(len(words)))
 
 
+def test_the_official_tagging_head_has_no_dropout_and_feeds_segment_1():
+  """tag_head='official' is the official tagging code's: every real token in segment 1 and
+  the linear layer alone; 'transformers' (ElectraForTokenClassification) drops out its input."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from electra_jax import config as config_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax import model as model_lib  # pylint: disable=import-outside-toplevel
+  from tests.conftest import tiny_config  # pylint: disable=import-outside-toplevel
+  tokenizer = tokenizer_lib.load_tokenizer(VOCAB)
+  example = dict(words=['Emma', 'smiled', '.'], label=[1, 0, 0], index=0)
+  f = features.encode_tagging(tokenizer, [example], 16, doc_stride=8, segment_id=1)
+  np.testing.assert_array_equal(f['segment_ids'], f['input_mask'])
+  assert f['input_mask'][0].sum() < 16
+  cfg = model_lib.ModelConfig.from_config(config_lib.resolve(tiny_config(
+      vocab_size=tokenizer.vocab_size, dropout_rate=0.5)))
+  task = tasks.named_tagging_task(('B-X', 'O'))
+  hidden = jax.random.normal(jax.random.key(2), (1, 16, cfg.hidden_size))
+  for tag_head, drops in (('official', False), ('transformers', True)):
+    head = loop.make_model(task, cfg, tag_head=tag_head).head
+    params = head.init(jax.random.key(0), hidden, f['input_mask'], True)
+    train = head.apply(params, hidden, f['input_mask'], False,
+                       rngs={'dropout': jax.random.key(1)})
+    test = head.apply(params, hidden, f['input_mask'], True)
+    assert (not np.allclose(train, test)) == drops, tag_head
+
+
 @pytest.mark.parametrize('doc_stride', [1, 3, 8, 100])
 def test_a_sentence_longer_than_the_window_is_read_in_windows_each_word_once(doc_stride):
   tokenizer = tokenizer_lib.load_tokenizer(VOCAB)
@@ -413,10 +438,12 @@ def test_a_tagger_fine_tunes_predicts_and_exports_as_transformers_token_classifi
     assert theirs == tags
 
 
-@pytest.mark.parametrize('encoding', ['file', 'bioes'])
-def test_conll2003_tags_come_from_tfds_and_are_scored_on_dev_and_test(tmp_path, encoding):
+@pytest.mark.parametrize('encoding,tag_head', [('file', 'transformers'), ('bioes', 'official')])
+def test_conll2003_tags_come_from_tfds_and_are_scored_on_dev_and_test(tmp_path, encoding,
+                                                                      tag_head):
   """CoNLL-2003 (NER, chunks, POS) from TFDS mock data: TFDS's tag ids name our tags, the
-  run picks its epoch on dev and reports test too, predictions score as its best epoch."""
+  run picks its epoch on dev and reports test too, predictions score as its best epoch (with
+  either head: predict builds the run's)."""
   import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
   # pylint: disable-next=import-outside-toplevel
   from electra_jax.finetune import loop, predictions, saved_run
@@ -443,7 +470,7 @@ def test_conll2003_tags_come_from_tfds_and_are_scored_on_dev_and_test(tmp_path, 
       assert tasks.get_task(name).label_names == tuple(builder.info.features[key].feature.names)
     c = ft_config(task='conll2003', random_init=True, model_size='demo', max_seq_length=32,
                   train_batch_size=8, eval_batch_size=8, num_epochs=1, max_train_examples=16,
-                  max_eval_examples=8, num_seeds=1, tag_encoding=encoding)
+                  max_eval_examples=8, num_seeds=1, tag_encoding=encoding, tag_head=tag_head)
     summary = loop.finetune(c, str(tmp_path / 'ft'))
     run = saved_run.load(str(tmp_path / 'ft'))
     parts = predictions.split_parts(run, 'test', max_examples=8)

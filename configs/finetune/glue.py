@@ -155,6 +155,10 @@ def get_config():
   # same chunks re-encoded B/I/E/S, as the official tagging code trains; predictions then come
   # out in BIOES). Chunk metrics are the same in either.
   c.tag_encoding = 'file'
+  # The tagging head: 'transformers' (dropout + one linear layer on each word's first piece,
+  # segment id 0: transformers' ElectraForTokenClassification, the one export writes) or
+  # 'official' (the official tagging code's: the linear layer alone, every token fed segment 1).
+  c.tag_head = 'transformers'
 
   # --- Runs and outputs ---------------------------------------------------------------------
   # Independent runs with seeds seed .. seed+num_seeds-1 (the paper reports the median of 10).

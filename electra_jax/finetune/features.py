@@ -142,7 +142,8 @@ def encode_squad(tokenizer, examples: list[dict], max_seq_length: int, doc_strid
   return {k: np.asarray(v, np.int32) for k, v in out.items()}
 
 
-def encode_tagging(tokenizer, examples: list[dict], max_seq_length: int, doc_stride: int) -> dict:
+def encode_tagging(tokenizer, examples: list[dict], max_seq_length: int, doc_stride: int,
+                   segment_id: int = 0) -> dict:
   """[CLS] word pieces [SEP], each word tokenized alone (as the official tagging code and
   transformers' is_split_into_words do) and tagged at its first piece. A sentence of more
   pieces than the window holds is split into windows every doc_stride pieces, as SQuAD's
@@ -151,7 +152,7 @@ def encode_tagging(tokenizer, examples: list[dict], max_seq_length: int, doc_str
   Arrays [R, S] (R windows): input_ids, segment_ids, input_mask, word_start (1 at each word's
   first piece), label (the word's tag id there, 0 elsewhere), word_index (that word's index in
   its sentence, -1 elsewhere), word_is_max_context (1 where the tag is read); example_index
-  [R]."""
+  [R]. Real tokens get segment `segment_id` (the official tagging code feeds 1), padding 0."""
   budget = max_seq_length - 2
   pieces = tokenizer.encode_batch([w for e in examples for w in e['words']])
   out = {k: [] for k in ('input_ids', 'segment_ids', 'input_mask', 'label', 'word_index',
@@ -173,7 +174,7 @@ def encode_tagging(tokenizer, examples: list[dict], max_seq_length: int, doc_str
       pad = max_seq_length - len(window) - 2
       out['input_ids'].append([tokenizer.cls_id] + [flat[t] for t in window] + [tokenizer.sep_id]
                               + [tokenizer.pad_id] * pad)
-      out['segment_ids'].append([0] * max_seq_length)
+      out['segment_ids'].append([segment_id] * (len(window) + 2) + [0] * pad)
       out['input_mask'].append([1] * (len(window) + 2) + [0] * pad)
       out['label'].append([0] + tags + [0] * (pad + 1))
       out['word_index'].append([-1] + words + [-1] * (pad + 1))

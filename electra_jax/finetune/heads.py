@@ -57,8 +57,8 @@ class ClassificationHead(nn.Module):
 
 
 class TokenHead(nn.Module):
-  """Dropout + one linear layer on every position's state: tag logits [B, S, C] (the official
-  tagging head; transformers' ElectraForTokenClassification)."""
+  """Dropout + one linear layer on every position's state: tag logits [B, S, C] (transformers'
+  ElectraForTokenClassification; the official tagging head has no dropout: rate 0)."""
   num_outputs: int
   dropout_rate: float
   dtype: Any = jnp.float32
@@ -82,6 +82,10 @@ def span_positions(context_mask):
 # (the official release's qa_tasks.py: 512 wide, GELU, no LayerNorm), or 'bert' (one linear
 # layer: transformers' ElectraForQuestionAnswering, which export writes).
 SPAN_HEADS = ('xlnet', 'official', 'bert')
+# The tagging head: 'transformers' (dropout + one linear layer, segment id 0: transformers'
+# ElectraForTokenClassification, which export writes) or 'official' (the official release's
+# tagging_tasks.py: the linear layer alone, every real token fed segment id 1).
+TAG_HEADS = ('transformers', 'official')
 OFFICIAL_QA_WIDTH = 512
 
 

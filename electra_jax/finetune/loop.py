@@ -54,7 +54,8 @@ def encode(c, task, tokenizer, examples):
     return features_lib.encode_squad(tokenizer, examples, c.max_seq_length, c.doc_stride,
                                      c.max_query_length)
   if task.kind == tasks_lib.TAGGING:
-    return features_lib.encode_tagging(tokenizer, examples, c.max_seq_length, c.doc_stride)
+    return features_lib.encode_tagging(tokenizer, examples, c.max_seq_length, c.doc_stride,
+                                       segment_id=int(c.tag_head == 'official'))
   return features_lib.encode_classification(tokenizer, examples, c.max_seq_length,
                                             task.kind == tasks_lib.REGRESSION)
 
@@ -245,14 +246,15 @@ def score(task, c, eval_set: EvalSet, outputs: dict, decoded=None) -> dict:
 # --- Model and initialisation ---------------------------------------------------------------------
 
 def make_model(task, model_config, pooling: str = 'cls', head_init: str = 'normal',
-               span_head: str = 'xlnet') -> heads.FinetuneModel:
+               span_head: str = 'xlnet', tag_head: str = 'transformers') -> heads.FinetuneModel:
   if task.kind == tasks_lib.SPAN and span_head == 'bert':
     head = heads.LinearSpanHead(model_config.dtype, head_init)
   elif task.kind == tasks_lib.SPAN:
     head = heads.SpanHead(model_config.hidden_size, model_config.dtype, head_init, span_head)
   elif task.kind == tasks_lib.TAGGING:
-    head = heads.TokenHead(task.num_outputs, model_config.dropout_rate, model_config.dtype,
-                           head_init)
+    head = heads.TokenHead(task.num_outputs,
+                           0.0 if tag_head == 'official' else model_config.dropout_rate,
+                           model_config.dtype, head_init)
   else:
     head = heads.ClassificationHead(task.num_outputs, model_config.dropout_rate,
                                     model_config.dtype, pooling, head_init)
@@ -467,7 +469,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     saved_run.write_network(workdir, source)
     progress.write_init(workdir, c, init_step)
     saved_config.write(workdir, c)  # Last: a config.json means the rest is there.
-  model = make_model(task, model_config, c.classifier_pooling, c.head_init, c.span_head)
+  model = make_model(task, model_config, c.classifier_pooling, c.head_init, c.span_head,
+                     c.tag_head)
   origin = ('random init' if params is None else f'init from {c.init_checkpoint}'
             + (f' (step {init_step})' if init_step is not None else ''))
   eval_rows = ', '.join(f'{_num_rows(e.features)} eval rows'

@@ -188,7 +188,9 @@ def squad_metrics(predictions: dict, gold_answers: dict, best_spans: dict | None
   result = dict(exact_match=_mean_percent(em, em), f1=_mean_percent(f1, f1))
   if best_spans is None:
     return result
-  has_answer = {q: any(normalize_answer(g) for g in golds) for q, golds in gold_answers.items()}
+  # As the official script: a question with any gold answer is answerable (even one, say
+  # 'The', that normalises to nothing and so is scored against '').
+  has_answer = {q: bool(golds) for q, golds in gold_answers.items()}
   for name, wanted in (('has_answer', True), ('no_answer', False)):
     ids = [q for q in gold_answers if has_answer[q] == wanted]
     result[f'{name}_exact_match'] = _mean_percent(em, ids)

@@ -198,7 +198,7 @@ class Predictor:
     self.mesh = parallel.make_mesh()
     parallel.check_batch_divides(batch_size, self.mesh, '--batch_size')
     model = loop.make_model(run.task, run.model_config, run.config.classifier_pooling,
-                            run.config.head_init, run.config.span_head)
+                            run.config.head_init, run.config.span_head, run.config.tag_head)
     params, self.step = run.read_params(seed)
     self.params = jax.device_put(params, parallel.replicated(self.mesh))
     self._predict = ts.jit_eval_step(steps.make_predict(model, run.task, run.config), self.mesh)

@@ -59,6 +59,8 @@ def validate(c, task):
   config_lib.check(c.tag_encoding in tasks_lib.TAG_ENCODINGS,
                    f'config.tag_encoding={c.tag_encoding!r} is not one of '
                    f'{", ".join(tasks_lib.TAG_ENCODINGS)}')
+  config_lib.check(c.tag_head in heads.TAG_HEADS,
+                   f'config.tag_head={c.tag_head!r} is not one of {", ".join(heads.TAG_HEADS)}')
   config_lib.check(c.span_head in heads.SPAN_HEADS,
                    f'config.span_head={c.span_head!r} is not one of {", ".join(heads.SPAN_HEADS)}')
   config_lib.check(c.learning_rate > 0, f'config.learning_rate={c.learning_rate} must be > 0')

@@ -30,8 +30,14 @@ def architecture(task) -> str:
   return TOKEN if task.kind == tasks_lib.TAGGING else SEQUENCE
 
 
-def check_exportable(task, model_config, pooling: str, span_head: str | None = None):
-  """A UserError naming what transformers' heads cannot hold."""
+def check_exportable(task, model_config, config):
+  """A UserError naming what transformers' heads cannot hold (config: the run's)."""
+  pooling, span_head = config.classifier_pooling, config.span_head
+  if task.kind == tasks_lib.TAGGING and config.tag_head != 'transformers':
+    raise UserError(f"config.tag_head={config.tag_head!r}: this tagger read every token as "
+                    "segment 1, which transformers' ElectraForTokenClassification is not fed "
+                    "(segment 0 unless told); fine-tune with --config.tag_head=transformers to "
+                    'export, or use python -m electra_jax.predict --workdir=FT_DIR for tags')
   if task.kind == tasks_lib.SPAN and span_head != 'bert':
     raise UserError(f"config.span_head={span_head!r}: this SQuAD head (end given the start, "
                     "answerability) has no transformers class; fine-tune with "
