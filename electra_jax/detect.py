@@ -79,7 +79,8 @@ def _table(tokenizer, text: str, batch, out, row: int, sample: bool, cut: int) -
   tokens = [tokenizer.id_to_piece(int(ids[row, j])) for j in span]
   p = [float(out['p_replaced'][row, j]) for j in span]
   flagged = [x > 0.5 for x in p]
-  record = dict(text=text, tokens=tokens, p_replaced=[round(x, 4) for x in p])
+  # cut_tokens: how many of the text's tokens did not fit (its tokens are not the whole text).
+  record = dict(text=text, tokens=tokens, p_replaced=[round(x, 4) for x in p], cut_tokens=cut)
   if sample:
     seen = [tokenizer.id_to_piece(int(out['input'][row, j])) for j in span]
     replaced = [bool(out['replaced'][row, j]) for j in span]

@@ -113,7 +113,7 @@ def check_saved_config_matches(
 
 # Keys that change only logging, evaluation, checkpoint bookkeeping, memory use, how many steps
 # one call runs, which kernel computes the same values or which processes read the same
-# batches, never the trained weights: they may differ on resume without being listed in
+# batches, never what is trained (the weights at most to float rounding): they may differ on resume without being listed in
 # allow_config_change. The init_* keys only choose a new run's starting weights; a resumed run
 # ignores them.
 HARMLESS_KEYS = ('log_every_steps', 'eval_every_steps', 'eval_batch_size', 'num_eval_steps',

@@ -153,3 +153,11 @@ class MetricWriter:
       f.close()
     if self._tb is not None:
       self._tb.close()
+
+  def close_after_error(self):
+    """close() for a run already failing: what was logged is kept as far as it can be; its
+    own errors are dropped (the run's error is the one to report)."""
+    try:
+      self.close()
+    except Exception:  # pylint: disable=broad-except
+      pass

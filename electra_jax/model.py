@@ -448,7 +448,10 @@ class DiscriminatorHead(nn.Module):
     # Starting at the prior logit of 'replaced' (instead of 0) spares the encoder from having
     # to produce that constant itself, which can collapse a young discriminator's states.
     bias_init = nn.initializers.constant(self.cfg.disc_output_bias_init)
-    logits = _dense(1, self.cfg.dtype, 'dense_prediction', _projection_init(self.cfg),
+    # In float32 whatever cfg.dtype (an H x 1 product: nothing to save): a young
+    # discriminator's logits differ by ~1e-3 around the prior, below bfloat16's spacing there
+    # (0.016 near 2), so a bf16 logit made its scores ties and pulled disc_auc towards 0.5.
+    logits = _dense(1, jnp.float32, 'dense_prediction', _projection_init(self.cfg),
                     bias_init)(h)
     return logits[..., 0].astype(jnp.float32)
 

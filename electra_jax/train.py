@@ -99,19 +99,25 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
   source). profile_dir, profile_steps: trace those steps with jax.profiler (step_trace.py).
   """
   on_error = []  # Cleanups for a run that fails (e.g. finish pending saves of good states).
+  # SIGTERM / Ctrl-C ask the loop to stop while it runs; an in-process caller (a notebook) gets
+  # its own handlers back when this returns.
+  stop = stop_request.StopRequest()
   # A run refused at start-up (a bad glob, a full disk) leaves no empty workdir behind.
   with paths.new_dirs_removed_on_failure(workdir):
     try:
       trace = step_trace.StepTrace(profile_dir, profile_steps)
-      return _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden, trace)
+      return _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden, trace,
+                                 stop)
     except Exception:
       for cleanup in reversed(on_error):
         cleanup()
       raise
+    finally:
+      stop.restore()
 
 
 def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
-                        trace) -> dict:
+                        trace, stop) -> dict:
   start_time = time.time()
   if stop_after_steps is not None and stop_after_steps < 0:
     raise cli.UserError(f'--stop_after_steps={stop_after_steps} must be >= 0')
@@ -201,8 +207,11 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   params_sharding = jax.tree.map(lambda x: x.sharding, abstract_state.params)
   eval_step = ts.jit_eval_step(ts.make_eval_step(exp.objective), mesh, params_sharding)
   writer = metric_writer.MetricWriter(workdir, enabled=is_chief, resume_step=latest or 0)
+  # A run that fails (diverged, a failed save) still leaves its last rows, on gs:// and in
+  # TensorBoard too: the ones that say why.
+  on_error.append(writer.close_after_error)
   too_many_nonfinite = nonfinite.ConsecutiveLimit(c.max_consecutive_nonfinite)
-  stop = stop_request.StopRequest().install()
+  stop.install()
 
   first_step = step
   note = trace.plan(first_step, c.num_train_steps, is_chief,

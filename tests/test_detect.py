@@ -68,11 +68,16 @@ def test_sampling_corrupts_as_the_training_step_and_discriminates_what_it_made(w
 
 
 def test_texts_are_cut_to_the_runs_length_and_empty_ones_refused(workdir):
-  c, tokenizer, _, _ = built(workdir)
+  c, tokenizer, objective, params = built(workdir)
   long_text = ' '.join(['Anne'] * 100)
   batch, cut = detect.texts_batch(tokenizer, [long_text, 'Emma'], c.max_seq_length)
   assert cut[0] == len(tokenizer.encode(long_text)) - (c.max_seq_length - 2) > 0 and cut[1] == 0
   assert batch['input_ids'][0, -1] == tokenizer.sep_id and batch['input_mask'][0].all()
+  # The JSON record says so too: its tokens are not the whole text.
+  out = jax.device_get(detect.discriminate(objective, params, batch))
+  # pylint: disable-next=protected-access
+  record = detect._table(tokenizer, long_text, batch, out, 0, False, cut[0])
+  assert record['cut_tokens'] == cut[0] and len(record['tokens']) == c.max_seq_length - 2
   with pytest.raises(UserError, match=r"--text='  ' has no tokens"):
     detect.texts_batch(tokenizer, ['  '], c.max_seq_length)
 
@@ -189,6 +194,7 @@ def test_the_command_prints_a_table_per_text_and_their_tokens_in_json(workdir):
   for i, (text, record) in enumerate(zip(TEXTS, result['texts'])):
     ids = tokenizer.encode(text)
     assert record['tokens'] == [tokenizer.id_to_piece(t) for t in ids]
+    assert record['cut_tokens'] == 0
     span = slice(1, len(ids) + 1)  # Past [CLS], before [SEP].
     assert record['input'] == [tokenizer.id_to_piece(int(t)) for t in out['input'][i, span]]
     assert record['replaced'] == out['replaced'][i, span].tolist()

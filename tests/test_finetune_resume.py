@@ -156,6 +156,22 @@ def test_a_new_seed_count_or_learning_rate_is_refused_on_resume(tmp_path, monkey
     loop.finetune(config(), workdir)
 
 
+def test_an_unreadable_resume_state_is_one_line_naming_it_and_how_to_start_the_seed_over(
+    tmp_path, monkeypatch):
+  workdir = str(tmp_path / 'ft')
+  with monkeypatch.context() as patch:
+    _kill_in_train_batches(patch)
+    with pytest.raises(Killed):
+      loop.finetune(config(), workdir)
+  step_dir = os.path.join(workdir, 'seed_1', progress.RESUME, '6')
+  with open(os.path.join(step_dir, 'state', '_METADATA'), 'w', encoding='utf-8') as f:
+    f.write('{"tree_metadata": garbage')
+  with pytest.raises(UserError, match=rf'checkpoint step 6 in .*seed_1/resume cannot be read '
+                                      rf'\(.*\); remove {step_dir} to train seed 1 again from '
+                                      'its start'):
+    loop.finetune(config(), workdir)
+
+
 def test_a_run_killed_before_its_first_save_may_start_again_with_another_config(tmp_path,
                                                                                monkeypatch):
   workdir = str(tmp_path / 'ft')

@@ -229,6 +229,14 @@ def test_bfloat16_compute_keeps_float32_params_and_close_loss():
   l32, _ = obj32(params, batch, jax.random.key(0))
   l16, _ = obj16(params, batch, jax.random.key(0))
   assert abs(float(l32) - float(l16)) / float(l32) < 0.02
+  # The per-token logit keeps float32 resolution (AUC ranks tokens by it): not bf16 values,
+  # near the prior bias where a young discriminator's logits sit.
+  hidden = jax.random.normal(jax.random.key(1), (4, 64, c32.hidden_size), jnp.bfloat16) * 0.01
+  head = model_lib.DiscriminatorHead(model_lib.ModelConfig.from_config(config_lib.resolve(
+      tiny_config(dtype='bfloat16', disc_output_bias_init=-1.95))))  # The prior at 12.5 %.
+  logits = head.apply(head.init(jax.random.key(2), hidden), hidden)
+  assert logits.dtype == jnp.float32
+  assert len(np.unique(np.asarray(logits))) > 0.9 * logits.size
 
 
 def test_remat_keeps_parameters_loss_and_gradients_and_recomputes_the_layers():

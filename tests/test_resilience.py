@@ -27,6 +27,7 @@ from electra_jax import train_state as ts
 from electra_jax.errors import UserError
 from tests.conftest import REPO_ROOT, saved_state, tiny_config, tiny_trainer, xla_flags_with
 from tests.nan_steps import NaNAtSteps
+from tests.test_metric_writer import read_scalars
 from tests.test_model_objective import toy_batch
 # small_corpus is a fixture used here by name.
 from tests.test_train_cli import (  # pylint: disable=unused-import
@@ -213,6 +214,10 @@ def test_nonfinite_steps_are_skipped_counted_never_saved_and_too_many_stop_the_r
   assert [rows[s]['skipped_steps'] for s in range(1, 8)] == [0, 0, 1, 1, 2, 3, 4]
   assert [rows[s]['loss'] is None for s in range(1, 8)] == [False, False, True, False, True,
                                                            True, True]
+  # TensorBoard gets the rows up to the stop too (its writer is closed on the way out).
+  logged = {step for tag, step, _ in read_scalars(os.path.join(workdir, 'tensorboard'))
+            if tag == 'train/skipped_steps'}
+  assert logged == set(range(1, 8))
   # Saved at 3 (after a skipped step) and 6; every checkpoint is finite, with the skip count.
   steps = sorted(os.listdir(os.path.join(workdir, 'checkpoints')), key=int)
   assert steps == ['3', '6']

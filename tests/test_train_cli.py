@@ -716,7 +716,10 @@ def test_stop_after_steps_stops_at_its_step_between_multiples_of_steps_per_execu
   config = tiny_config(vocab_size=8000, train_files=small_corpus, max_seq_length=16,
                        num_train_steps=10, steps_per_execution=5, eval_every_steps=0,
                        save_checkpoints_steps=10, log_every_steps=5, progress_bar=False)
+  handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
   assert train.train_and_evaluate(config, workdir, stop_after_steps=3)['step'] == 3
+  # An in-process caller (a notebook) gets its Ctrl-C and SIGTERM handlers back.
+  assert {s: signal.getsignal(s) for s in handlers} == handlers
   assert checkpoint.steps(workdir) == [3]
   assert train.train_and_evaluate(config, workdir, stop_after_steps=1)['step'] == 4
   summary = train.train_and_evaluate(config, workdir)

@@ -339,7 +339,10 @@ def run_seed(c, data: Data, trainer: Trainer, pretrained_params, seed: int, mesh
                                         async_save=False)
   position, committed = progress.Position(), resume_ckpt.latest_step()
   if committed is not None:
-    state, loop_state = resume_ckpt.restore(committed, _abstract(state), with_loop=True)
+    with resume_ckpt.reading(committed, other_tree=(
+        f'remove {resume_ckpt.step_path(committed)} to train seed {seed} again from its '
+        'start; ')):
+      state, loop_state = resume_ckpt.restore(committed, _abstract(state), with_loop=True)
     position = progress.Position.from_json(loop_state)
     bar.write(f'seed {seed}: resuming at epoch {position.epoch}, step {committed}',
               file=sys.stdout)
