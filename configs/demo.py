@@ -12,8 +12,8 @@ checkpoints. Two keys differ from the paper's recipe because a few CPU minutes n
   `--config.relative_attention_span=0` trains the paper's (exportable) network.
 - learning_rate 1e-3 (paper's Small: 5e-4): a short run needs the larger steps.
 Ten steps a call of the compiled program (steps_per_execution): the same training as one a
-call (the weights to float32 rounding), and on a 2-core CPU 1.4x the steps/s of one a call in the benchmark, 1.25-1.38x the
-demo's tokens/s (benchmarks/RESULTS.md, session 20).
+call (the weights to float32 rounding), and on a 2-core CPU 1.4x the steps/s of one a call in
+the benchmark, 1.25-1.38x the demo's tokens/s (benchmarks/RESULTS.md, session 20).
 The optional argument names another objective on the same recipe, e.g. `configs/demo.py:mlm`
 for the BERT baseline (README "What to expect from the demo"); objectives without a
 generator ignore its keys.

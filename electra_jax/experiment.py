@@ -113,9 +113,9 @@ def check_saved_config_matches(
 
 # Keys that change only logging, evaluation, checkpoint bookkeeping, memory use, how many steps
 # one call runs, which kernel computes the same values or which processes read the same
-# batches, never what is trained (the weights at most to float rounding): they may differ on resume without being listed in
-# allow_config_change. The init_* keys only choose a new run's starting weights; a resumed run
-# ignores them.
+# batches, never what is trained (the weights at most to float rounding): they may differ on
+# resume without being listed in allow_config_change. The init_* keys only choose a new run's
+# starting weights; a resumed run ignores them.
 HARMLESS_KEYS = ('log_every_steps', 'eval_every_steps', 'eval_batch_size', 'num_eval_steps',
                  'eval_files', 'tfds_eval_split', 'save_checkpoints_steps', 'keep_checkpoint_max',
                  'progress_bar', 'max_consecutive_nonfinite', 'allow_config_change', 'remat',
