@@ -6,8 +6,10 @@ TPU figures per chip from the Cloud TPU system architecture pages (read 2026-11-
   v5p  https://cloud.google.com/tpu/docs/v5p  459 TFLOP/s bf16, HBM2e 95 GB, 2765 GB/s
   v6e  https://cloud.google.com/tpu/docs/v6e  918 TFLOP/s bf16, HBM 32 GB, 1638 GB/s
 `usable_hbm_bytes` is what the TPU compiler itself lets one program use (its out-of-memory
-message, "exceeds available HBM (30.75G)", with libtpu 0.0.42): a step that compiles for a
-topology fits under it. GPU entries carry only dense peaks (vendor figures, no sparsity):
+message, "exceeds available HBM (30.75G)", in GiB, with libtpu 0.0.42): a step that compiles
+for a topology fits under it. The pages' "GB" of HBM are GiB: the compiler lets a program use
+more than the decimal figure (15.75 GiB of v5e's "16 GB"); v5p's "95 GB" is below its usable
+95.74 GiB, so `hbm_bytes` counts the whole 96 GiB that holds it. GPU entries carry only dense peaks (vendor figures, no sparsity):
 H100/H200 SXM 989 bf16, 67 float32 without tensor cores (TF32 tensor cores, 494, only at
 jax_default_matmul_precision='tensorfloat32'); H100 PCIe 756 / 51 (its datasheet's 1,513 bf16
 is with sparsity); A100 312 / 19.5.
@@ -26,7 +28,7 @@ class TpuChip:
   device_kind: str          # jax.Device.device_kind
   slice_prefix: str         # the Cloud accelerator-type prefix: v4-N, v5p-N, v5litepod-N, v6e-N
   cores_per_chip: int
-  hbm_bytes: int            # physical, as documented
+  hbm_bytes: int            # physical (the documented figure, in GiB)
   usable_hbm_bytes: int     # what one compiled program may use
   peak_bf16_flops: float    # dense, per chip
   hbm_bytes_per_sec: float
@@ -34,9 +36,9 @@ class TpuChip:
 
 TPU_CHIPS = {c.name: c for c in (
     TpuChip('v4', 'TPU v4', 'v4', 2, 32 * GiB, int(30.75 * GiB), 275e12, 1200e9),
-    TpuChip('v5e', 'TPU v5 lite', 'v5litepod', 1, 16 * 10**9, int(15.75 * GiB), 197e12, 819e9),
-    TpuChip('v5p', 'TPU v5', 'v5p', 2, 95 * 10**9, int(95.74 * GiB), 459e12, 2765e9),
-    TpuChip('v6e', 'TPU v6 lite', 'v6e', 1, 32 * 10**9, int(31.25 * GiB), 918e12, 1638e9),
+    TpuChip('v5e', 'TPU v5 lite', 'v5litepod', 1, 16 * GiB, int(15.75 * GiB), 197e12, 819e9),
+    TpuChip('v5p', 'TPU v5', 'v5p', 2, 96 * GiB, int(95.74 * GiB), 459e12, 2765e9),
+    TpuChip('v6e', 'TPU v6 lite', 'v6e', 1, 32 * GiB, int(31.25 * GiB), 918e12, 1638e9),
 )}
 
 # Dense peak TFLOP/s per device by device-kind substring, per compute dtype (the MFU of the

@@ -44,7 +44,7 @@ def main(argv):
     config = saved_config.resumed_vocabulary(config_lib.resolve(config), FLAGS.workdir)
   mode = distributed.initialize_from(FLAGS)
   cpu_devices.configure_for(config, FLAGS.cpu_devices, single_process=mode == 'single')
-  run = experiment_lib.Experiment.create(config)
+  run = experiment_lib.Experiment.create(config, training=False)
   experiment_lib.check_saved_config_matches(
       FLAGS.workdir, run.config, "evaluate with the run's own config (leave out --config and "
       'its overrides)')

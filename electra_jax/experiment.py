@@ -1,6 +1,7 @@
 """Everything built from a config before any step runs: tokenizer, mesh, model, objective,
 optimizer; plus the workdir checks shared by train and evaluate."""
 import dataclasses
+import math
 
 import jax
 import ml_collections
@@ -42,18 +43,23 @@ class Experiment:
 
   @classmethod
   def create(cls, config, devices=None, read_vocab: bool = True,
-             vocab_file: str | None = None) -> 'Experiment':
+             vocab_file: str | None = None, training: bool = True) -> 'Experiment':
     """`devices`: the mesh's devices (default all; a TPU topology's to compile ahead of time).
     read_vocab=False builds the same program without the vocabulary file (tokenizer None,
     special ids of the sentencepiece layout): any vocab_size, for synthetic data and plans.
     vocab_file: where to read config.vocab_file's content while that is not written yet
-    (init_from.Start.readable_vocab_file)."""
+    (init_from.Start.readable_vocab_file). training=False (evaluate): the train batch need not
+    divide these devices, nor the run's fsdp_axis_size (the mesh's fsdp axis is the largest
+    size dividing both: a run trained on 8 devices evaluates on 2)."""
     c = config_lib.resolve(config)
     tokenizer = (tokenizer_lib.load_tokenizer(vocab_file or c.vocab_file, c.vocab_size,
                                               c.do_lower_case) if read_vocab else None)
-    mesh = parallel.make_mesh(devices, c.fsdp_axis_size)
-    parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size',
-                                 c.grad_accum_steps)
+    fsdp_axis_size = c.fsdp_axis_size if training else math.gcd(
+        c.fsdp_axis_size, len(devices) if devices is not None else jax.device_count())
+    mesh = parallel.make_mesh(devices, fsdp_axis_size)
+    if training:
+      parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size',
+                                   c.grad_accum_steps)
     parallel.check_batch_divides(c.eval_batch_size, mesh, 'eval_batch_size')
     model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
     if tokenizer is None:  # The sentencepiece layout's ids; words of a stand-in vocabulary.
@@ -120,6 +126,7 @@ HARMLESS_KEYS = ('log_every_steps', 'eval_every_steps', 'eval_batch_size', 'num_
                  'eval_files', 'tfds_eval_split', 'save_checkpoints_steps', 'keep_checkpoint_max',
                  'progress_bar', 'max_consecutive_nonfinite', 'allow_config_change', 'remat',
                  'steps_per_execution', 'attention_implementation', 'num_data_workers',
+                 'fsdp_axis_size',
                  'init_from', 'init_generator_from', 'extend_vocab_file')
 
 

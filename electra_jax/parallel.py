@@ -10,6 +10,7 @@ from typing import Mapping
 
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from electra_jax.errors import UserError
@@ -27,9 +28,15 @@ def make_mesh(devices=None, fsdp_axis_size: int = 1) -> Mesh:
   if len(devices) % fsdp_axis_size:
     raise UserError(f'config.fsdp_axis_size={fsdp_axis_size} does not divide the '
                     f'{len(devices)} devices; use a divisor of {len(devices)}')
-  return jax.make_mesh((len(devices) // fsdp_axis_size, fsdp_axis_size),
-                       (DATA_AXIS, FSDP_AXIS), axis_types=(jax.sharding.AxisType.Auto,) * 2,
-                       devices=devices)
+  shape, names = (len(devices) // fsdp_axis_size, fsdp_axis_size), (DATA_AXIS, FSDP_AXIS)
+  axis_types = (jax.sharding.AxisType.Auto,) * 2
+  try:
+    return jax.make_mesh(shape, names, axis_types=axis_types, devices=devices)
+  except NotImplementedError:
+    # jax.make_mesh lays a mesh axis over whole physical axes of a TPU slice (v5e aside): on
+    # a 4x4x4 slice (v4-128, v5p-128) an fsdp axis of 2, 8 or 32 needs one of them split.
+    grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
+    return Mesh(grid, names, axis_types=axis_types)
 
 
 def batch_sharding(mesh: Mesh, steps_axis: bool = False) -> NamedSharding:

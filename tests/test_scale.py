@@ -117,6 +117,19 @@ def test_batch_not_divisible_by_devices_times_accumulation_is_one_clear_error():
     parallel.make_mesh(fsdp_axis_size=n)
 
 
+def test_evaluation_reads_a_run_on_devices_its_fsdp_axis_and_train_batch_do_not_divide():
+  """A run trained with fsdp_axis_size=4 and a train batch of 6 is evaluated on 1 device
+  (evaluate: training=False); training there is refused."""
+  from electra_jax import experiment  # pylint: disable=import-outside-toplevel
+  config = tiny_config(fsdp_axis_size=4, train_batch_size=6, grad_accum_steps=3)
+  one = jax.devices()[:1]
+  run = experiment.Experiment.create(config, one, read_vocab=False, training=False)
+  assert dict(run.mesh.shape) == {'data': 1}
+  assert run.config.fsdp_axis_size == 4  # The run's config, as saved.
+  with pytest.raises(UserError, match='fsdp_axis_size=4 does not divide the 1 devices'):
+    experiment.Experiment.create(config, one, read_vocab=False)
+
+
 def test_fsdp_rule_splits_the_largest_divisible_dimension():
   P = jax.sharding.PartitionSpec
   mesh = jax.sharding.AbstractMesh((2, 4), ('data', 'fsdp'))

@@ -53,6 +53,19 @@ def test_slice_names_map_to_libtpu_shapes_counting_tensorcores_on_v4_and_v5p(nam
     assert topology.num_chips(libtpu_name) * chip.cores_per_chip == cores
 
 
+def test_every_fsdp_axis_dividing_a_4x4x4_slice_gets_a_mesh(libtpu):
+  """jax.make_mesh refuses an fsdp axis of 2, 8 or 32 on v4-128 (it lays mesh axes over whole
+  physical ones); the mesh then splits one, so every divisor plans and trains."""
+  del libtpu
+  from electra_jax import parallel  # pylint: disable=import-outside-toplevel
+  chip, name = topology.parse('v4-128')
+  devices = topology.devices(chip, name)
+  for size in (2, 4, 8, 16, 32, 64):
+    mesh = parallel.make_mesh(devices, size)
+    assert dict(mesh.shape) == {'data': 64 // size, 'fsdp': size}
+    assert sorted(d.id for d in mesh.devices.flat) == sorted(d.id for d in devices)
+
+
 @pytest.mark.parametrize('name, message', [
     ('v3-8', 'not a TPU slice name'), ('tpu', 'not a TPU slice name'),
     ('v4-100', 'not a standard v4 slice'), ('v4:4x4', 'has 3 dimensions'),
@@ -61,6 +74,11 @@ def test_slice_names_map_to_libtpu_shapes_counting_tensorcores_on_v4_and_v5p(nam
 def test_unknown_slice_names_are_user_errors(name, message):
   with pytest.raises(UserError, match=message):
     topology.parse(name)
+
+
+def test_a_chips_hbm_holds_what_its_compiler_lets_one_program_use():
+  for chip in chips.TPU_CHIPS.values():
+    assert chip.usable_hbm_bytes <= chip.hbm_bytes, chip.name
 
 
 def test_out_of_memory_message_gives_bytes_needed_and_available():
