@@ -301,6 +301,10 @@ def run(main, keys_file: str = 'configs/base_config.py'):
       result = main(argv)
       _leave_distributed_run()
       return result
+    except KeyboardInterrupt:  # Ctrl-C where no stop request waits for the step to end.
+      print('interrupted', file=sys.stderr, flush=True)
+      sys.stdout.flush()
+      os._exit(130)  # As a shell reports SIGINT; library threads print nothing more.
     except Exception as e:  # pylint: disable=broad-except
       error = e if isinstance(e, UserError) else paths.user_error('', e)
       several = _in_distributed_run()

@@ -1,6 +1,7 @@
 """SIGTERM / Ctrl-C as a request to stop: the loop finishes its current step, saves and exits 0
 (a spot VM's notice, a scheduler's preemption), so the same command resumes where it stopped."""
 import signal
+import sys
 import threading
 
 import jax
@@ -17,6 +18,14 @@ class StopRequest:
 
   def __call__(self, signum, frame):
     del frame
+    if signum == signal.SIGINT and self.signal == signal.SIGINT:
+      # Ctrl-C twice: now, not after the step (a first compile of Large takes minutes); the
+      # newest checkpoint stands and the same command resumes from it.
+      raise KeyboardInterrupt
+    if self.signal is None:
+      print(f'{signal.Signals(signum).name}: stopping after the current step, then saving'
+            + ('; Ctrl-C again to quit at once' if signum == signal.SIGINT else ''),
+            file=sys.stderr, flush=True)
     self.signal = signum
 
   def install(self) -> 'StopRequest':

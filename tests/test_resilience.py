@@ -132,12 +132,36 @@ def test_sigkill_at_a_random_point_then_rerun_equals_an_uninterrupted_run(
   assert_same_metrics(workdir, reference)
 
 
+def test_a_second_ctrl_c_quits_at_once_and_says_so_in_one_line(capsys):
+  """The first Ctrl-C (or SIGTERM) asks for a stop after the step; a second Ctrl-C quits now
+  (a compile may take minutes): KeyboardInterrupt, which a command reports as one line, 130."""
+  from electra_jax import stop_request  # pylint: disable=import-outside-toplevel
+  stop = stop_request.StopRequest()
+  stop(signal.SIGTERM, None)
+  stop(signal.SIGTERM, None)  # A scheduler's repeated SIGTERM still waits for the step.
+  assert stop.signal == signal.SIGTERM
+  stop = stop_request.StopRequest()
+  stop(signal.SIGINT, None)
+  assert 'SIGINT: stopping after the current step, then saving; Ctrl-C again to quit at ' \
+      'once' in capsys.readouterr().err
+  with pytest.raises(KeyboardInterrupt):
+    stop(signal.SIGINT, None)
+  command = ('from electra_jax import cli\n'
+             'def main(argv):\n  raise KeyboardInterrupt\n'
+             'cli.run(main)\n')
+  proc = subprocess.run([sys.executable, '-c', command], cwd=REPO_ROOT, capture_output=True,
+                        text=True, timeout=300, env=dict(os.environ, JAX_PLATFORMS='cpu'))
+  assert (proc.returncode, proc.stderr.strip().splitlines()) == (130, ['interrupted'])
+
+
 def test_sigterm_saves_exits_0_and_resumes_exactly_after_a_failed_save(
     tmp_path, cache_dir, small_corpus, reference):
   workdir = str(tmp_path / 'w')
   returncode, stdout = start_and_signal(cache_dir, small_corpus, workdir, signal.SIGTERM,
                                         'train step       4', 0.0)
   assert returncode == 0
+  with open(tmp_path / 'stderr.txt', encoding='utf-8') as f:
+    assert 'SIGTERM: stopping after the current step, then saving\n' in f.read()
   result = last_json(stdout)
   stopped = result['step']
   assert result['status'] == 'interrupted' and 4 <= stopped < NUM_STEPS
