@@ -223,9 +223,11 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
                   rounds: int = 1) -> dict:
   if steps < 1 or warmup < 0 or rounds < 1:
     raise UserError(f'--steps={steps} and --rounds={rounds} must be >= 1, --warmup={warmup} >= 0')
-  if peak_override is not None and not peak_override > 0:
+  if profile_dir:
+    profile_dir = step_trace.checked_directory(profile_dir)
+  if peak_override is not None and not 0 < peak_override < float('inf'):
     raise UserError(f"--peak_tflops={peak_override:g} must be the device's peak TFLOP/s, a "
-                    'positive number (e.g. 989 for an H100 in bfloat16)')
+                    'positive finite number (e.g. 989 for an H100 in bfloat16)')
   unknown = sorted(set(compare) - {'hf', 'hf_full'})
   if unknown:
     raise UserError(f'--compare={",".join(unknown)} is not known; use hf and/or hf_full')
@@ -287,7 +289,6 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
         '(no wait per call, as in training)', flush=True)
   memory = device_memory.peak()
   if profile_dir:
-    profile_dir = paths.absolute(profile_dir)
     ours.profile(profile_dir)
     print(f'Profile of 3 calls ({3 * per_call} steps) written to {profile_dir}',
           flush=True)

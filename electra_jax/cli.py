@@ -169,9 +169,26 @@ def parse_flags(argv, keys_file: str = 'configs/base_config.py'):
   wrong = 'config' in flags.FLAGS and (
       _wrong_kind(flags.FLAGS.config, keys_file, _config_file_arg(argv))
       or _unknown_key(flags.FLAGS.config, keys_file, _config_file_arg(argv)))
+  wrong = wrong or _empty_flag()
   if wrong:
     _fail(wrong)
   return rest
+
+
+# String flags an empty value leaves as their default (documented so).
+EMPTY_MEANS_DEFAULT = ('compilation_cache_dir',)
+
+
+def _empty_flag() -> str | None:
+  """The message for a string flag given as empty (`--output=$UNSET`): read as the current
+  directory it would put a vocabulary at /, shards or a run beside the user's files."""
+  for name in flags.FLAGS:
+    flag = flags.FLAGS[name]
+    values = flag.value if isinstance(flag.value, list) else [flag.value]
+    if (flag.present and name not in EMPTY_MEANS_DEFAULT and flag.flag_type() in (
+        'string', 'multi_string') and any(isinstance(v, str) and not v.strip() for v in values)):
+      return f'--{name} is empty (an unset shell variable?); pass a value'
+  return None
 
 
 def load_config(spec: str, overrides=(),

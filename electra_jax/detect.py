@@ -110,6 +110,11 @@ def main(argv):
   distributed.require_one_process('python -m electra_jax.detect')
   if FLAGS.workdir is None or not FLAGS.text:
     raise UserError('pass --workdir=DIR (a pretraining run) and --text="..." (one or more)')
+  if not 0 <= FLAGS.seed < 2**32:  # jax.random.key(2**32) is key(0): another seed, same draws.
+    raise UserError(f'--seed={FLAGS.seed} must be in [0, 2**32)')
+  if FLAGS['seed'].present and not FLAGS.sample:
+    raise UserError(f'--seed={FLAGS.seed} picks --sample\'s randomness; add --sample, or drop '
+                    '--seed to read the text as written')
   start = time.time()
   config = config_lib.resolve(saved_config.load(FLAGS.workdir))
   tokenizer = tokenizer_lib.for_config(config)

@@ -41,6 +41,15 @@ def parse_steps(text: str) -> tuple[int, int] | None:
   return first, last
 
 
+def checked_directory(directory: str) -> str:
+  """--profile_dir proved a writable local directory now (made if need be): a trace that
+  cannot be written must not end a long run, or a benchmark, after its work is done."""
+  if paths.is_remote(directory):
+    raise UserError(f'--profile_dir={directory} must be a local directory (jax.profiler '
+                    'writes local files); copy the trace to the bucket afterwards')
+  return paths.check_writable_dir(directory, '--profile_dir')
+
+
 class StepTrace:
   """Starts the trace before step `first` runs and stops it once step `last` has finished."""
 
@@ -48,11 +57,7 @@ class StepTrace:
     """Checks the flags before anything runs; `plan` picks the steps once the start is known."""
     if steps and not directory:
       raise UserError('--profile_steps needs --profile_dir=DIR (a local directory)')
-    if directory and paths.is_remote(directory):
-      raise UserError(f'--profile_dir={directory} must be a local directory (jax.profiler '
-                      'writes local files); copy the trace to the bucket afterwards')
-    # Proved writable now: a trace that cannot be written must not end a long run halfway.
-    self.directory = paths.check_writable_dir(directory, '--profile_dir') if directory else None
+    self.directory = checked_directory(directory) if directory else None
     self.steps, self.active, self.first, self.last = steps, False, None, None
     self.seconds = 0.0  # Spent starting and writing traces: the loop leaves it out of throughput.
 

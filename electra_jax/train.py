@@ -7,6 +7,7 @@ Re-running the same command on the same workdir resumes from the latest checkpoi
 WORKDIR/{config.json, metrics.jsonl, eval_metrics.jsonl, checkpoints/, tensorboard/}; the
 last stdout line is a JSON summary of the run.
 """
+import contextlib
 import sys
 import time
 
@@ -102,8 +103,11 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
   # SIGTERM / Ctrl-C ask the loop to stop while it runs; an in-process caller (a notebook) gets
   # its own handlers back when this returns.
   stop = stop_request.StopRequest()
-  # A run refused at start-up (a bad glob, a full disk) leaves no empty workdir behind.
-  with paths.new_dirs_removed_on_failure(workdir):
+  # A run refused at start-up (a bad glob, a full disk) leaves no empty workdir (nor an empty
+  # --profile_dir) behind.
+  profile_dirs = (paths.new_dirs_removed_on_failure(profile_dir) if profile_dir else
+                  contextlib.nullcontext())
+  with paths.new_dirs_removed_on_failure(workdir), profile_dirs:
     try:
       trace = step_trace.StepTrace(profile_dir, profile_steps)
       return _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden, trace,
@@ -451,12 +455,26 @@ def main(argv):
   if FLAGS.sweep and not FLAGS.topology:
     raise cli.UserError('--sweep compiles the step for a TPU slice; add --topology=NAME, '
                         'e.g. --topology=v4-128')
+  sweep_only = [f'--{name}' for name in ('sweep_remat', 'sweep_fsdp') if FLAGS[name].present]
+  training_only = [f'--{name}' for name in ('stop_after_steps', 'profile_dir', 'profile_steps')
+                   if FLAGS[name].present]
+  if sweep_only and not FLAGS.sweep:
+    verb = 'choose' if len(sweep_only) > 1 else 'chooses'
+    raise cli.UserError(f'{" and ".join(sweep_only)} {verb} what --sweep tries; add --sweep '
+                        '(and --dry_run --topology=NAME)')
+  if FLAGS.dry_run and training_only:
+    verb = 'act' if len(training_only) > 1 else 'acts'
+    raise cli.UserError(f'{" and ".join(training_only)} {verb} on a run that trains; --dry_run '
+                        'trains nothing: drop one or the other')
   if not FLAGS.dry_run and not FLAGS.workdir:
     raise cli.UserError('--workdir is required to train; pass --workdir=DIR (only --dry_run '
                         'runs without one)')
   overridden = set(config_flags.get_override_values(FLAGS['config']))
   if FLAGS.dry_run:  # Plans the shapes the run would train: init_from's, or its workdir's.
     config = init_from.prepare(FLAGS.config, FLAGS.workdir, overridden).config
+    if FLAGS.workdir:  # What the run would refuse there, the plan refuses (reading only).
+      saved_config.check_trains_in(FLAGS.workdir)
+      experiment_lib.check_resume_config(FLAGS.workdir, config)
   if FLAGS.topology:
     cli.print_result(tpu_plan.run(config, FLAGS.topology, *_sweep_grid()))
     return

@@ -123,12 +123,21 @@ def test_synthetic_rows_need_a_vocabulary_beyond_the_special_tokens():
       'tokens; use a vocabulary bigger than 5'], proc.stderr
 
 
-@pytest.mark.parametrize('value', ['-5', 'nan'])
+@pytest.mark.parametrize('value', ['-5', 'nan', 'inf'])
 def test_a_peak_that_is_no_positive_number_is_a_one_line_error(value):
   proc = run_cli('electra_jax.benchmark', *BENCH_FLAGS, f'--peak_tflops={value}', check=False)
   assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
       f"error: --peak_tflops={float(value):g} must be the device's peak TFLOP/s, a positive "
-      'number (e.g. 989 for an H100 in bfloat16)'], proc.stderr
+      'finite number (e.g. 989 for an H100 in bfloat16)'], proc.stderr
+
+
+def test_a_profile_dir_that_cannot_hold_a_trace_is_refused_before_the_benchmark(tmp_path):
+  (tmp_path / 'afile').write_text('')
+  proc = run_cli('electra_jax.benchmark', *BENCH_FLAGS, f'--profile_dir={tmp_path}/afile',
+                 check=False)
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+      f"error: --profile_dir '{tmp_path}/afile' is a file; pass a directory path"], proc.stderr
+  assert 'electra_jax:' not in proc.stdout  # Nothing timed first.
 
 
 def benchmark_script(name: str):

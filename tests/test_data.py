@@ -852,6 +852,18 @@ def test_build_vocab_cli_bad_output_or_vocab_size_is_one_line_and_leaves_no_fold
   assert error('--vocab_size=30', f'--output={tmp_path}/afile.txt/sub/v') == [
       f"error: cannot create --output (its folder) '{tmp_path}/afile.txt/sub': Not a directory; "
       'pick a writable location']
+  assert error('--vocab_size=30', '--max_sentences=-5', f'--output={tmp_path}/new/v') == [
+      'error: --max_sentences=-5 must be in [1, 2**31) and --vocab_size=30 below 2**31']
+  assert error('--vocab_size=99999999999', f'--output={tmp_path}/new/v') == [
+      'error: --max_sentences=2000000 must be in [1, 2**31) and --vocab_size=99999999999 below '
+      '2**31']
+  # A run's folder (its config.json): its vocabulary copy is its own, --overwrite or not.
+  (tmp_path / 'run').mkdir()
+  (tmp_path / 'run' / 'config.json').write_text('{}')
+  assert error('--vocab_size=30', f'--output={tmp_path}/run/', '--overwrite') == [
+      f"error: --output={tmp_path}/run/: '{tmp_path}/run' holds a run or a model "
+      f"({tmp_path}/run/config.json), whose vocabulary is its own; pass --output in another "
+      'folder']
   assert error('--vocab_size=0', f'--output={tmp_path}/new/v') == [
       'error: --vocab_size=0 is too small: it must hold the 5 special tokens plus every distinct '
       'character of the corpus (a few dozen for English text; 8000 is usual)']
@@ -862,12 +874,13 @@ def test_build_vocab_cli_bad_output_or_vocab_size_is_one_line_and_leaves_no_fold
   assert error('--vocab_size=100', f'--output={tmp_path}/new/sub/v') == [
       'error: --vocab_size=100 is more than this corpus supports (at most 38); use 38 or '
       'fewer, or more text']
-  assert sorted(os.listdir(tmp_path)) == ['afile.txt']
+  assert sorted(os.listdir(tmp_path)) == ['afile.txt', 'run']
+  assert os.listdir(tmp_path / 'run') == ['config.json']
   # An --output naming the .model file is its prefix.
   proc = run_build_vocab(f'--input={WORDS}', '--vocab_size=38', f'--output={tmp_path}/v.model')
   assert proc.returncode == 0, proc.stderr
   assert json.loads(proc.stdout.strip().splitlines()[-1])['vocab'] == f'{tmp_path}/v.vocab'
-  assert sorted(os.listdir(tmp_path)) == ['afile.txt', 'v.model', 'v.vocab']
+  assert sorted(os.listdir(tmp_path)) == ['afile.txt', 'run', 'v.model', 'v.vocab']
 
 
 def held_out_note(config):

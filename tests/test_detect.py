@@ -204,3 +204,10 @@ def test_the_command_prints_a_table_per_text_and_their_tokens_in_json(workdir):
   proc = run_cli('electra_jax.detect', f'--workdir={workdir}', check=False)
   assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
       'error: pass --workdir=DIR (a pretraining run) and --text="..." (one or more)']
+  for flags, message in [
+      (['--sample', '--seed=4294967296'], '--seed=4294967296 must be in [0, 2**32)'),
+      (['--seed=3'], "--seed=3 picks --sample's randomness; add --sample, or drop --seed to "
+                     'read the text as written')]:
+    proc = run_cli('electra_jax.detect', f'--workdir={workdir}', '--text=Emma', *flags,
+                   check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [f'error: {message}']

@@ -1184,6 +1184,32 @@ def test_predict_reproduces_the_best_epochs_score_and_writes_every_example(finet
   assert not (tmp_path / 'new').exists()  # The folders it made for --output are gone.
 
 
+def test_predictions_never_go_into_a_runs_own_folders(tmp_path):
+  """`--output=FT_DIR/seed_0 --overwrite` with an input named metrics.*: the seed's
+  metrics.jsonl was replaced by predictions. A run's (or model's) folder and the fine-tuning
+  run's seed and network folders are refused; a folder of its own inside the run is fine."""
+  # pylint: disable-next=import-outside-toplevel
+  from electra_jax.finetune import predictions, tasks
+  workdir = tmp_path / 'ft'
+  (workdir / 'seed_0' / 'best').mkdir(parents=True)
+  (workdir / 'network').mkdir()
+  (workdir / 'config.json').write_text('{}')
+  (tmp_path / 'pretrained').mkdir()
+  (tmp_path / 'pretrained' / 'config.json').write_text('{}')
+  parts = [predictions.Part('metrics', [], True, source=str(tmp_path / 'metrics.tsv'))]
+  task = tasks.get_task('sst2')
+  check = lambda output: predictions.check_output(str(output), task, parts, True, str(workdir))
+  for output, message in [
+      (workdir, f"holds a run or a model ({workdir}/config.json)"),
+      (tmp_path / 'pretrained', f"holds a run or a model ({tmp_path}/pretrained/config.json)"),
+      (workdir / 'seed_0', "lies in the run's seed_0/"),
+      (workdir / 'seed_0' / 'best' / 'x', "lies in the run's seed_0/"),
+      (workdir / 'network', "lies in the run's network/")]:
+    with pytest.raises(UserError, match=re.escape(f"--output '{output}' {message}")):
+      check(output)
+  assert check(workdir / 'predictions') == str(workdir / 'predictions')
+
+
 def test_predict_never_writes_over_its_input_file(finetuned, tmp_path):
   """--output=the input's folder would write eval.tsv over the input eval.tsv: refused before
   anything is written, --overwrite or not (that is for old predictions), symlinks resolved."""

@@ -412,12 +412,20 @@ def test_data_benchmark_cli_reads_the_same_batches_from_every_source_and_times_t
       ('raw', 0), ('raw', 2), ('prepared', 0), ('prepared', 2)]
   assert summary['train_step_tokens_per_sec'] > 0
   assert 'train step (demo):' in proc.stdout
-  for workers in ('1,two', '-1'):
+  for flag, message in [
+      ('--workers=1,two', '--workers=1,two must be whole numbers >= 0, e.g. --workers=0,1,2'),
+      ('--workers=-1', '--workers=-1 must be whole numbers >= 0, e.g. --workers=0,1,2'),
+      ('--num_batches=0', '--num_batches=0 must be >= 1 and --train_steps=0 >= 0 (0 skips the '
+       'train step)'),
+      ('--train_steps=-2', '--num_batches=200 must be >= 1 and --train_steps=-2 >= 0 (0 skips '
+       'the train step)'),
+      (f'--data_dir={corpus}', f"'{corpus}' holds no prepared train data")]:
     bad = subprocess.run([sys.executable, '-m', 'electra_jax.data.benchmark',
-                          '--config=configs/demo.py', f'--workers={workers}'], cwd=REPO_ROOT,
+                          '--config=configs/demo.py', flag], cwd=REPO_ROOT,
                          env=env, capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2 and bad.stderr.strip() == (
-        f'error: --workers={workers} must be whole numbers >= 0, e.g. --workers=0,1,2')
+    assert bad.returncode == 2 and bad.stderr.strip().startswith(f'error: {message}'), (
+        bad.stderr)
+    assert 'Timing' not in bad.stdout  # Refused before anything is timed.
 
 
 def test_shards_prepared_for_an_init_from_run_use_its_vocabulary_extension_included(

@@ -256,6 +256,25 @@ def test_a_bad_profile_flag_stops_the_command_before_it_writes(tmp_path):
   assert proc.returncode == 2 and 'Traceback' not in proc.stderr
   assert proc.stderr.strip().splitlines()[-1].startswith('error: --profile_dir=gs://bucket')
   assert not os.path.exists(tmp_path / 'w')
+  # A run refused after the profile directory was made leaves neither behind.
+  proc = run_cli('electra_jax.train', '--config=configs/demo.py', f'--workdir={tmp_path}/w',
+                 f'--profile_dir={tmp_path}/profile/sub', '--config.train_files=/nowhere/*.txt',
+                 check=False)
+  assert proc.returncode == 2 and 'no files match' in proc.stderr.lower(), proc.stderr
+  assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize('flags, message', [
+    (['--dry_run', '--stop_after_steps=3'], '--stop_after_steps acts on a run that trains; '
+     '--dry_run trains nothing: drop one or the other'),
+    (['--dry_run', '--profile_dir=/tmp/p', '--profile_steps=2:3'], '--profile_dir and '
+     '--profile_steps act on a run that trains'),
+    (['--dry_run', '--sweep_remat=full'], '--sweep_remat chooses what --sweep tries; add --sweep'),
+])
+def test_flags_a_dry_run_or_a_run_without_sweep_never_reads_are_refused(flags, message):
+  proc = run_cli('electra_jax.train', '--config=configs/demo.py', *flags, check=False)
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith(
+      f'error: {message}'), proc.stderr
 
 
 def test_an_unwritable_profile_dir_is_refused_before_training(tmp_path):
@@ -455,6 +474,24 @@ def test_resumed_run_matches_an_uninterrupted_run_exactly(trained):
   for step in (2, 4, 6, 8):
     for key in ('loss', 'disc_auc', 'grad_norm', 'learning_rate'):
       assert rows_resumed[step][key] == rows_straight[step][key], (step, key)
+
+
+def test_a_dry_run_on_a_workdir_refuses_what_the_run_there_would(trained):
+  """--dry_run --workdir=RUN plans that run: a config it would refuse is refused (the plan
+  printed a model the real command then refused), and nothing is written."""
+  workdir = trained['straight']
+  before = sorted(os.listdir(workdir))
+  proc = run_cli('electra_jax.train', *trained['flags'], f'--workdir={workdir}', '--dry_run',
+                 '--config.hidden_size=64', check=False)
+  assert proc.returncode == 2 and 'holds a model with different shapes (hidden_size: ' \
+      in proc.stderr.strip().splitlines()[-1], proc.stderr
+  proc = run_cli('electra_jax.train', *trained['flags'], f'--workdir={workdir}', '--dry_run',
+                 '--config.learning_rate=0.5', check=False)
+  assert proc.returncode == 2 and 'was trained with another config (learning_rate: ' \
+      in proc.stderr, proc.stderr
+  plan = last_json(run_cli('electra_jax.train', *trained['flags'], f'--workdir={workdir}',
+                           '--dry_run').stdout)
+  assert plan['num_params'] > 0 and sorted(os.listdir(workdir)) == before
 
 
 def test_evaluate_restores_the_latest_checkpoint_and_reports_json(trained):
@@ -740,6 +777,26 @@ def test_a_glob_the_shell_expanded_is_refused_not_cut_to_its_first_file(module, 
   assert proc.returncode == 2, proc.stderr
   last = proc.stderr.strip().splitlines()[-1]
   assert last.startswith(f"error: unexpected arguments ['{files[1]}'") and 'quote a glob' in last
+  assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize('module, flags', [
+    ('electra_jax.data.build_vocab', ['--input={repo}/data/demo_corpus/eval/*.txt',
+                                      '--vocab_size=300', '--output=']),
+    ('electra_jax.data.prepare', ['--config={repo}/configs/demo.py', '--output=']),
+    ('electra_jax.finetune', ['--config={repo}/configs/finetune/files.py', '--workdir=']),
+])
+def test_an_empty_path_flag_is_refused_not_read_as_the_current_directory(module, flags,
+                                                                         tmp_path):
+  """`--output=$UNSET`: build_vocab wrote its vocabulary at /, prepare and finetune their
+  output into the directory the user stood in."""
+  proc = subprocess.run(
+      [sys.executable, '-m', module, *[f.format(repo=REPO_ROOT) for f in flags]], cwd=tmp_path,
+      env=dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO_ROOT), capture_output=True,
+      text=True, timeout=600)
+  flag = flags[-1].rstrip('=')
+  assert (proc.returncode, proc.stderr.strip().splitlines()[-1]) == (
+      2, f'error: {flag} is empty (an unset shell variable?); pass a value')
   assert not os.listdir(tmp_path)
 
 

@@ -20,9 +20,12 @@ from ml_collections import config_flags
 
 from electra_jax import cli
 from electra_jax import config as config_lib
+from electra_jax import paths
 from electra_jax.data import pipeline
 from electra_jax.data import prepare
+from electra_jax.data import shards
 from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.errors import UserError
 
 FLAGS = flags.FLAGS
 
@@ -63,8 +66,14 @@ def time_train_steps(config, num_steps: int) -> float:
 def main(argv):
   del argv  # cli.run refuses stray arguments.
   workers = cli.integers('workers', FLAGS.workers, 0, '0,1,2')
+  if FLAGS.num_batches < 1 or FLAGS.train_steps < 0:
+    raise UserError(f'--num_batches={FLAGS.num_batches} must be >= 1 and --train_steps='
+                    f'{FLAGS.train_steps} >= 0 (0 skips the train step)')
   c = config_lib.resolve(FLAGS.config)
   tokenizer = tokenizer_lib.for_config(c)
+  if FLAGS.data_dir:  # Checked before any timing: its metadata, shards, vocabulary and length.
+    shards.check_compatible(shards.read_metadata(paths.as_found(FLAGS.data_dir)),
+                            FLAGS.data_dir, c, tokenizer)
   print(f'Timing {FLAGS.num_batches} batches of {c.train_batch_size} x {c.max_seq_length} on '
         f'{os.cpu_count()} CPU core(s), workers {workers}', flush=True)
   prepare_sec = None

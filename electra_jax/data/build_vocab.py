@@ -13,6 +13,7 @@ from absl import flags
 
 from electra_jax import cli
 from electra_jax import paths
+from electra_jax import saved_config
 from electra_jax.data import sources
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
@@ -36,7 +37,16 @@ def _prefix(output: str) -> str:
 def main(argv):
   del argv  # cli.run refuses stray arguments.
   start = time.time()
+  # Sentencepiece takes an int32 and reads max_sentences 0 as "all lines".
+  if not (1 <= FLAGS.max_sentences < 2**31 and FLAGS.vocab_size < 2**31):
+    raise UserError(f'--max_sentences={FLAGS.max_sentences} must be in [1, 2**31) and '
+                    f'--vocab_size={FLAGS.vocab_size} below 2**31')
   prefix = _prefix(FLAGS.output)
+  folder = paths.parent(prefix)
+  if saved_config.exists(folder):  # A run (its own copy of its vocabulary) or a model.
+    raise UserError(f"--output={FLAGS.output}: '{folder}' holds a run or a model "
+                    f'({saved_config.path(folder)}), whose vocabulary is its own; pass '
+                    '--output in another folder')
   existing = [f for f in (prefix + '.model', prefix + '.vocab') if paths.exists(f)]
   if existing and not FLAGS.overwrite:
     # A run names its vocabulary by path: a new one there would change its token ids.
@@ -105,7 +115,7 @@ def _define_flags():
   flags.DEFINE_bool('overwrite', False, 'Replace an existing PREFIX.model / PREFIX.vocab.')
   flags.DEFINE_enum('model_type', 'unigram', ['unigram', 'bpe'], 'Sentencepiece model type.')
   flags.DEFINE_integer('max_sentences', 2_000_000,
-                       'At most this many randomly sampled lines train the vocabulary.')
+                       'At most this many randomly sampled lines train the vocabulary (>= 1).')
 
 
 def run():

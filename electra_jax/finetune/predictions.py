@@ -24,6 +24,7 @@ import jax
 from electra_jax import atomic
 from electra_jax import parallel
 from electra_jax import paths
+from electra_jax import saved_config
 from electra_jax import train_state as ts
 from electra_jax.errors import UserError
 from electra_jax.finetune import loop
@@ -161,16 +162,27 @@ def file_names(task, part: Part) -> list[str]:
       if tasks_lib.is_squad_v2(task) else [])
 
 
-def check_output(output: str, task, parts: list, overwrite: bool) -> str:
+def check_output(output: str, task, parts: list, overwrite: bool, workdir: str) -> str:
   """The output directory, created; a UserError if a file it would write exists (and
   `overwrite` is off), is an input file (--input=DIR/eval.tsv --output=DIR: `overwrite` is for
-  old predictions, never the user's data) or two parts would write the same file."""
+  old predictions, never the user's data), two parts would write the same file, or it is a
+  run's folder (a run or model's, with its config.json, or the fine-tuning run's own seed
+  and network folders in `workdir`: its metrics.jsonl is no prediction file)."""
   names = [n for part in parts for n in file_names(task, part)]
   if len(set(names)) < len(names):
     raise UserError(f'two inputs would write the same files ({sorted(names)}); give the files '
                     'different names')
   inputs = {part.source: paths.resolve(part.source) for part in parts if part.source is not None}
   directory = paths.absolute(output)
+  if saved_config.exists(directory):
+    raise UserError(f"--output '{output}' holds a run or a model ({saved_config.path(directory)})"
+                    '; pass a folder of its own for the predictions')
+  inside = next((name for name in paths.listdir(workdir)
+                 if (name.startswith('seed_') or name == 'network')
+                 and paths.contains(paths.join(workdir, name), directory)), None)
+  if inside is not None:
+    raise UserError(f"--output '{output}' lies in the run's {inside}/; pass a folder of its own "
+                    'for the predictions (e.g. FT_DIR/predictions)')
   for name in names:
     target = paths.join(directory, name)
     # contains: the same path (symlinks resolved); nothing lies below a file.
@@ -275,8 +287,8 @@ def predict(run: saved_run_lib.FinetunedRun, parts: list, output: str, seed: int
             batch_size: int | None = None, overwrite: bool = False, say=print) -> dict:
   """Predicts every part with the run's best (or `seed`'s) checkpoint; returns the summary."""
   with paths.new_dirs_removed_on_failure(output):  # A refused seed leaves no empty --output.
-    return _predict(run, parts, check_output(output, run.task, parts, overwrite), seed,
-                    batch_size, say)
+    return _predict(run, parts, check_output(output, run.task, parts, overwrite, run.workdir),
+                    seed, batch_size, say)
 
 
 def _predict(run, parts, output, seed, batch_size, say) -> dict:
