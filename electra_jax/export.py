@@ -197,8 +197,9 @@ def export_finetuned(workdir: str, output: str, seed: int | None = None,
                                                       run.config.dropout_rate,
                                                       run.tokenizer.pad_id),
                        hf_classifier.state_dict(params, run.model_config, run.task))
-    tokenizer_files.write_tokenizer(run.network.vocab_file, tmp,
-                                    run.model_config.max_position_embeddings,
+    # The length it was fine-tuned and predicts at: a pipeline with truncation=True cuts a
+    # long text where predict does (at the positions' length, its probabilities differ).
+    tokenizer_files.write_tokenizer(run.network.vocab_file, tmp, run.config.max_seq_length,
                                     run.network.do_lower_case)
 
   _in_temp_dir(output, write)

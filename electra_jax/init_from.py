@@ -125,6 +125,10 @@ def _networks_params(c, discriminator: dict, generator: Callable[[], dict] | Non
   layout = objectives.get(c.objective).layout_for(c)
   params = hf_weights.hf_to_params(discriminator, c, 'discriminator', with_head=layout.rtd_head)
   notes = []
+  if generator is not None and layout.cloze_generator:
+    notes.append(f"the source's generator (a masked LM) cannot start objective "
+                 f"{c.objective!r}'s two-tower cloze generator: it starts from random weights")
+    generator = None
   if generator is not None:
     theirs = hf_weights.hf_to_params(generator(), c, 'generator')
     params['generator'] = theirs['generator']
@@ -347,6 +351,10 @@ def _check_layout(c):
   if c.init_generator_from and not layout.generator:
     raise UserError(f'objective {c.objective!r} has no generator to take '
                     f"init_generator_from='{c.init_generator_from}'; drop it")
+  if c.init_generator_from and layout.cloze_generator:
+    raise UserError(f"objective {c.objective!r}'s generator is a two-tower cloze model, which "
+                    f"a transformers masked LM (init_generator_from='{c.init_generator_from}') "
+                    'cannot start; drop init_generator_from (it starts from random weights)')
   if c.init_generator_from and c.tie == 'all':
     raise UserError("config.tie='all' runs the discriminator's encoder as the generator, so a "
                     "transformers generator cannot start it; drop init_generator_from or pick "
@@ -420,6 +428,9 @@ def initial_state(exp, start: Start) -> tuple[ts.TrainState, list[str]]:
   line = f'{total - len(fresh_paths)} of {total} parameter arrays from {start.source.name}'
   if fresh_paths:
     line += f'; randomly initialised: {_parts(fresh_paths)}'
-    if any(p[0] == 'generator' for p in fresh_paths):
+    # Why the generator starts random, where the source could have held it (adversarial's
+    # baseline head no source holds; Electric's cloze generator no source can start).
+    if (any(p[0] == 'generator' and p[1:2] != ('baseline',) for p in fresh_paths)
+        and not objectives.get(c.objective).layout_for(c).cloze_generator):
       line += start.source.generator_hint
   return state, notes + [line]

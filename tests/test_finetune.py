@@ -1184,6 +1184,30 @@ def test_predict_reproduces_the_best_epochs_score_and_writes_every_example(finet
   assert not (tmp_path / 'new').exists()  # The folders it made for --output are gone.
 
 
+def test_a_pair_task_on_a_network_of_one_segment_is_refused_before_anything_is_written(
+    tmp_path, monkeypatch):
+  """A released network with type_vocab_size=1 fed a pair: segment id 1 read NaN rows (the
+  run 'diverged', with advice to lower the learning rate); one line instead."""
+  from electra_jax.finetune import loop, pretrained  # pylint: disable=import-outside-toplevel
+  one_segment = pretrained.config_for_size
+
+  def config_for_size(model_size, vocab_size):
+    c = one_segment(model_size, vocab_size)
+    c.unlock()
+    c.type_vocab_size = 1
+    return c
+  monkeypatch.setattr(pretrained, 'config_for_size', config_for_size)
+  rows = 'text_a\ttext_b\tlabel\n' + ''.join(f'a{i}\tb{i}\t{i % 2}\n' for i in range(16))
+  (tmp_path / 'pairs.tsv').write_text(rows)
+  c = ft_config(task='files', train_file=str(tmp_path / 'pairs.tsv'),
+                eval_file=str(tmp_path / 'pairs.tsv'), random_init=True, model_size='demo')
+  with pytest.raises(UserError, match=r'^this task feeds segment id 1 \(a second text, or '
+                                      r"tag_head='official'\), but the network has "
+                                      'type_vocab_size=1'):
+    loop.finetune(c, str(tmp_path / 'ft'))
+  assert not (tmp_path / 'ft').exists()
+
+
 def test_predictions_never_go_into_a_runs_own_folders(tmp_path):
   """`--output=FT_DIR/seed_0 --overwrite` with an input named metrics.*: the seed's
   metrics.jsonl was replaced by predictions. A run's (or model's) folder and the fine-tuning
@@ -1830,6 +1854,9 @@ def test_export_of_a_finetuned_run_is_a_transformers_classifier_that_predicts_as
   assert (summary['what'], summary['seed']) == ('ElectraForSequenceClassification',
                                                 run.best_seed())
   texts = [r[0] for r in _read_tsv(finetuned['root'] / 'eval.tsv')[1][:24]]
+  # One longer than the run's max_seq_length: the exported tokenizer cuts it where we do.
+  texts.append(' '.join(texts[:6]))
+  assert len(run.tokenizer.encode(texts[-1])) > run.config.max_seq_length
   part = predictions.Part('texts', [dict(text_a=t, text_b=None, label=None, index=i)
                                     for i, t in enumerate(texts)], labelled=False)
   predictor = predictions.Predictor(run, run.best_seed(), 8)
@@ -1838,10 +1865,12 @@ def test_export_of_a_finetuned_run_is_a_transformers_classifier_that_predicts_as
   tok = transformers.AutoTokenizer.from_pretrained(output)
   model = transformers.ElectraForSequenceClassification.from_pretrained(output).eval()
   with torch.no_grad():
-    theirs = torch.softmax(model(**tok(texts, padding=True, return_tensors='pt')).logits, -1)
+    theirs = torch.softmax(model(**tok(texts, padding=True, truncation=True,
+                                       return_tensors='pt')).logits, -1)
+  assert tok.model_max_length == run.config.max_seq_length
   np.testing.assert_allclose(theirs.numpy(), ours, atol=1e-5)
   classify = transformers.pipeline('text-classification', model=model, tokenizer=tok)
-  assert [r['label'] for r in classify(texts)] == [
+  assert [r['label'] for r in classify(texts, truncation=True)] == [
       run.task.label_names[i] for i in np.argmax(ours, -1)]
   assert {'bad', 'good'} == set(model.config.label2id)
   # A fine-tuning workdir has seeds, not steps or networks; a pretraining one no seeds.

@@ -300,6 +300,30 @@ def test_shape_keys_come_from_the_source_and_a_conflicting_override_is_one_line(
     prepare(tmp_path / 'x', init_generator_from=pair['gen'])
 
 
+def test_electrics_cloze_generator_is_never_started_from_a_masked_lm(tmp_path, pair):
+  """objective='electric' from a transformers pair: init_generator_from is refused (one line;
+  it was a KeyError), and the discriminator starts alone, the generator from random weights."""
+  with pytest.raises(UserError, match=r"objective 'electric'\'s generator is a two-tower cloze "
+                                      r'model, .* drop init_generator_from'):
+    prepare(tmp_path / 'both', init_from=pair['disc'], init_generator_from=pair['gen'],
+            objective='electric')
+  assert not (tmp_path / 'both').exists()
+  start = prepare(tmp_path / 'disc', init_from=pair['disc'], objective='electric')
+  params, notes = start_params(tmp_path / 'disc', start)
+  assert 'generator' in params and not any('holds no generator' in n for n in notes), notes
+  # An official checkpoint brings its generator along: left out, with a note.
+  official = os.path.join(REPO_ROOT, 'tests', 'data', 'official_checkpoint')
+  start = prepare(tmp_path / 'official', init_from=official, objective='electric')
+  params, notes = start_params(tmp_path / 'official', start)
+  assert "the source's generator (a masked LM) cannot start objective 'electric'" in notes[0]
+  assert not any('holds no generator' in n for n in notes), notes
+  # Adversarial's baseline head no source holds: random, without blaming init_generator_from.
+  start = prepare(tmp_path / 'adversarial', init_from=pair['disc'],
+                  init_generator_from=pair['gen'], objective='adversarial')
+  _, notes = start_params(tmp_path / 'adversarial', start)
+  assert notes[-1].endswith('; randomly initialised: generator/baseline'), notes
+
+
 def test_vocab_file_is_used_when_it_matches_and_refused_when_it_does_not(tmp_path, pair):
   start = prepare(tmp_path / 'same', init_from=pair['disc'], vocab_file=pair['vocab'])
   assert start.config.vocab_file == pair['vocab'] and not (tmp_path / 'same').exists()
@@ -310,6 +334,21 @@ def test_vocab_file_is_used_when_it_matches_and_refused_when_it_does_not(tmp_pat
     prepare(tmp_path / 'other', init_from=pair['disc'], vocab_file=str(other))
   with pytest.raises(UserError, match='do_lower_case=False conflicts'):
     prepare(tmp_path / 'cased', init_from=pair['disc'], do_lower_case=False)
+
+
+@pytest.mark.parametrize('setting, message', [
+    (dict(tokenize_chinese_chars=False), 'sets tokenize_chinese_chars=False; our WordPiece '
+     'tokenizer splits off every CJK ideograph'),
+    (dict(do_lower_case=True, strip_accents=False), 'sets strip_accents=False with '
+     'do_lower_case=True')])
+def test_a_tokenizer_setting_ours_cannot_follow_is_refused(tmp_path, pair, setting, message):
+  """Its ids would differ from the source's on such text (CJK, accents): one line instead."""
+  disc = tmp_path / 'disc'
+  shutil.copytree(pair['disc'], disc)
+  config_file = disc / 'tokenizer_config.json'
+  config_file.write_text(json.dumps(dict(json.loads(config_file.read_text()), **setting)))
+  with pytest.raises(UserError, match=re.escape(message)):
+    prepare(tmp_path / 'w', init_from=str(disc))
 
 
 def test_a_transformers_5_directory_without_vocab_txt_and_a_cased_tokenizer(tmp_path, pair):

@@ -466,6 +466,13 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   parallel.check_batch_divides(c.eval_batch_size, mesh, 'eval_batch_size')
   data = load_data(c, task, tokenizer)
   task = data.task
+  segment = max(int(f['segment_ids'].max(initial=0))
+                for f in [data.train] + [e.features for e in data.evals])
+  if segment >= model_config.type_vocab_size:  # jnp.take would read NaN rows past the table.
+    raise UserError(f'this task feeds segment id {segment} (a second text, or tag_head='
+                    f"'official'), but the network has type_vocab_size="
+                    f'{model_config.type_vocab_size}; fine-tune a network with more segments, '
+                    'or a single-text task')
   workdir = experiment_lib.prepare_workdir(workdir)
   if not resuming:
     progress.clear_unsaved(workdir)

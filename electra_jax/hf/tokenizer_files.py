@@ -148,6 +148,11 @@ def _do_lower_case(directory, fast: dict | None) -> bool:
   if strip is not None and bool(strip) != bool(lower):
     raise UserError(f"'{directory}' sets strip_accents={strip} with do_lower_case={lower}; our "
                     'WordPiece tokenizer strips accents exactly when it lower-cases')
+  chinese = tokenizer_config.get('tokenize_chinese_chars',
+                                 normalizer.get('handle_chinese_chars', True))
+  if chinese is False:
+    raise UserError(f"'{directory}' sets tokenize_chinese_chars=False; our WordPiece tokenizer "
+                    "splits off every CJK ideograph, as BERT's does, so its ids would differ")
   return bool(lower)
 
 
