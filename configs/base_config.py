@@ -45,8 +45,9 @@ def get_config():
   # keeps a small, fast-warming-up discriminator from collapsing its hidden states.
   c.disc_output_bias_init = 0.0
   # Std of the truncated-normal init of every kernel and embedding table (BERT's
-  # initializer_range, 0.02). Small models need more: at width 128, 0.02 leaves every GELU in its
-  # linear range and the discriminator at AUC 0.5 (benchmarks/RESULTS.md, issue 19).
+  # initializer_range, 0.02). At the demo's width 128 a larger one (0.08) did not help its
+  # discriminator (held-out AUC 0.51-0.54 over 2,000 steps; benchmarks/RESULTS.md, issue 19):
+  # relative_attention_span did.
   c.initializer_range = 0.02
   # Glorot-uniform init for embeddings_project and the discriminator's dense_prediction, as the
   # official release has (tf.layers.dense's default there); False: initializer_range for them too.

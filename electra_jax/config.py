@@ -67,8 +67,9 @@ def resolve(config: ml_collections.ConfigDict, training: bool = False
           f'config.mask_prob={c.mask_prob} masks no token of a config.max_seq_length='
           f'{c.max_seq_length} sequence (int((mask_prob + 0.005) * max_seq_length) = 0); raise '
           'mask_prob or set config.max_predictions_per_seq')
-  # A smoke run of a long recipe (e.g. small.py for 20 steps) warms up over the whole run.
-  c.num_warmup_steps = min(c.num_warmup_steps, c.num_train_steps)
+  # A smoke run of a long recipe (e.g. small.py for 20 steps) warms up over the whole run
+  # (two_stage: over its shorter stage).
+  c.num_warmup_steps = min(c.num_warmup_steps, warmup_limit(c))
   paths_as_found(c)
   _validate(c, training)
   c.lock()
@@ -200,10 +201,22 @@ def _validate_objective(c, training: bool):
   objectives.get(c.objective).validate(c)
 
 
+def warmup_limit(c) -> int:
+  """The longest warmup `c`'s schedule holds: the run, or its objective's limit."""
+  if c.objective not in objectives.OBJECTIVES:  # Refused with its own line by _validate.
+    return c.num_train_steps
+  return objectives.get(c.objective).warmup_limit(c)
+
+
 def warmup_note(config) -> str | None:
   """The line that tells a user resolve() shortened the warmup to the run, if it did."""
-  if config.num_warmup_steps <= config.num_train_steps:
+  limit = warmup_limit(config)
+  if config.num_warmup_steps <= limit:
     return None
+  if limit < config.num_train_steps:
+    return (f'config.num_warmup_steps={config.num_warmup_steps} exceeds a {config.objective} '
+            f'stage; warming up over {limit} steps instead (fine for a smoke run; lower the '
+            'warmup for a real one)')
   return (f'config.num_warmup_steps={config.num_warmup_steps} exceeds '
           f'config.num_train_steps={config.num_train_steps}; warming up over all '
           f'{config.num_train_steps} steps instead (fine for a smoke run; lower the warmup '

@@ -417,3 +417,20 @@ def test_evaluation_adds_its_batches_sums_exactly(monkeypatch):
   step = jax.jit(lambda params, batch, rng: {'token_count': jnp.float32(16385)})
   metrics = eval_loop.evaluate_params(None, step, tiny_config(), None, None)
   assert (metrics['num_batches'], metrics['num_tokens']) == (3000, 49_155_000)
+
+
+def test_the_two_stage_config_splits_the_run_it_is_given_and_warms_up_within_a_stage():
+  """configs/ablations/two_stage.py: half of whatever num_train_steps the command line sets
+  (it froze the file's 500,000, so a 20-step smoke run was refused and a 2M run spent a
+  quarter on G); a warmup longer than a stage is shortened to it, with a note."""
+  from electra_jax import cli  # pylint: disable=import-outside-toplevel
+  for steps in (20, 2_000_000):
+    c = cli.load_config('configs/ablations/two_stage.py', [f'num_train_steps={steps}'])
+    resolved = config_lib.resolve(c, training=True)
+    assert resolved.two_stage_generator_steps == steps // 2
+  c = cli.load_config('configs/ablations/two_stage.py', ['num_train_steps=20'])
+  assert config_lib.resolve(c).num_warmup_steps == 10
+  assert config_lib.warmup_note(c) == (
+      'config.num_warmup_steps=10000 exceeds a two_stage stage; warming up over 10 steps '
+      'instead (fine for a smoke run; lower the warmup for a real one)')
+  assert config_lib.warmup_note(cli.load_config('configs/small.py', ['num_train_steps=20']))

@@ -13,5 +13,6 @@ def get_config():
   c.objective = 'two_stage'
   c.generator_hidden_size = 1.0  # D is initialised from G: same sizes.
   c.tie = 'none'                 # A frozen G keeps its own embeddings.
-  c.two_stage_generator_steps = c.num_train_steps // 2
+  # Half of whatever num_train_steps becomes (--config.num_train_steps=N overrides it later).
+  c.two_stage_generator_steps = c.get_ref('num_train_steps') // 2
   return c

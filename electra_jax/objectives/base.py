@@ -122,6 +122,12 @@ class Objective:
                       f"used by objective 'two_stage' (objective is {cls.name!r}); leave it 0")
 
   @classmethod
+  def warmup_limit(cls, c) -> int:
+    """The longest warmup this objective's schedule holds (config.resolve shortens a longer
+    one to it): the run; two_stage's shorter stage (each stage warms up anew)."""
+    return c.num_train_steps
+
+  @classmethod
   def optimizer(cls, c, adamw) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """(update rule, LR schedule of the step) from optim.py's `adamw(c, steps)`, which returns
     one AdamW over `steps` steps and its schedule; two_stage runs two."""

@@ -37,6 +37,11 @@ class TwoStage(electra.Electra):
         raise UserError(message)
 
   @classmethod
+  def warmup_limit(cls, c) -> int:
+    n, total = c.two_stage_generator_steps, c.num_train_steps
+    return min(n, total - n) if 0 < n < total else total
+
+  @classmethod
   def optimizer(cls, c, adamw):
     """Two AdamWs, each with its own schedule over its stage and its own count: the generator's
     for steps [0, n), the discriminator's for [n, num_train_steps); each group is frozen
