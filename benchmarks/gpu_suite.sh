@@ -48,6 +48,13 @@ if compgen -G '.whl/*.whl' >/dev/null; then
       --target /tmp/site .whl/*.whl || exit
   export PYTHONPATH=/tmp/site:$PWD
 fi
+# The image lacks these (benchmarks/fetch_gpu_wheels.sh): stop now, not after a machine start
+# and a failed first command.
+python3 -c 'import grain, ml_collections, tensorboardX' 2>/dev/null || {
+  echo 'grain, ml_collections or tensorboardX missing: run benchmarks/fetch_gpu_wheels.sh and' \
+       'carry .whl' >&2
+  exit 2
+}
 export PYTHONUNBUFFERED=1
 # JAX and PyTorch share the GPU in --compare runs: no preallocation of 75 % by XLA.
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -233,16 +240,19 @@ tests/test_train_step.py tests/test_benchmark.py}"
     if [[ -n ${PRETRAIN_PROFILE_STEPS:-} ]]; then
       extra+=("--profile_dir=$workdir/profile" "--profile_steps=$PRETRAIN_PROFILE_STEPS")
     fi
-    cached timeout -s TERM "${PRETRAIN_SECONDS:-510}" python3 -m electra_jax.train \
+    # --preserve-status: the train command's own status after SIGTERM (0 once it saved; a
+    # failed save fails the stage); -k: KILL a run still there 60 s after, before the device
+    # tool's 10-minute limit takes the whole call (and the files below).
+    cached timeout --preserve-status -k 60 -s TERM "${PRETRAIN_SECONDS:-510}" \
+        python3 -m electra_jax.train \
         --config=configs/small.py --workdir=$workdir --config.dtype=bfloat16 \
         --config.num_train_steps="$steps" --config.num_warmup_steps=$((steps / 10)) \
         --config.log_every_steps=100 --config.eval_every_steps=500 --config.num_eval_steps=0 \
         --config.save_checkpoints_steps="$steps" --config.progress_bar=false "${extra[@]}" \
         2>&1 | tee "$out/pretrain.log"
-    # The stage's status is the train command's; 124 is timeout's SIGTERM at PRETRAIN_SECONDS,
-    # the time box the stage sets on purpose (the run saved and stopped).
+    # The stage's status is the train command's: 0 also when PRETRAIN_SECONDS' SIGTERM stopped
+    # it (it saved); 143, TERM before training began (nothing to keep); 137, killed by -k.
     local rc=${PIPESTATUS[0]}
-    if ((rc == 124)); then rc=0; fi
     if ((rc)); then echo "!! pretrain failed (exit $rc); see $out/pretrain.log" >&2; fi
     cp $workdir/metrics.jsonl $workdir/eval_metrics.jsonl $workdir/config.json "$out/"
     if [[ -n ${PRETRAIN_PROFILE_STEPS:-} ]]; then

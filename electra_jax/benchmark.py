@@ -308,7 +308,8 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
       seq=c.max_seq_length, steps=steps, rounds=rounds, warmup=warmup, data=data,
       dropout_rate=c.dropout_rate,
       attention_dropout_rate=c.attention_dropout_rate, attention=attention,
-      remat=c.remat,
+      remat=c.remat, objective=c.objective, whole_word_masking=c.whole_word_masking,
+      steps_per_execution=c.steps_per_execution,
       xla_flags=os.environ.get('XLA_FLAGS'),
       first_loss=losses['electra_jax'][0], last_loss=losses['electra_jax'][-1],
       profile_dir=profile_dir)

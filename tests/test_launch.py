@@ -84,21 +84,26 @@ fi
 """
 
 
-# Stands in for python3 in the pretrain stage: the train command exits with $TRAIN_RC, or,
-# with TRAIN_RC=hang, outlives the stage's PRETRAIN_SECONDS (timeout stops it: exit 124).
+# Stands in for python3 in the pretrain stage: the train command exits with $TRAIN_RC, or
+# (TRAIN_RC=stops:N) runs past the stage's PRETRAIN_SECONDS and exits N on its SIGTERM, as the
+# real command does once it saved (0) or when that save fails (2).
 _TRAIN_SHIM = """#!/usr/bin/env bash
 if [[ $1 == -m && $2 == electra_jax.train ]]; then
-  if [[ $TRAIN_RC == hang ]]; then exec sleep 30; fi
+  if [[ $TRAIN_RC == stops:* ]]; then
+    trap "echo 'train: stopped'; exit ${TRAIN_RC#stops:}" TERM
+    sleep 30 & wait
+  fi
   echo "train: exit $TRAIN_RC"
   exit "$TRAIN_RC"
 fi
 """
 
 
-@pytest.mark.parametrize('train_rc, suite_rc', [('0', 0), ('3', 3), ('hang', 0)])
+@pytest.mark.parametrize('train_rc, suite_rc', [('0', 0), ('3', 3), ('stops:0', 0),
+                                                ('stops:2', 2)])
 def test_gpu_suite_pretrain_stage_fails_with_its_train_command(tmp_path, train_rc, suite_rc):
-  """The pretrain stage's status is its train command's, except timeout's 124 at
-  PRETRAIN_SECONDS: the stage stops the run there on purpose."""
+  """The pretrain stage's status is its train command's, also after the SIGTERM it sends at
+  PRETRAIN_SECONDS (timeout's own 124 hid a save that failed there)."""
   shim_dir = tmp_path / 'bin'
   shim_dir.mkdir()
   (shim_dir / 'python3').write_text(_TRAIN_SHIM)
@@ -108,7 +113,7 @@ def test_gpu_suite_pretrain_stage_fails_with_its_train_command(tmp_path, train_r
   proc = subprocess.run(['bash', 'benchmarks/gpu_suite.sh', 'pretrain', str(tmp_path / 'out')],
                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env=env)
   assert proc.returncode == suite_rc, proc.stdout + proc.stderr
-  failed = f'!! pretrain failed (exit {train_rc}); see {tmp_path}/out/pretrain.log'
+  failed = f'!! pretrain failed (exit {suite_rc}); see {tmp_path}/out/pretrain.log'
   assert (failed in proc.stderr) == bool(suite_rc), proc.stderr
 
 
