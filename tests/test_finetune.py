@@ -1324,10 +1324,10 @@ def test_a_finetuned_workdir_predicts_without_its_pretraining_workdir(finetuned,
   for name, run in (('original', original), ('moved', copy)):
     part = predictions.file_part(run, str(tmp_path / 'texts.jsonl'))
     assert not part.labelled
-    result = predictions.predict(run, [part], str(tmp_path / name), seed=1,
+    result = predictions.predict(run, [part], str(tmp_path / 'predictions' / name), seed=1,
                                  say=lambda *a, **k: None)
     assert 'metrics' not in result['parts'][0] and result['seed'] == 1
-    got[name] = (tmp_path / name / 'texts.jsonl').read_text()
+    got[name] = (tmp_path / 'predictions' / name / 'texts.jsonl').read_text()
   assert got['moved'] == got['original'] and len(got['moved'].splitlines()) == 20
   # A workdir from before network/ existed resolves the network from its init_checkpoint.
   shutil.rmtree(os.path.join(str(moved), 'network'))
