@@ -50,9 +50,9 @@ if compgen -G '.whl/*.whl' >/dev/null; then
 fi
 # The image lacks these (benchmarks/fetch_gpu_wheels.sh): stop now, not after a machine start
 # and a failed first command.
-python3 -c 'import grain, ml_collections, tensorboardX' 2>/dev/null || {
-  echo 'grain, ml_collections or tensorboardX missing: run benchmarks/fetch_gpu_wheels.sh and' \
-       'carry .whl' >&2
+python3 -c 'import grain, ml_collections, tensorboardX' || {
+  echo 'grain, ml_collections or tensorboardX not importable (above): run' \
+       'benchmarks/fetch_gpu_wheels.sh and carry .whl' >&2
   exit 2
 }
 export PYTHONUNBUFFERED=1

@@ -27,6 +27,7 @@ from electra_jax import saved_config
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
 from electra_jax.finetune import saved_run
+from electra_jax.finetune import tasks as tasks_lib
 from electra_jax.hf import classifier as hf_classifier
 from electra_jax.hf import files as hf_files
 from electra_jax.hf import tokenizer_files
@@ -197,9 +198,13 @@ def export_finetuned(workdir: str, output: str, seed: int | None = None,
                                                       run.config.dropout_rate,
                                                       run.tokenizer.pad_id),
                        hf_classifier.state_dict(params, run.model_config, run.task))
-    # The length it was fine-tuned and predicts at: a pipeline with truncation=True cuts a
-    # long text where predict does (at the positions' length, its probabilities differ).
-    tokenizer_files.write_tokenizer(run.network.vocab_file, tmp, run.config.max_seq_length,
+    # A classifier's: the length it was fine-tuned and predicts at (a pipeline with
+    # truncation=True cuts a long text where predict does). A tagger's: the positions' (the
+    # token-classification pipeline always cuts there; predict reads a long sentence in
+    # windows).
+    length = (run.model_config.max_position_embeddings if run.task.kind == tasks_lib.TAGGING
+              else run.config.max_seq_length)
+    tokenizer_files.write_tokenizer(run.network.vocab_file, tmp, length,
                                     run.network.do_lower_case)
 
   _in_temp_dir(output, write)

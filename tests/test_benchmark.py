@@ -138,6 +138,10 @@ def test_a_profile_dir_that_cannot_hold_a_trace_is_refused_before_the_benchmark(
   assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
       f"error: --profile_dir '{tmp_path}/afile' is a file; pass a directory path"], proc.stderr
   assert 'electra_jax:' not in proc.stdout  # Nothing timed first.
+  # A benchmark refused after making its --profile_dir leaves none behind.
+  proc = run_cli('electra_jax.benchmark', *BENCH_FLAGS, f'--profile_dir={tmp_path}/new/sub',
+                 '--compare=bogus', check=False)
+  assert proc.returncode == 2 and not (tmp_path / 'new').exists(), proc.stderr
 
 
 def benchmark_script(name: str):

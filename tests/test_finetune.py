@@ -1203,7 +1203,7 @@ def test_a_pair_task_on_a_network_of_one_segment_is_refused_before_anything_is_w
                 eval_file=str(tmp_path / 'pairs.tsv'), random_init=True, model_size='demo')
   with pytest.raises(UserError, match=r'^this task feeds segment id 1 \(a second text, or '
                                       r"tag_head='official'\), but the network has "
-                                      'type_vocab_size=1'):
+                                      'type_vocab_size=1; use a single-text task'):
     loop.finetune(c, str(tmp_path / 'ft'))
   assert not (tmp_path / 'ft').exists()
 

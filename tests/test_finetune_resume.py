@@ -149,8 +149,10 @@ def test_a_new_seed_count_or_learning_rate_is_refused_on_resume(tmp_path, monkey
   with pytest.raises(UserError, match=r"holds an unfinished fine-tuning run with another config "
                                       r'\(learning_rate: 0.001 -> 0.002, num_seeds: 2 -> 3\)'):
     loop.finetune(config(learning_rate=2e-3, num_seeds=3), workdir)
-  # Keys that change neither numbers nor files may differ.
-  summary = loop.finetune(config(progress_bar=True, save_checkpoints_steps=0), workdir)
+  # Keys that change neither numbers nor files may differ, and keys another kind of task reads
+  # (a run saved before tag_head existed, resumed with configs/finetune/official.py's).
+  summary = loop.finetune(config(progress_bar=True, save_checkpoints_steps=0, tag_head='official',
+                                 span_head='bert'), workdir)
   assert summary['num_seeds'] == 2
   with pytest.raises(UserError, match='already holds fine-tuning results'):
     loop.finetune(config(), workdir)

@@ -469,10 +469,12 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   segment = max(int(f['segment_ids'].max(initial=0))
                 for f in [data.train] + [e.features for e in data.evals])
   if segment >= model_config.type_vocab_size:  # jnp.take would read NaN rows past the table.
+    fix = ("--config.tag_head=transformers (segment 0)" if task.kind == tasks_lib.TAGGING else
+           'a single-text task' if task.kind != tasks_lib.SPAN else
+           'a network with two segments (SQuAD feeds the context as the second)')
     raise UserError(f'this task feeds segment id {segment} (a second text, or tag_head='
                     f"'official'), but the network has type_vocab_size="
-                    f'{model_config.type_vocab_size}; fine-tune a network with more segments, '
-                    'or a single-text task')
+                    f'{model_config.type_vocab_size}; use {fix}')
   workdir = experiment_lib.prepare_workdir(workdir)
   if not resuming:
     progress.clear_unsaved(workdir)

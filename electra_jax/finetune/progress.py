@@ -13,6 +13,7 @@ from electra_jax import cli
 from electra_jax import paths
 from electra_jax import saved_config
 from electra_jax.errors import UserError
+from electra_jax.finetune import tasks as tasks_lib
 
 RESULTS = 'results.json'
 RUN = 'run.json'
@@ -22,6 +23,9 @@ INIT = 'init.json'
 METRICS = 'metrics.jsonl'
 # Keys a resumed run may change: they touch neither the numbers nor the files' meaning.
 CHANGEABLE_KEYS = ('progress_bar', 'save_checkpoints_steps')
+# Keys only one kind of task reads (a run of another kind, e.g. one saved before the key
+# existed, may differ in them).
+KEYS_OF_KIND = {tasks_lib.TAGGING: ('tag_head', 'tag_encoding'), tasks_lib.SPAN: ('span_head',)}
 
 
 def open_workdir(workdir: str, c) -> tuple[str, bool]:
@@ -48,8 +52,10 @@ def open_workdir(workdir: str, c) -> tuple[str, bool]:
     return workdir, False  # Stopped before its first save: nothing to keep, any config.
   saved = saved_config.load_finetuning(workdir).to_dict()
   current = c.to_dict()
-  changed = sorted(k for k in current
-                   if saved.get(k) != current[k] and k not in CHANGEABLE_KEYS)
+  kind = tasks_lib.get_task(c.task).kind
+  unread = [k for other, keys in KEYS_OF_KIND.items() if other != kind for k in keys]
+  changed = sorted(k for k in current if saved.get(k) != current[k]
+                   and k not in CHANGEABLE_KEYS and k not in unread)
   if changed:
     diffs = ', '.join(f'{k}: {saved.get(k)!r} -> {current[k]!r}' for k in changed)
     raise UserError(f"--workdir '{workdir}' holds an unfinished fine-tuning run with another "
