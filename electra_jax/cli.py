@@ -180,9 +180,12 @@ EMPTY_MEANS_DEFAULT = ('compilation_cache_dir',)
 
 
 def _empty_flag() -> str | None:
-  """The message for a string flag given as empty (`--output=$UNSET`): read as the current
-  directory it would put a vocabulary at /, shards or a run beside the user's files."""
+  """The message for a command's string flag given as empty (`--output=$UNSET`): read as the
+  current directory it would put a vocabulary at /, shards or a run beside the user's files.
+  Config keys (--config.KEY=) are left to the config's checks: '' may mean none there."""
   for name in flags.FLAGS:
+    if '.' in name:
+      continue
     flag = flags.FLAGS[name]
     values = flag.value if isinstance(flag.value, list) else [flag.value]
     if (flag.present and name not in EMPTY_MEANS_DEFAULT and flag.flag_type() in (

@@ -3,10 +3,13 @@
 import signal
 import sys
 import threading
+import time
 
 import jax
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# Seconds after the first Ctrl-C before another one quits at once.
+SECOND_CTRL_C_AFTER = 1.0
 
 
 class StopRequest:
@@ -15,13 +18,19 @@ class StopRequest:
   def __init__(self):
     self.signal = None
     self._previous = {}
+    self._first_sigint_at = 0.0
 
   def __call__(self, signum, frame):
     del frame
     if signum == signal.SIGINT and self.signal == signal.SIGINT:
       # Ctrl-C twice: now, not after the step (a first compile of Large takes minutes); the
-      # newest checkpoint stands and the same command resumes from it.
-      raise KeyboardInterrupt
+      # newest checkpoint stands and the same command resumes from it. Not a SIGINT right
+      # after the first: a terminal's Ctrl-C that a wrapper (compare) forwards arrives twice.
+      if time.monotonic() - self._first_sigint_at > SECOND_CTRL_C_AFTER:
+        raise KeyboardInterrupt
+      return
+    if signum == signal.SIGINT:
+      self._first_sigint_at = time.monotonic()
     if self.signal is None:
       print(f'{signal.Signals(signum).name}: stopping after the current step, then saving'
             + ('; Ctrl-C again to quit at once' if signum == signal.SIGINT else ''),

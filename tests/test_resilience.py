@@ -134,7 +134,9 @@ def test_sigkill_at_a_random_point_then_rerun_equals_an_uninterrupted_run(
 
 def test_a_second_ctrl_c_quits_at_once_and_says_so_in_one_line(capsys):
   """The first Ctrl-C (or SIGTERM) asks for a stop after the step; a second Ctrl-C quits now
-  (a compile may take minutes): KeyboardInterrupt, which a command reports as one line, 130."""
+  (a compile may take minutes): KeyboardInterrupt, which a command reports as one line, 130.
+  A SIGINT within a second of the first is the same Ctrl-C, forwarded (compare's children get
+  the terminal's and compare's own)."""
   from electra_jax import stop_request  # pylint: disable=import-outside-toplevel
   stop = stop_request.StopRequest()
   stop(signal.SIGTERM, None)
@@ -144,6 +146,9 @@ def test_a_second_ctrl_c_quits_at_once_and_says_so_in_one_line(capsys):
   stop(signal.SIGINT, None)
   assert 'SIGINT: stopping after the current step, then saving; Ctrl-C again to quit at ' \
       'once' in capsys.readouterr().err
+  stop(signal.SIGINT, None)  # Right after: the same Ctrl-C forwarded by a wrapper (compare).
+  assert stop.signal == signal.SIGINT
+  stop._first_sigint_at -= 2  # pylint: disable=protected-access  # Two seconds later:
   with pytest.raises(KeyboardInterrupt):
     stop(signal.SIGINT, None)
   command = ('from electra_jax import cli\n'

@@ -86,8 +86,8 @@ def run_command(module: str, args: list[str], log_path: str, label: str) -> dict
     def forward(signum, frame):
       del frame
       stopped.append(signum)
-      # The train command saves a checkpoint and exits (Ctrl-C reaches it too, from the
-      # terminal: a second request is the same request).
+      # The train command saves a checkpoint and exits (Ctrl-C reaches it from the terminal
+      # too: a second SIGINT within stop_request.SECOND_CTRL_C_AFTER is the same request).
       proc.send_signal(signum)
 
     # Handled, not a KeyboardInterrupt: one raised between reading a line and logging it lost
