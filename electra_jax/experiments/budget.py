@@ -156,9 +156,11 @@ def plan_config(spec: str, overrides: list[str], flops_budget: float,
     raise UserError(f'--flops_budget={flops_budget:.4g} is too small for config {name}: one '
                     f'step costs {per_step:.4g} FLOPs, and it needs at least {need}; raise '
                     f'the budget to at least {per_step * num_points:.4g}')
-  warmup = min(c.num_warmup_steps, int(MAX_WARMUP_FRACTION * steps))
   config_warmup = c.num_warmup_steps
   run, scaled = _scaled_config(c, objectives.get(resolved.objective), steps)
+  # A tenth of the run at most, and what its schedule holds (two_stage: its shorter stage), as
+  # the run itself would cut it: the plan records the warmup the run trains with.
+  warmup = min(c.num_warmup_steps, int(MAX_WARMUP_FRACTION * steps), config_lib.warmup_limit(run))
   run.num_warmup_steps = warmup
   try:
     stages = flops.model_flops_stages(run)
