@@ -9,10 +9,10 @@ TPU figures per chip from the Cloud TPU system architecture pages (read 2026-11-
 message, "exceeds available HBM (30.75G)", in GiB, with libtpu 0.0.42): a step that compiles
 for a topology fits under it. The pages' "GB" of HBM are GiB: the compiler lets a program use
 more than the decimal figure (15.75 GiB of v5e's "16 GB"); v5p's "95 GB" is below its usable
-95.74 GiB, so `hbm_bytes` counts the whole 96 GiB that holds it. GPU entries carry only
-dense peaks (vendor figures, no sparsity): H100/H200 SXM 989 bf16, 67 float32 without tensor cores (TF32 tensor cores, 494, only at
-jax_default_matmul_precision='tensorfloat32'); H100 PCIe 756 / 51 (its datasheet's 1,513 bf16
-is with sparsity); A100 312 / 19.5.
+95.74 GiB, so `hbm_bytes` counts the whole 96 GiB that holds it. GPU entries carry only dense
+peaks (vendor figures, no sparsity): H100/H200 SXM 989 bf16, 67 float32 without tensor cores
+(TF32 tensor cores, 494, only at jax_default_matmul_precision='tensorfloat32'); H100 PCIe 756 /
+51 (its datasheet's 1,513 bf16 is with sparsity); A100 312 / 19.5.
 """
 import dataclasses
 
