@@ -14,7 +14,6 @@ loading is not measured.
 (benchmarks/hf_reference.py) in the same process on the same batch and reports both and the
 ratio. Prints a table; the last stdout line is a JSON summary.
 """
-import contextlib
 import os
 import statistics
 import time
@@ -359,8 +358,7 @@ def main(argv):
   del argv  # cli.run refuses stray arguments.
   cpu_devices.configure_for(FLAGS.config, FLAGS.cpu_devices)
   # A benchmark refused after its --profile_dir was made leaves none behind.
-  with (paths.new_dirs_removed_on_failure(FLAGS.profile_dir) if FLAGS.profile_dir else
-        contextlib.nullcontext()):
+  with paths.new_dirs_removed_on_failure(FLAGS.profile_dir):
     result = run_benchmark(FLAGS.config, FLAGS.steps, FLAGS.warmup, FLAGS.compare, FLAGS.data,
                            FLAGS.profile_dir, FLAGS.peak_tflops, FLAGS.rounds)
   cli.print_result(result)

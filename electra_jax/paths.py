@@ -254,10 +254,12 @@ def remove_tree(path):
 def new_dirs_removed_on_failure(folder):
   """On an exception inside, removes `folder` and the folders above it that did not exist on
   entry, where they hold no files: a command refused after creating its output or workdir
-  leaves nothing of its own behind. Object stores have no empty folders: nothing to do."""
-  folder = absolute(folder)
+  leaves nothing of its own behind. Object stores have no empty folders, and an optional
+  folder not given (None, e.g. no --profile_dir) none to remove: nothing to do."""
+  folder = absolute(folder) if folder else None
   missing = []  # Deepest first.
-  while not is_remote(folder) and not os.path.exists(folder) and parent(folder) != folder:
+  while (folder is not None and not is_remote(folder) and not os.path.exists(folder)
+         and parent(folder) != folder):
     missing.append(folder)
     folder = parent(folder)
   try:

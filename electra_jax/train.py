@@ -7,7 +7,6 @@ Re-running the same command on the same workdir resumes from the latest checkpoi
 WORKDIR/{config.json, metrics.jsonl, eval_metrics.jsonl, checkpoints/, tensorboard/}; the
 last stdout line is a JSON summary of the run.
 """
-import contextlib
 import sys
 import time
 
@@ -105,9 +104,8 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
   stop = stop_request.StopRequest()
   # A run refused at start-up (a bad glob, a full disk) leaves no empty workdir (nor an empty
   # --profile_dir) behind.
-  profile_dirs = (paths.new_dirs_removed_on_failure(profile_dir) if profile_dir else
-                  contextlib.nullcontext())
-  with paths.new_dirs_removed_on_failure(workdir), profile_dirs:
+  with (paths.new_dirs_removed_on_failure(workdir),
+        paths.new_dirs_removed_on_failure(profile_dir)):
     try:
       trace = step_trace.StepTrace(profile_dir, profile_steps)
       return _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden, trace,
