@@ -289,13 +289,6 @@ class Checkpointer:
     finally:
       self._manager.close()
 
-  def close_after_error(self):
-    """close() for a run already failing: pending saves finish, their errors are dropped."""
-    try:
-      self.close()
-    except Exception:  # pylint: disable=broad-except
-      pass
-
 
 def _all_processes_agree(ok: bool) -> bool:
   """True only if `ok` on every process (so all hosts restore the same step)."""

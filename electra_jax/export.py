@@ -63,13 +63,10 @@ def _check_output(output: str, overwrite: bool, workdir: str) -> str:
     raise UserError(f"--output '{output}' is the workdir or a directory holding it, and "
                     'the export would replace the run; choose a directory outside it (or '
                     'inside it, e.g. WORKDIR/hf)')
-  for name in paths.listdir(workdir):
-    # Checkpoint folders (a fine-tuning run's: seed_*/): a step-like export there would pass
-    # for one of the run's checkpoints.
-    if ((name in (checkpoint.SUBDIR, checkpoint.CORRUPT_SUBDIR) or name.startswith('seed_'))
-        and paths.contains(paths.join(workdir, name), output)):
-      raise UserError(f"--output '{output}' lies in the run's {name}/, among its checkpoints; "
-                      'choose a directory outside it, e.g. WORKDIR/hf')
+  inside = saved_run.run_folder_holding(workdir, output)
+  if inside is not None:
+    raise UserError(f"--output '{output}' lies in the run's {inside}/, among its own files; "
+                    'choose a directory outside it, e.g. WORKDIR/hf')
   if paths.is_file(output):
     raise UserError(f"--output '{output}' is a file; pass a directory path")
   if paths.listdir(output):

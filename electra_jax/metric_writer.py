@@ -11,6 +11,7 @@ import json
 import math
 import sys
 import time
+import uuid
 
 from electra_jax import atomic
 from electra_jax import cli
@@ -90,7 +91,10 @@ class TensorBoardEvents:
     with paths.storage_errors(directory, 'TensorBoard directory'):
       if not paths.is_remote(directory):
         paths.make_dirs(directory)
-      self._writer = events_writer(paths.join(directory, 'events'))
+      # The file is named by the second it opens in: a suffix of its own keeps a writer
+      # opened in the same second (a quick resume) from replacing the first one's file.
+      self._writer = events_writer(paths.join(directory, 'events'),
+                                   filename_suffix=f'.{uuid.uuid4().hex[:8]}')
     self._flushed_at = time.monotonic()
 
   def add_scalars(self, step: int, scalars: dict):
@@ -153,11 +157,3 @@ class MetricWriter:
       f.close()
     if self._tb is not None:
       self._tb.close()
-
-  def close_after_error(self):
-    """close() for a run already failing: what was logged is kept as far as it can be; its
-    own errors are dropped (the run's error is the one to report)."""
-    try:
-      self.close()
-    except Exception:  # pylint: disable=broad-except
-      pass

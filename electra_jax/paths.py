@@ -67,6 +67,9 @@ def absolute(path) -> str:
   """The canonical string of a path: a URL without its trailing '/', or an absolute local path."""
   path = str(path).strip()
   if is_remote(path):
+    scheme, rest = path.split('://', 1)
+    if not rest.split('/', 1)[0] and scheme != 'file':  # file:///x has no host, rightly.
+      raise UserError(f"'{path}' names no bucket; write {scheme}://BUCKET/PATH")
     return path.rstrip('/')
   broken = _BROKEN_URL.match(path)
   if broken:

@@ -112,7 +112,10 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
                                  stop)
     except Exception:
       for cleanup in reversed(on_error):
-        cleanup()
+        try:
+          cleanup()
+        except Exception:  # pylint: disable=broad-except
+          pass  # The run's error is the one to report, not a cleanup's after it.
       raise
     finally:
       stop.restore()
@@ -155,7 +158,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   abstract_state = exp.abstract_state()
   checkpoint.check_disk(checkpoint.directory_of(workdir), abstract_state)
   ckpt = checkpoint.Checkpointer(checkpoint.directory_of(workdir), keep=c.keep_checkpoint_max)
-  on_error.append(ckpt.close_after_error)
+  on_error.append(ckpt.close)
   latest, state, loop_state = ckpt.restore_latest_valid(abstract_state)
   if latest is not None:
     say(f'Resuming from step {latest} in {ckpt.directory}'
@@ -211,7 +214,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   writer = metric_writer.MetricWriter(workdir, enabled=is_chief, resume_step=latest or 0)
   # A run that fails (diverged, a failed save) still leaves its last rows, on gs:// and in
   # TensorBoard too: the ones that say why.
-  on_error.append(writer.close_after_error)
+  on_error.append(writer.close)
   too_many_nonfinite = nonfinite.ConsecutiveLimit(c.max_consecutive_nonfinite)
   stop.install()
 

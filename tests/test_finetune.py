@@ -1217,6 +1217,7 @@ def test_predictions_never_go_into_a_runs_own_folders(tmp_path):
   workdir = tmp_path / 'ft'
   (workdir / 'seed_0' / 'best').mkdir(parents=True)
   (workdir / 'network').mkdir()
+  (workdir / 'checkpoints').mkdir()
   (workdir / 'config.json').write_text('{}')
   (tmp_path / 'pretrained').mkdir()
   (tmp_path / 'pretrained' / 'config.json').write_text('{}')
@@ -1228,7 +1229,8 @@ def test_predictions_never_go_into_a_runs_own_folders(tmp_path):
       (tmp_path / 'pretrained', f"holds a run or a model ({tmp_path}/pretrained/config.json)"),
       (workdir / 'seed_0', "lies in the run's seed_0/"),
       (workdir / 'seed_0' / 'best' / 'x', "lies in the run's seed_0/"),
-      (workdir / 'network', "lies in the run's network/")]:
+      (workdir / 'network', "lies in the run's network/"),
+      (workdir / 'checkpoints' / 'p', "lies in the run's checkpoints/")]:
     with pytest.raises(UserError, match=re.escape(f"--output '{output}' {message}")):
       check(output)
   assert check(workdir / 'predictions') == str(workdir / 'predictions')

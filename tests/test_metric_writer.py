@@ -5,7 +5,9 @@ import os
 import struct
 import subprocess
 import sys
+import types
 
+from electra_jax import metric_writer
 from tests.conftest import REPO_ROOT
 
 _WRITE = """
@@ -58,6 +60,19 @@ def test_scalars_reach_jsonl_and_tensorboard_and_torch_is_never_imported(tmp_pat
   assert row == dict(step=2, loss=1.5, disc_auc=None, examples=3)  # NaN is null in JSONL.
   with open(tmp_path / 'eval_metrics.jsonl', encoding='utf-8') as f:
     assert [json.loads(line) for line in f] == [dict(step=4, loss=1.25, precision=None)]
+
+
+def test_writers_opened_in_the_same_second_keep_each_others_scalars(tmp_path, monkeypatch):
+  """Event files are named by the second they open in: a run stopped and resumed within it
+  replaced the first writer's file, and its scalars were gone."""
+  metric_writer.TensorBoardEvents(str(tmp_path))  # Imports tensorboardX.
+  from tensorboardX import event_file_writer  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(event_file_writer, 'time', types.SimpleNamespace(time=lambda: 1.7e9))
+  for step in (1, 2):
+    events = metric_writer.TensorBoardEvents(str(tmp_path))
+    events.add_scalars(step, {'train/loss': float(step)})
+    events.close()
+  assert sorted(read_scalars(tmp_path)) == [('train/loss', 1, 1.0), ('train/loss', 2, 2.0)]
 
 
 _FILL = """

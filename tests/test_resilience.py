@@ -159,6 +159,29 @@ def test_a_second_ctrl_c_quits_at_once_and_says_so_in_one_line(capsys):
   assert (proc.returncode, proc.stderr.strip().splitlines()) == (130, ['interrupted'])
 
 
+def test_a_failing_run_reports_its_own_error_after_every_cleanup_ran(tmp_path, monkeypatch):
+  """A run that fails closes its checkpointer, writer, ... newest first; a cleanup that fails
+  too (a pending save on the same full disk) neither hides the run's error nor skips the
+  cleanups after it."""
+  from electra_jax import train  # pylint: disable=import-outside-toplevel
+  ran = []
+
+  def failing_cleanup():
+    ran.append('failing')
+    raise OSError('No space left on device')
+
+  def fake_run(config, workdir, stop_after_steps, on_error, *args):
+    del config, workdir, stop_after_steps, args
+    on_error.extend([lambda: ran.append('first'), failing_cleanup, lambda: ran.append('last')])
+    raise ValueError('the run diverged')
+
+  monkeypatch.setattr(train, '_train_and_evaluate', fake_run)
+  with pytest.raises(ValueError, match='the run diverged') as raised:
+    train.train_and_evaluate(None, str(tmp_path / 'run'))
+  assert ran == ['last', 'failing', 'first']
+  assert raised.value.__context__ is None  # Not "during handling of ... OSError".
+
+
 def test_sigterm_saves_exits_0_and_resumes_exactly_after_a_failed_save(
     tmp_path, cache_dir, small_corpus, reference):
   workdir = str(tmp_path / 'w')

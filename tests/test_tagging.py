@@ -76,6 +76,20 @@ def test_prediction_files_keep_words_in_any_script_as_written(tmp_path):
   assert (tmp_path / 'test.conll').read_text(encoding='utf-8').startswith('Zoë\tO\n')
 
 
+def test_words_holding_whitespace_stay_one_column_of_the_conll_file(tmp_path):
+  """A JSON Lines file's words may hold spaces (or be empty); each stays one column, so the
+  .conll reads back (conlleval's way, read_conll's) as the same sentence and tags."""
+  task = tasks.Task(name='file', kind=tasks.TAGGING, main_metric='f1', num_epochs=1,
+                    label_names=('O', 'B-LOC', 'I-LOC'))
+  words = ['New York', 'to', '', 'Ulan\u00a0Bator']
+  tags = ['B-LOC', 'O', 'O', 'B-LOC']
+  part = predictions.Part('test', [dict(words=words, label=None, index=0)], False)
+  predictions.write_part(str(tmp_path), task, part, {}, decoded=[tags])
+  (sentence,) = tasks.read_conll(str(tmp_path / 'test.conll'))
+  assert sentence[:2] == (['New_York', 'to', '_', 'Ulan_Bator'], tags)
+  assert json.loads((tmp_path / 'test.jsonl').read_text(encoding='utf-8'))['words'] == words
+
+
 def test_hub_style_tagged_records_read_as_the_same_conll_file(tmp_path):
   """The Hub's conll2003 as Parquet (tokens, ner_tags as ids of a ClassLabel list in the
   schema's metadata), and JSON Lines with tag names, read as the equivalent CoNLL file; a file

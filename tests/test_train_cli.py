@@ -905,6 +905,8 @@ def test_a_folder_of_prepared_data_or_a_comparison_is_no_workdir_and_is_left_as_
      "config file 'configs/demo.py' is a pretraining config; fine-tuning takes one of"),
     ('electra_jax.train', ['--config=configs/demo.py', '--workdir=gs:/bucket/run'],
      "'gs:/bucket/run' is not a gs:// URL (a slash is missing); write gs://BUCKET/PATH"),
+    ('electra_jax.train', ['--config=configs/demo.py', '--workdir=gs:///run'],
+     "'gs:///run' names no bucket; write gs://BUCKET/PATH"),
     ('electra_jax.evaluate', ['--workdir=NEW', '--num_batches=-2'],
      '--num_batches=-2 must be >= 0'),
     ('electra_jax.evaluate', ['NEW'],

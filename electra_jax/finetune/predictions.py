@@ -5,7 +5,8 @@ Classification / regression: OUT/<name>.tsv (`index<TAB>prediction`: class names
 where the GLUE leaderboard wants them; regression on the task's own scale) and
 OUT/<name>.jsonl (per example: index, prediction, the class probabilities, the label if known).
 Tagging: OUT/<name>.conll (each word and its predicted tag, a blank line between sentences: the
-input's format) and OUT/<name>.jsonl (per sentence: index, its number in the input, so a
+input's format; whitespace in a word, which the format cannot hold, written as '_', as is an
+empty word) and OUT/<name>.jsonl (per sentence: index, its number in the input, so a
 sentence skipped leaves a gap; words, predicted tags, the tags if known). SQuAD:
 OUT/<name>_predictions.json (question id -> answer, '' for none: what the official
 evaluation script and the leaderboard read); SQuAD 2.0 also OUT/<name>_null_odds.json (each
@@ -177,9 +178,7 @@ def check_output(output: str, task, parts: list, overwrite: bool, workdir: str) 
   if saved_config.exists(directory):
     raise UserError(f"--output '{output}' holds a run or a model ({saved_config.path(directory)})"
                     '; pass a folder of its own for the predictions')
-  inside = next((name for name in paths.listdir(workdir)
-                 if (name.startswith('seed_') or name == 'network')
-                 and paths.contains(paths.join(workdir, name), directory)), None)
+  inside = saved_run_lib.run_folder_holding(workdir, directory)
   if inside is not None:
     raise UserError(f"--output '{output}' lies in the run's {inside}/; pass a folder of its own "
                     'for the predictions (e.g. FT_DIR/predictions)')
@@ -234,6 +233,12 @@ def _json(value, **dump_args) -> str:
   return json.dumps(value, ensure_ascii=False, **dump_args)
 
 
+def _conll_word(word: str) -> str:
+  """A word as one CoNLL column: a JSON Lines file's `New York` (or '') would be two columns
+  (or none), which conlleval and read_conll misread."""
+  return re.sub(r'\s', '_', word) or '_'
+
+
 def write_part(output: str, task, part: Part, outputs: dict, decoded=None) -> list:
   """Writes the part's files (each whole, atomically; SQuAD's and a tagger's from `decoded`,
   loop.decode's); returns their paths."""
@@ -252,7 +257,7 @@ def write_part(output: str, task, part: Part, outputs: dict, decoded=None) -> li
   if task.kind == tasks_lib.TAGGING:
     conll, details = [], []
     for example, tags in zip(part.examples, decoded):
-      conll.append(''.join(f'{w}\t{t}\n' for w, t in zip(example['words'], tags)))
+      conll.append(''.join(f'{_conll_word(w)}\t{t}\n' for w, t in zip(example['words'], tags)))
       detail = dict(index=example['index'], words=example['words'], prediction=tags)
       if example['label'] is not None:
         detail['label'] = [task.label_names[t] for t in example['label']]
