@@ -191,8 +191,10 @@ case "${STEP}" in
     if [[ ${#EXTRA[@]} -eq 0 ]]; then
       FLAGS=""
     fi
-    COMMAND="cd electra_jax && ~/${VENV}/bin/python -m electra_jax.train --config=${CONFIG} \
---workdir=${WORKDIR} --compilation_cache_dir=${CACHE:-${WORKDIR%/}/jax_cache}${FLAGS}"
+    # Quoted for the worker's shell, as the extra flags are: a path may hold a space.
+    printf -v PATH_FLAGS ' %q' "--config=${CONFIG}" "--workdir=${WORKDIR}" \
+      "--compilation_cache_dir=${CACHE:-${WORKDIR%/}/jax_cache}"
+    COMMAND="cd electra_jax && ~/${VENV}/bin/python -m electra_jax.train${PATH_FLAGS}${FLAGS}"
     if [[ "${PRINT}" == 1 ]]; then
       run "${SSH[@]}" --command="${COMMAND}"
     else

@@ -88,6 +88,18 @@ def test_two_stage_keeps_its_stage_split_and_its_run_spends_the_budget(flops_bud
   assert f'--config.two_stage_generator_steps={n}' in plan.train_overrides([])
 
 
+def test_budget_points_are_distinct_steps_when_steps_differ_in_cost():
+  """two_stage's steps cost less in its generator-only stage: points evenly spaced in FLOPs
+  put two on step 20 of 40 (and none on 19); every point has a step of its own."""
+  stages = [(0, 60278439936), (20, 66813165568)]  # two_stage at the demo size, 40 steps.
+  for num_points in range(1, 41):
+    points = budget.budget_points(stages, 40, num_points)
+    assert len(points) == num_points and points[-1] == 40 and points[0] >= 1
+    assert all(a < b for a, b in zip(points, points[1:])), (num_points, points)
+  assert budget.budget_points(stages, 40, 40) == list(range(1, 41))
+  assert budget.budget_points([(0, 10)], 40, 4) == [10, 20, 30, 40]  # Equal costs: unmoved.
+
+
 def test_a_planned_two_stage_run_warms_up_within_its_shorter_stage(tmp_path):
   """A generator stage whose share of the budget's run is shorter than the planned warmup:
   the plan warms up over that stage, as the run would (each stage warms up anew), and records
@@ -334,6 +346,18 @@ def test_results_markdown_matches_results_json_and_plots_exist(sweep):
   for name in ('downstream_vs_flops.png', 'pretraining_curves.png'):
     with open(os.path.join(out, name), 'rb') as f:
       assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+
+
+def test_a_diverged_seed_is_the_lowest_of_the_range_in_any_seed_order():
+  """A seed whose every epoch diverged scores NaN; min and max of floats holding a NaN depend
+  on the order, so the same seeds gave 0.61–0.65 or nan–nan."""
+  from electra_jax.experiments import report  # pylint: disable=import-outside-toplevel
+  nan = float('nan')
+  for seeds in ([0.61, nan, 0.65], [nan, 0.61, 0.65], [0.65, 0.61, nan]):
+    low, high = report.seed_range(seeds)
+    assert np.isnan(low) and high == 0.65
+  assert report.seed_range([0.65, 0.61]) == (0.61, 0.65)
+  assert all(np.isnan(x) for x in report.seed_range([nan, nan]))
 
 
 def test_rerunning_the_same_command_skips_finished_runs(sweep):

@@ -207,6 +207,22 @@ def test_wordpiece_vocab_exports_as_an_electra_tokenizer(tmp_path):
     assert tok(text, add_special_tokens=False)['input_ids'] == ours.encode(text)
 
 
+def test_a_vocab_txt_with_spaces_at_line_ends_exports_the_tokens_we_read(tmp_path):
+  """BERT reads 'cat ' as the token cat (and drops blank lines at the end); transformers' vocab
+  readers kept the space, so the exported tokenizer gave [UNK] for cat."""
+  words = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'the ', 'cat\t', 'sat', '##s', '.']
+  (tmp_path / 'vocab.txt').write_text('\n'.join(words) + '\n\n\n', encoding='utf-8')
+  out = tmp_path / 'out'
+  out.mkdir()
+  tokenizer_files.write_tokenizer(str(tmp_path / 'vocab.txt'), str(out), 128)
+  ours = tokenizer_lib.load_tokenizer(str(tmp_path / 'vocab.txt'))
+  assert ours.encode('the cats') == [5, 6, 8]
+  for fast in (True, False):
+    tok = transformers.AutoTokenizer.from_pretrained(str(out), use_fast=fast)
+    assert len(tok) == ours.vocab_size
+    assert tok('the cats', add_special_tokens=False)['input_ids'] == [5, 6, 8]
+
+
 def test_export_refuses_missing_workdir_checkpoint_and_non_empty_output(tmp_path):
   with pytest.raises(UserError, match='does not exist'):
     export.export_workdir(str(tmp_path / 'nowhere'), str(tmp_path / 'out'))

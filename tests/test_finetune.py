@@ -613,6 +613,19 @@ def test_squad_windows_map_answers_to_the_right_tokens(any_tokenizer):
     assert CONTEXT[many['token_begin'][f, s]:many['token_end'][f, e]] == answer
 
 
+@pytest.mark.parametrize('answer', ['Louisa\u0301', 'Musgrove\u00ad', 'Louisa\u200b'])
+def test_an_answer_ending_in_a_character_the_normaliser_deletes_keeps_it(any_tokenizer, answer):
+  """A decomposed accent, a soft hyphen or a zero-width space ending an answer has no token
+  of its own: the answer's span still reaches it (the official code answers whole words)."""
+  context = f'Anne saw {answer} fall.'
+  example = dict(id='q', question='Who fell?', context=context, is_impossible=False,
+                 answers=[(answer, context.index(answer))])
+  f = features.encode_squad(any_tokenizer, [example], 48, doc_stride=8, max_query_length=16)
+  s, e = f['start_position'][0], f['end_position'][0]
+  assert f['answerable'][0] == 1
+  assert context[f['token_begin'][0, s]:f['token_end'][0, e]] == answer
+
+
 def test_a_question_that_leaves_no_room_for_context_is_refused_not_windowed_forever(tokenizer):
   """Windows advance by at most their context room: with none, windowing would never end."""
   from electra_jax.finetune import settings  # pylint: disable=import-outside-toplevel

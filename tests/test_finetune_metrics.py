@@ -52,12 +52,25 @@ def test_squad_normalisation_exact_match_and_f1():
   # [eiffel, tower, in, paris] ('in' is no article): P 1/2, R 1 -> F1 2/3.
   assert metrics.token_f1('Eiffel Tower in Paris', 'the Eiffel Tower') == pytest.approx(2 / 3)
   assert metrics.token_f1('', '') == 1.0 and metrics.token_f1('x', '') == 0.0
+  assert metrics.token_f1('', '', squad_v2=False) == 0.0  # 1.1: no shared token.
   scores = metrics.squad_metrics(
-      {'q1': 'Eiffel Tower in Paris', 'q2': '', 'q3': 'blue'},
-      {'q1': ['the Eiffel Tower', 'Eiffel Tower in Paris'], 'q2': [], 'q3': ['red']})
-  # q1 best gold matches exactly, q2 correctly unanswered, q3 wrong.
-  assert scores['exact_match'] == pytest.approx(200 / 3)
-  assert scores['f1'] == pytest.approx(200 / 3)
+      {'q1': 'Eiffel Tower in Paris', 'q2': 'blue'},
+      {'q1': ['the Eiffel Tower', 'Eiffel Tower in Paris'], 'q2': ['red']})
+  # q1 best gold matches exactly, q2 wrong.
+  assert scores['exact_match'] == pytest.approx(50.0) and scores['f1'] == pytest.approx(50.0)
+
+
+def test_squad_v1_scores_answers_that_normalise_to_nothing_as_its_official_script_does():
+  """evaluate-v1.1 keeps every gold answer ('The' too) and gives F1 0 where no token is
+  shared, '' against 'The' included; only 2.0 drops such golds and matches blank with blank."""
+  gold = {'q1': ['The'], 'q2': ['The', 'Denver']}
+  answers = {'q1': '', 'q2': 'the'}
+  # The official 1.1 script gives exact_match 100 (both normalise to '') and f1 0 for each.
+  assert metrics.squad_metrics(answers, gold) == dict(exact_match=100.0, f1=0.0)
+  # 2.0: q1 scored against '' (EM 1, F1 1); q2 against 'Denver' alone (0, 0).
+  v2 = metrics.squad_metrics(answers, gold, best_spans=answers, no_answer_probs={'q1': 0.0,
+                                                                               'q2': 0.0})
+  assert (v2['exact_match'], v2['f1']) == (50.0, 50.0)
 
 
 def test_squad_v2_breakdown_and_the_official_threshold_search():

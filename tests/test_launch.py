@@ -263,7 +263,7 @@ echo "$(basename "$0") $*" >> "$FAKE_WORKER_HOME/calls.log"
 if [[ "$1 $2 $3" == "-m uv venv" ]]; then
   venv="${!#}"
   mkdir -p "$venv/bin"
-  printf '#!/usr/bin/env bash\\necho "venv python $* (in $PWD)" >> "$FAKE_WORKER_HOME/calls.log"\\n' \\
+  printf '#!/usr/bin/env bash\\necho "venv python $#: $* (in $PWD)" >> ~/calls.log\\n' \\
     > "$venv/bin/python"
   chmod +x "$venv/bin/python"
 fi
@@ -314,15 +314,16 @@ def test_tpu_vm_installs_into_a_python_3_11_environment_and_trains_with_it(tmp_p
   with tarfile.open(tmp_path / 'electra_jax-pod.tar.gz') as archive:
     names = [n.removeprefix('./') for n in archive.getnames()]
   assert 'launch/tpu_vm.sh' in names and not [n for n in names if n.startswith('workdirs/')]
-  train = tpu_vm(tmp_path, env, '--name=pod', '--workdir=gs://b/run', 'train', '--',
+  # A path holding a space stays one argument on the worker (its shell reads the command).
+  train = tpu_vm(tmp_path, env, '--name=pod', '--workdir=gs://b/my run', 'train', '--',
                  '--config.num_train_steps=10')
   assert train.returncode == 0, train.stderr
   assert (home / 'calls.log').read_text().splitlines() == [
       'python3 -m pip install -q --user uv',
       'python3 -m uv venv -q --python 3.11 --allow-existing electra_venv',
       'python3 -m uv pip install -q --python electra_venv/bin/python -e electra_jax[tpu]',
-      'venv python -m electra_jax.train --config=configs/large.py --workdir=gs://b/run '
-      '--compilation_cache_dir=gs://b/run/jax_cache --config.num_train_steps=10 '
+      'venv python 6: -m electra_jax.train --config=configs/large.py --workdir=gs://b/my '
+      'run --compilation_cache_dir=gs://b/my run/jax_cache --config.num_train_steps=10 '
       f'(in {home}/electra_jax)']
   assert len(list((tmp_path / 'logs').glob('pod-*.log'))) == 1
 

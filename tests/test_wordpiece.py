@@ -1,6 +1,7 @@
 """WordPiece vocab.txt tokenization equals BERT's reference tokenizer; arbitrary special ids."""
 import collections
 import os
+import re
 
 import jax
 import numpy as np
@@ -28,6 +29,9 @@ SAMPLE = [
     'Persuasion by JANE AUSTEN; Sir Walter Elliot, of Kellynch-Hall, in Somersetshire',
     'zzqqx unknownword believable unbelievably',
     "ΟΔΟΣ ΚΑΙ ΛΟΓΟΣ. Ο ΔΡΟΜΟΣ' ΟΔΟΣ.ΚΑΙ ΣΑΣ Σ",  # Greek capitals: the final sigma ς.
+    # ς also after case-ignorables (an elision mark, a combining accent) and a control
+    # character BERT removes first; σ before a cased letter behind one.
+    "Α'Σ Α.Σ Α\u0301Σ Α\x00Σ ΑΣ\x00Β ΑΣ\ufffdΒ",
 ]
 PREFIXES = ('un', 'be', 're', '##able', '##ably', '##ing', '##ed', '##ly', '##s', '##ion',
             '##er', '##lie', '##ve')
@@ -152,3 +156,17 @@ def test_one_cjk_ideograph_can_be_added_to_a_wordpiece_vocabulary():
   assert grown.encode('a龘b') == [5, 8, 6]
   with pytest.raises(UserError, match="'中国' can never be a WordPiece token"):
     extend_vocab.extend_wordpiece(tokens, True, ['中国'], 'words.txt')
+
+
+@pytest.mark.parametrize('token', ['##.', '##中', '##' + 'b' * 100, 'c' * 101])
+def test_extending_a_wordpiece_vocabulary_refuses_tokens_no_text_produces(token):
+  """A continuation of punctuation or a CJK ideograph (each starts a word of its own), or a word
+  over 100 characters ([UNK] whole), would take an embedding row no text ever reads."""
+  from electra_jax.data import extend_vocab  # pylint: disable=import-outside-toplevel
+  tokens = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'a', 'b', '##b', '.', '中']
+  with pytest.raises(UserError, match=re.escape(f"{token[:20]!r}") + r'(\.\.\.)? can never be a '
+                     'WordPiece token'):
+    extend_vocab.extend_wordpiece(tokens, True, [token], 'words.txt')
+  fits = token[:-1] if len(token) > 100 else None  # 100 characters: a word still.
+  if fits:
+    assert extend_vocab.extend_wordpiece(tokens, True, [fits], 'words.txt').tokens

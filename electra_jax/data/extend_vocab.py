@@ -78,9 +78,17 @@ def extend_wordpiece(old_tokens: list[str], lower_case: bool, new: list[str],
     prefix = '##' if token.startswith('##') and len(token) > 2 else ''
     # strip(): BERT's normaliser spaces out CJK ideographs, each a word of its own.
     word = normalize.normalize_str(token[len(prefix):]).strip()
-    if [w for w, _ in split.pre_tokenize_str(word)] != [word]:
+    # A continuation must stay in the word it continues: '##.' and '##中' start words of
+    # their own.
+    probe = normalize.normalize_str('a' + word).strip() if prefix else word
+    if [w for w, _ in split.pre_tokenize_str(probe)] != [probe]:
       raise UserError(f"config.extend_vocab_file='{path}': {token!r} can never be a WordPiece "
-                      'token (BERT splits words at punctuation and spaces); list its parts')
+                      'token (BERT splits words at punctuation, spaces and CJK characters); '
+                      'list its parts')
+    if len(probe) > wordpiece.MAX_CHARS_PER_WORD:
+      raise UserError(f"config.extend_vocab_file='{path}': {token[:20]!r}... can never be a "
+                      f'WordPiece token (a word over {wordpiece.MAX_CHARS_PER_WORD} characters '
+                      'is [UNK]); shorten it')
     if prefix + word in known:
       skipped.append(token)
       continue

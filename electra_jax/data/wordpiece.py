@@ -49,17 +49,21 @@ def _token_ids(tokens: list[str], vocab_file: str) -> dict[str, int]:
 
 
 # A capital sigma ending a word lower-cases to the final form ς in BERT's tokenizer (Python's
-# str.lower: after a cased letter, not before one, case-ignorable characters such as ' and .
-# skipped); the Rust normalizer lower-cases character by character, to σ.
+# str.lower: after a cased letter, not before one, case-ignorable characters such as ', . and
+# combining accents skipped on both sides); the Rust normalizer lower-cases character by
+# character, to σ. BERT lower-cases after its clean-up (control characters and U+FFFD gone),
+# so the rule reads the cleaned text.
+_CLEAN = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=False,
+                                    strip_accents=False, lowercase=False)
 _FINAL_SIGMA = normalizers.Replace(
-    Regex(r'(?<=\p{Cased})Σ(?!\p{Case_Ignorable}*\p{Cased})'), 'ς')
+    Regex(r'(?<=\p{Cased}\p{Case_Ignorable}*)Σ(?!\p{Case_Ignorable}*\p{Cased})'), 'ς')
 
 
 def normalizer(lower_case: bool) -> normalizers.Normalizer:
   """BERT's text clean-up; uncased vocabularies also lower-case and strip accents."""
   bert = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
                                     strip_accents=lower_case, lowercase=lower_case)
-  return normalizers.Sequence([_FINAL_SIGMA, bert]) if lower_case else bert
+  return normalizers.Sequence([_CLEAN, _FINAL_SIGMA, bert]) if lower_case else bert
 
 
 class WordPieceTokenizer:

@@ -106,8 +106,17 @@ def budget_points(stages, num_train_steps: int, num_points: int) -> list[int]:
   """Steps of `num_points` checkpoints evenly spaced in FLOPs, the last at the end (for most
   objectives evenly spaced in steps too; not in two_stage, whose steps differ in cost)."""
   total = flops.flops_to_step(stages, num_train_steps)
-  return [flops.step_at_flops(stages, (k * total) // num_points)
-          for k in range(1, num_points + 1)]
+  points = [flops.step_at_flops(stages, (k * total) // num_points)
+            for k in range(1, num_points + 1)]
+  # Steps of unequal cost can put two points on one step: each moves to a step of its own
+  # (there are at least `num_points` steps), the last staying at the end.
+  points[0], points[-1] = max(points[0], 1), num_train_steps
+  for k in range(1, num_points):
+    points[k] = max(points[k], points[k - 1] + 1)
+  points[-1] = num_train_steps
+  for k in range(num_points - 2, -1, -1):
+    points[k] = min(points[k], points[k + 1] - 1)
+  return points
 
 
 def _scaled_config(c, objective, steps: int) -> tuple[ml_collections.ConfigDict, dict]:

@@ -3,6 +3,7 @@
 The markdown table is written from results.json's numbers, so the two always agree.
 """
 import io
+import math
 
 from electra_jax import atomic
 from electra_jax import flops
@@ -28,6 +29,14 @@ def fmt_score(value: float) -> str:
   return f'{value:.4f}'
 
 
+def seed_range(seeds: list[float]) -> tuple[float, float]:
+  """The lowest and highest seed score, NaN (a seed that diverged) the lowest, as fine-tuning
+  ranks it: the same whatever the seeds' order (min and max of floats with a NaN are not)."""
+  numbers = [s for s in seeds if not math.isnan(s)]
+  low = min(numbers) if len(numbers) == len(seeds) else math.nan
+  return low, max(numbers) if numbers else math.nan
+
+
 def markdown(results: dict) -> str:
   metric = results['main_metric'] or 'score'
   lines = [
@@ -42,10 +51,10 @@ def markdown(results: dict) -> str:
   ]
   for run in results['configs']:
     for point in run['points']:
-      seeds = point['finetune']['seeds']
+      low, high = seed_range(point['finetune']['seeds'])
       lines.append(f"| {run['name']} | {run['objective']} | {fmt_flops(point['flops'])} | "
                    f"{point['step']} | {fmt_score(point['finetune']['median'])} | "
-                   f'{fmt_score(min(seeds))}–{fmt_score(max(seeds))} |')
+                   f'{fmt_score(low)}–{fmt_score(high)} |')
   lines += ['', 'Warmup steps (the config\'s, capped at 10 % of the run\'s steps): ' + ', '.join(
       f"{r['name']} {r['num_warmup_steps']} (config {r['config_warmup_steps']})"
       for r in results['configs']) + '.', '']
@@ -73,8 +82,9 @@ def plot_downstream(results: dict, path: str):
   for index, run in enumerate(results['configs']):
     x = [p['flops'] for p in run['points']]
     y = [p['finetune']['median'] for p in run['points']]
-    low = [m - min(p['finetune']['seeds']) for m, p in zip(y, run['points'])]
-    high = [max(p['finetune']['seeds']) - m for m, p in zip(y, run['points'])]
+    ranges = [seed_range(p['finetune']['seeds']) for p in run['points']]
+    low = [m - r[0] for m, r in zip(y, ranges)]
+    high = [r[1] - m for m, r in zip(y, ranges)]
     ax.errorbar(x, y, yerr=[low, high], marker='o', capsize=4, color=_color(index),
                 label=f"{run['name']} ({run['objective']})")
   # From 0 to the budget: runs a few steps apart do not look far apart.

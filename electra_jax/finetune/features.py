@@ -5,6 +5,8 @@ are split into overlapping windows (stride `doc_stride` tokens); each window kee
 character span of every context token so a predicted token span maps back to the text. Tagged
 sentences longer than the window are split the same way.
 """
+import unicodedata
+
 import numpy as np
 
 
@@ -51,13 +53,28 @@ def encode_classification(tokenizer, examples: list[dict], max_seq_length: int,
               label=labels)
 
 
+def _invisible(ch: str) -> bool:
+  """Whitespace, control and format characters (a zero-width space, a soft hyphen)."""
+  return ch.isspace() or unicodedata.category(ch) in ('Cc', 'Cf')
+
+
 def _char_spans(tokenizer, text: str):
-  """Token ids and each token's [begin, end) character span (leading whitespace excluded)."""
+  """Token ids and each token's [begin, end) character span: without the invisible characters
+  it starts with (sentencepiece gives a zero-width space to the next word), and with the
+  characters the normaliser deleted after it (a decomposed accent, a soft hyphen: up to the
+  next token or space), so an answer 'café' written with a combining accent keeps it, as the
+  official code's answer (the whole original word) does."""
   ids, offsets = tokenizer.encode_with_offsets(text)
-  spans = []
+  begins = []
   for begin, end in offsets:
-    while begin < end and text[begin].isspace():
+    while begin < end and _invisible(text[begin]):
       begin += 1
+    begins.append(begin)
+  spans = []
+  for k, (begin, (_, end)) in enumerate(zip(begins, offsets)):
+    stop = begins[k + 1] if k + 1 < len(begins) else len(text)
+    while end < stop and not text[end].isspace():
+      end += 1
     spans.append((begin, end))
   return ids, spans
 

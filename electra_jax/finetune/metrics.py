@@ -128,10 +128,12 @@ def exact_match(prediction: str, gold: str) -> float:
   return float(normalize_answer(prediction) == normalize_answer(gold))
 
 
-def token_f1(prediction: str, gold: str) -> float:
+def token_f1(prediction: str, gold: str, squad_v2: bool = True) -> float:
+  """SQuAD 2.0: no answer ('', or text that normalises to nothing) matches only no answer, F1 1.
+  1.1's script has no such rule: no shared token, F1 0."""
   pred_tokens, gold_tokens = normalize_answer(prediction).split(), normalize_answer(gold).split()
-  if not pred_tokens or not gold_tokens:  # SQuAD 2.0: no-answer matches only no-answer.
-    return float(pred_tokens == gold_tokens)
+  if not pred_tokens or not gold_tokens:
+    return float(squad_v2 and pred_tokens == gold_tokens)
   common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
   same = sum(common.values())
   if same == 0:
@@ -140,15 +142,17 @@ def token_f1(prediction: str, gold: str) -> float:
   return 2 * precision * recall / (precision + recall)
 
 
-def _question_scores(predictions: dict, gold_answers: dict) -> tuple[dict, dict]:
-  """(id -> EM, id -> F1) of each question against its best-matching gold answer. Gold answers
-  that normalise to nothing are dropped first; none left: the question is unanswerable ('')."""
+def _question_scores(predictions: dict, gold_answers: dict,
+                     squad_v2: bool) -> tuple[dict, dict]:
+  """(id -> EM, id -> F1) of each question against its best-matching gold answer. SQuAD 2.0
+  drops gold answers that normalise to nothing first (none left, or none given: the question is
+  unanswerable, ''); 1.1's script scores against every gold answer as given."""
   em, f1 = {}, {}
   for qid, golds in gold_answers.items():
-    golds = [g for g in golds if normalize_answer(g)] or ['']
+    golds = [g for g in golds if normalize_answer(g) or not squad_v2] or ['']
     prediction = predictions.get(qid, '')
     em[qid] = max(exact_match(prediction, g) for g in golds)
-    f1[qid] = max(token_f1(prediction, g) for g in golds)
+    f1[qid] = max(token_f1(prediction, g, squad_v2) for g in golds)
   return em, f1
 
 
@@ -178,15 +182,17 @@ def _best_threshold(scores: dict, best_spans: dict, no_answer_probs: dict,
 
 def squad_metrics(predictions: dict, gold_answers: dict, best_spans: dict | None = None,
                   no_answer_probs: dict | None = None) -> dict:
-  """EM and F1 in percent. predictions: id -> text ('' = no answer); gold_answers: id -> list
-  of answer texts (empty list = unanswerable, scored against '').
+  """EM and F1 in percent, as the official SQuAD 1.1 script scores them. predictions: id ->
+  text; gold_answers: id -> list of answer texts.
 
   SQuAD 2.0 (best_spans: id -> the best non-empty span; no_answer_probs: id -> probability of
-  no answer): also the official script's breakdown over answerable and unanswerable questions
-  and its threshold search (best_exact_match / best_f1 and their thresholds)."""
-  em, f1 = _question_scores(predictions, gold_answers)
+  no answer): as the 2.0 script scores them ('' = no answer; an empty list of gold answers =
+  unanswerable, scored against ''), with its breakdown over answerable and unanswerable
+  questions and its threshold search (best_exact_match / best_f1 and their thresholds)."""
+  squad_v2 = best_spans is not None
+  em, f1 = _question_scores(predictions, gold_answers, squad_v2)
   result = dict(exact_match=_mean_percent(em, em), f1=_mean_percent(f1, f1))
-  if best_spans is None:
+  if not squad_v2:
     return result
   # As the official script: a question with any gold answer is answerable (even one, say
   # 'The', that normalises to nothing and so is scored against '').
@@ -195,7 +201,7 @@ def squad_metrics(predictions: dict, gold_answers: dict, best_spans: dict | None
     ids = [q for q in gold_answers if has_answer[q] == wanted]
     result[f'{name}_exact_match'] = _mean_percent(em, ids)
     result[f'{name}_f1'] = _mean_percent(f1, ids)
-  raw_em, raw_f1 = _question_scores(best_spans, gold_answers)
+  raw_em, raw_f1 = _question_scores(best_spans, gold_answers, squad_v2)
   for name, raw in (('exact_match', raw_em), ('f1', raw_f1)):
     score, threshold = _best_threshold(raw, best_spans, no_answer_probs, has_answer)
     result[f'best_{name}'], result[f'best_{name}_threshold'] = score, threshold

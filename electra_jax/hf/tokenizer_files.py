@@ -7,7 +7,6 @@ vocab.txt is copied with an ElectraTokenizerFast config. Reading takes a directo
 or vocab.txt, or the WordPiece vocabulary inside its tokenizer.json, and its lower-casing.
 """
 import dataclasses
-import io
 import os
 
 from electra_jax import atomic
@@ -28,9 +27,11 @@ def _spm_fast_tokenizer(model_file: str):
   """A `tokenizers` pipeline equal to sentencepiece's for our vocabularies.
 
   Sentencepiece's normaliser (the precompiled NFKC map, whitespace folding, the dummy '▁'
-  prefix) is rebuilt from the model proto; the pieces and scores are copied. The one known
-  difference: where two segmentations score exactly the same (e.g. '---' as '--' '-' or
-  '-' '--') the two Viterbi implementations may break the tie differently.
+  prefix) is rebuilt from the model proto; the pieces and scores are copied. Known
+  differences: where two segmentations score exactly the same (e.g. '---' as '--' '-' or
+  '-' '--') the two Viterbi implementations may break the tie differently; and `tokenizers`'
+  Precompiled normaliser drops a combining mark after a character it maps ('ﬁ́' -> 'fi';
+  huggingface/tokenizers#2116).
   """
   # pylint: disable=import-outside-toplevel
   from sentencepiece import sentencepiece_model_pb2
@@ -88,19 +89,21 @@ def write_tokenizer(vocab_file: str, directory: str, model_max_length: int,
                     'restore it or run from the directory training ran in')
   names = dict(unk_token='[UNK]', pad_token='[PAD]', cls_token='[CLS]', sep_token='[SEP]',
                mask_token='[MASK]')
-  wordpiece = tokenizer_lib.is_wordpiece_vocab(path)
-  content = paths.read_bytes(path)
-  if wordpiece:
-    with open(os.path.join(directory, WORDPIECE_FILE), 'wb') as f:
-      f.write(content)
-    lines = io.TextIOWrapper(io.BytesIO(content), encoding='utf-8')
-    vocab = {line.rstrip('\n'): i for i, line in enumerate(lines)}
+  is_wordpiece = tokenizer_lib.is_wordpiece_vocab(path)
+  if is_wordpiece:
+    # The tokens as we read them (a line's spaces and the blank lines at the end dropped),
+    # written back one a line: transformers' readers keep a line's spaces, and 'cat ' would
+    # not be 'cat'.
+    tokens = wordpiece.read_tokens(path)
+    with open(os.path.join(directory, WORDPIECE_FILE), 'w', encoding='utf-8', newline='\n') as f:
+      f.write(''.join(f'{token}\n' for token in tokens))
+    vocab = {token: i for i, token in enumerate(tokens)}  # A repeated token: its later id.
     tokenizer = transformers.ElectraTokenizerFast(vocab=vocab, do_lower_case=do_lower_case,
                                                   model_max_length=model_max_length, **names)
   else:
     local_model = os.path.join(directory, SPM_FILE)
     with open(local_model, 'wb') as f:
-      f.write(content)
+      f.write(paths.read_bytes(path))
     tokenizer = transformers.PreTrainedTokenizerFast(
         tokenizer_object=_spm_fast_tokenizer(local_model), model_max_length=model_max_length,
         model_input_names=['input_ids', 'token_type_ids', 'attention_mask'], **names)
@@ -108,9 +111,9 @@ def write_tokenizer(vocab_file: str, directory: str, model_max_length: int,
   # transformers 5 records its internal backend class; name the public one 4.x also loads.
   config_file = os.path.join(directory, TOKENIZER_CONFIG_FILE)
   tokenizer_config = files.read_json(config_file)
-  tokenizer_config['tokenizer_class'] = 'ElectraTokenizer' if wordpiece else (
+  tokenizer_config['tokenizer_class'] = 'ElectraTokenizer' if is_wordpiece else (
       'PreTrainedTokenizerFast')
-  if wordpiece:
+  if is_wordpiece:
     tokenizer_config['do_lower_case'] = bool(do_lower_case)
   atomic.write_json(config_file, tokenizer_config, sort_keys=True)
 
