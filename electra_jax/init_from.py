@@ -129,6 +129,11 @@ def _networks_params(c, discriminator: dict, generator: Callable[[], dict] | Non
     notes.append(f"the source's generator (a masked LM) cannot start objective "
                  f"{c.objective!r}'s two-tower cloze generator: it starts from random weights")
     generator = None
+  if generator is not None and not layout.generator:
+    notes.append(f"the source's generator is left out: objective {c.objective!r}"
+                 + (' with uniform_generator' if c.get('uniform_generator') else '')
+                 + ' has no generator network')
+    generator = None
   if generator is not None:
     theirs = hf_weights.hf_to_params(generator(), c, 'generator')
     params['generator'] = theirs['generator']

@@ -2,6 +2,7 @@
 from resuming: exact weights and logits, training, kill -9 and resume, export, fine-tuning,
 vocabulary extension, and the one-line errors. The transformers pair is built in the test
 (tests/hf_pair.py): random weights, a WordPiece vocabulary trained on the bundled corpus."""
+import copy
 import json
 import os
 import re
@@ -437,6 +438,35 @@ def test_a_workdir_or_one_of_its_checkpoints_is_a_source(tmp_path, trained):
     saved, _ = checkpoint.read_params(trained['workdir'], step)
     jax.tree.map(np.testing.assert_array_equal, params, saved)
     assert f'(step {step})' in notes[-1]
+
+
+def test_a_model_saved_in_bfloat16_or_float16_reads_as_its_values_in_float32(tmp_path, pair):
+  """model.to(torch.bfloat16).save_pretrained(DIR): safetensors.numpy has no bfloat16, and
+  init_from and fine-tuning failed with KeyError 'BF16'."""
+  _, reference = hf_files.read_dir(pair['disc'])
+  for dtype in (torch.bfloat16, torch.float16):
+    directory = tmp_path / str(dtype)
+    model = copy.deepcopy(pair['models']['discriminator']).to(dtype)
+    model.save_pretrained(str(directory))
+    _, state = hf_files.read_dir(str(directory))
+    assert state.keys() == reference.keys()
+    for name, value in model.state_dict().items():
+      assert state[name].dtype == np.float32
+      np.testing.assert_array_equal(state[name], value.float().numpy())
+
+
+def test_sizes_a_config_json_leaves_out_are_the_ones_transformers_builds():
+  """A hand-written config.json without embedding_size got hidden_size (transformers: 128)
+  and a valid directory was refused; without num_hidden_layers, a KeyError."""
+  from electra_jax.hf import configs as hf_configs  # pylint: disable=import-outside-toplevel
+  built = transformers.ElectraConfig()
+  keys = hf_configs.shape_keys({'model_type': 'electra'})
+  assert keys == dict(
+      embedding_size=built.embedding_size, hidden_size=built.hidden_size,
+      num_layers=built.num_hidden_layers, num_heads=built.num_attention_heads,
+      intermediate_size=built.intermediate_size, vocab_size=built.vocab_size,
+      max_position_embeddings=built.max_position_embeddings,
+      type_vocab_size=built.type_vocab_size, relative_attention_span=0)
 
 
 def test_pytorch_model_bin_is_read_with_weights_only_and_a_code_pickle_is_refused(tmp_path,

@@ -175,6 +175,23 @@ def test_the_imported_model_computes_the_official_models_logits(heads, tmp_path,
   assert np.abs(other - want_disc)[real].max() > 1e-3
 
 
+@pytest.mark.parametrize('keys', [dict(uniform_generator=True), dict(objective='mlm')])
+def test_a_run_without_a_generator_starts_from_the_discriminator_alone(keys, tmp_path,
+                                                                       small_corpus, capsys):
+  """The checkpoint's generator has no place in a run with no generator network: it is left
+  out with a note (it was a KeyError), the discriminator imported."""
+  config = tiny_config(init_from=FIXTURE, train_files=small_corpus, eval_every_steps=0,
+                       progress_bar=False, **keys)
+  workdir = str(tmp_path / 'run')
+  assert train.train_and_evaluate(config, workdir, stop_after_steps=0,
+                                  overridden=tuple(keys))['step'] == 0
+  assert "note: the source's generator is left out: objective" in capsys.readouterr().out
+  params, _ = checkpoint.read_params(workdir)
+  assert 'generator' not in params
+  np.testing.assert_array_equal(params['embeddings']['word_embeddings'],
+                                official.values()['electra/embeddings/word_embeddings'])
+
+
 def test_official_checkpoint_errors_are_one_line(tmp_path, small_corpus):
   config = lambda **keys: tiny_config(train_files=small_corpus, eval_every_steps=0,
                                       progress_bar=False, **keys)

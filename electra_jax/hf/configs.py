@@ -55,21 +55,34 @@ def check_hf_config(hf: dict, where: str):
                     f'{model_lib.LAYER_NORM_EPS}')
 
 
+# transformers.ElectraConfig's defaults: what it builds where a config.json leaves a size out.
+HF_SIZE_DEFAULTS = dict(vocab_size=30522, embedding_size=128, hidden_size=256,
+                        num_hidden_layers=12, num_attention_heads=4, intermediate_size=1024,
+                        max_position_embeddings=512, type_vocab_size=2)
+
+
+def _with_size_defaults(hf: dict) -> dict:
+  return {**HF_SIZE_DEFAULTS, **hf}
+
+
 def shape_keys(hf: dict, hf_generator: dict | None = None) -> dict:
   """Our shape keys (sizes, vocabulary, positions; the generator's width when its config is
-  given) for an HF discriminator config and optionally its generator's."""
+  given) for an HF discriminator config and optionally its generator's (a size left out: what
+  transformers builds, HF_SIZE_DEFAULTS)."""
   check_hf_config(hf, 'the HF config')
-  keys = dict(embedding_size=hf.get('embedding_size', hf['hidden_size']),
+  hf = _with_size_defaults(hf)
+  keys = dict(embedding_size=hf['embedding_size'],
               hidden_size=hf['hidden_size'], num_layers=hf['num_hidden_layers'],
               num_heads=hf['num_attention_heads'], intermediate_size=hf['intermediate_size'],
               vocab_size=hf['vocab_size'],
-              max_position_embeddings=hf.get('max_position_embeddings', 512),
-              type_vocab_size=hf.get('type_vocab_size', 2),
+              max_position_embeddings=hf['max_position_embeddings'],
+              type_vocab_size=hf['type_vocab_size'],
               # transformers' ELECTRA has absolute positions only.
               relative_attention_span=0)
   if hf_generator is None:
     return keys
   check_hf_config(hf_generator, 'the HF generator config')
+  hf_generator = _with_size_defaults(hf_generator)
   for key in ('vocab_size', 'embedding_size', 'max_position_embeddings', 'type_vocab_size'):
     if hf_generator.get(key) != hf.get(key):
       raise UserError(f'the generator has {key}={hf_generator.get(key)} but the '

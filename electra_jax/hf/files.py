@@ -5,6 +5,7 @@ torch.load(weights_only=True), so a downloaded checkpoint cannot run code.
 """
 import json
 
+import ml_dtypes
 import numpy as np
 
 from electra_jax import atomic
@@ -17,6 +18,12 @@ from electra_jax.hf import weights
 SAFETENSORS_FILE = 'model.safetensors'
 TORCH_FILE = 'pytorch_model.bin'
 EXTRA_HINT = "install the transformers extra: pip install -e '.[hf]'"
+# safetensors' dtype names -> NumPy's; bfloat16 (save_pretrained of a model in torch.bfloat16),
+# which safetensors.numpy cannot read, from ml_dtypes (JAX's). Read as float32.
+_SAFETENSORS_DTYPES = {
+    'F64': np.float64, 'F32': np.float32, 'F16': np.float16, 'BF16': ml_dtypes.bfloat16,
+    'I64': np.int64, 'I32': np.int32, 'I16': np.int16, 'I8': np.int8, 'U8': np.uint8,
+    'BOOL': np.bool_}
 
 
 def read_json(path) -> dict:
@@ -50,11 +57,19 @@ def read_dir(directory) -> tuple[dict, dict[str, np.ndarray]]:
   torch_file = paths.get(directory) / TORCH_FILE
   if safetensors_file.exists():
     try:
-      from safetensors.numpy import load  # pylint: disable=import-outside-toplevel
+      from safetensors import deserialize  # pylint: disable=import-outside-toplevel
     except ImportError as e:
       raise UserError(f'reading {safetensors_file} needs safetensors; {EXTRA_HINT}') from e
-    state = load(safetensors_file.read_bytes())
-    return hf_config, {k: np.asarray(v, dtype=np.float32) for k, v in state.items()}
+    state = {}
+    for name, tensor in deserialize(safetensors_file.read_bytes()):
+      dtype = _SAFETENSORS_DTYPES.get(tensor['dtype'])
+      if dtype is None:
+        raise UserError(f"{safetensors_file}: tensor {name} is {tensor['dtype']}, which this "
+                        'reader does not take; re-save the model in float32, float16 or '
+                        'bfloat16')
+      state[name] = np.frombuffer(tensor['data'], dtype).reshape(tensor['shape']).astype(
+          np.float32)
+    return hf_config, state
   if torch_file.exists():
     try:
       import torch  # pylint: disable=import-outside-toplevel
