@@ -59,6 +59,7 @@ def _check_output(output: str, overwrite: bool, workdir: str) -> str:
   anything but an earlier export (--overwrite replaces the directory whole, so a file an export
   never writes would be deleted with it)."""
   output = paths.absolute(output)
+  paths.check_output_name(output, '--output')
   if paths.contains(output, workdir):
     raise UserError(f"--output '{output}' is the workdir or a directory holding it, and "
                     'the export would replace the run; choose a directory outside it (or '
@@ -244,6 +245,9 @@ def main(argv):
   elif FLAGS.seed is not None:
     raise UserError(f'--seed={FLAGS.seed} is for fine-tuning workdirs; '
                     f"'{FLAGS.workdir}' is a pretraining one (--step=K picks a checkpoint)")
+  if paths.parent(FLAGS.output).endswith('://'):  # Staging goes beside it: no room there.
+    raise UserError(f"--output '{FLAGS.output}' is a bucket's root; pass a folder in it, e.g. "
+                    f"{paths.absolute(FLAGS.output)}/hf")
   # A run refused after --output's folders are made (an unexportable config, a missing step or
   # seed) leaves none of them behind.
   with paths.new_dirs_removed_on_failure(paths.parent(FLAGS.output)):

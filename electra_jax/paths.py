@@ -60,17 +60,19 @@ def is_remote(path) -> bool:
 
 # A remote filesystem's URL with a slash missing ('gs:/bucket', 'gs:bucket'), which would
 # otherwise name a local directory 'gs:'.
-_BROKEN_URL = re.compile(r'(gs|gcs|s3|az|abfs|hf|https?):(?!//)')
+_BROKEN_URL = re.compile(r'(gs|gcs|s3|az|abfs|hf|https?):(?!//)', re.IGNORECASE)
 
 
 def absolute(path) -> str:
-  """The canonical string of a path: a URL without its trailing '/', or an absolute local path."""
+  """The canonical string of a path: a URL without its trailing '/' (its scheme lower-case, as
+  fsspec knows it: GS:// is gs://), or an absolute local path."""
   path = str(path).strip()
   if is_remote(path):
     scheme, rest = path.split('://', 1)
+    scheme = scheme.lower()
     if not rest.split('/', 1)[0] and scheme != 'file':  # file:///x has no host, rightly.
       raise UserError(f"'{path}' names no bucket; write {scheme}://BUCKET/PATH")
-    return path.rstrip('/')
+    return f'{scheme}://{rest}'.rstrip('/')
   broken = _BROKEN_URL.match(path)
   if broken:
     raise UserError(f"'{path}' is not a {broken[1]}:// URL (a slash is missing); write "
@@ -179,10 +181,20 @@ def is_dir(path) -> bool:
 
 def listdir(path) -> list[str]:
   """Names of the entries of a directory, sorted ([] if it does not exist or is empty: on an
-  object store an empty directory does not exist)."""
+  object store an empty directory does not exist, or is a folder marker, the object 'dir/'
+  that the Cloud Console's "Create folder" writes, which is no entry)."""
   with storage_errors(path):
     directory = get(path)
-    return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+    if not directory.is_dir():
+      return []
+    if not is_remote(path):
+      return sorted(p.name for p in directory.iterdir())
+    # fsspec's listing: epath's names the marker of 'dir' as an entry 'dir' of its own.
+    filesystem, root = _filesystem(path)
+    root = root.rstrip('/')
+    return sorted({name.rstrip('/').rsplit('/', 1)[-1]
+                   for name in filesystem.ls(root, detail=False, refresh=True)
+                   if name.rstrip('/') != root})
 
 
 def read_bytes(path) -> bytes:
@@ -231,7 +243,10 @@ def files_under(path) -> list[str]:
   with storage_errors(path):
     filesystem, root = _filesystem(path)
     root = root.rstrip('/')
-    return sorted(name[len(root) + 1:] for name in filesystem.find(root))
+    # Folder markers ('dir/' objects: the Cloud Console's folders, tf.io.gfile.makedirs) are
+    # no files.
+    return sorted(name[len(root) + 1:] for name in filesystem.find(root)
+                  if not name.endswith('/') and name != root)
 
 
 def make_dirs(path):
@@ -305,10 +320,20 @@ def copy_tree(source, target, link: bool = False):
       destination.write_bytes(get(join(source, relative)).read_bytes())
 
 
+def check_output_name(path, flag: str):
+  """A UserError for an output path holding '[': Orbax and the cloud storage layer read it as
+  a glob pattern, so checkpoints written there could never be read back."""
+  if '[' in str(path):
+    raise UserError(f"{flag} '{path}' holds '[', which checkpointing and cloud storage read as "
+                    'a glob pattern (what is written there would not read back); choose a '
+                    'name without brackets')
+
+
 def check_writable_dir(path, flag: str) -> str:
   """Creates the directory `path` if needed and proves it writable with a probe file; returns
   its canonical string. UserError (naming `flag`) otherwise, before anything is written."""
   path = absolute(path)
+  check_output_name(path, flag)
   with storage_errors(path, flag):
     directory = get(path)
     if directory.is_file():

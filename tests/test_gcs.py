@@ -325,6 +325,40 @@ def test_a_remote_file_rewritten_in_place_is_copied_again(gcs, tmp_path, monkeyp
     assert f.read() == b'BBBB'
 
 
+def test_folder_markers_are_no_entries_and_odd_output_names_are_refused(gcs, tmp_path,
+                                                                       monkeypatch):
+  """The Cloud Console's folders (and tf.io.gfile.makedirs's) are 'dir/' objects: they listed
+  as entries, an empty folder was no export target, and copying a folder holding one failed.
+  An output holding '[' (a glob to Orbax and gcsfs) is refused before anything is written;
+  GS:// is gs://."""
+  import urllib.parse  # pylint: disable=import-outside-toplevel
+  import urllib.request  # pylint: disable=import-outside-toplevel
+  from electra_jax import paths  # pylint: disable=import-outside-toplevel
+  emulator, _ = gcs
+
+  def put(name, data=b''):  # As the Console writes a folder: a zero-byte object 'name/'.
+    url = (f'{emulator.url}/upload/storage/v1/b/{gcs_emulator.BUCKET}/o?uploadType=media&name='
+           + urllib.parse.quote(name, safe=''))
+    urllib.request.urlopen(urllib.request.Request(url, data=data, method='POST')).close()
+
+  for name in ('markers/ds/', 'markers/ds/sub/', 'markers/empty/'):
+    put(name)
+  put('markers/ds/sub/a.txt', b'A')
+  put('markers/ds/b.txt', b'B')
+  assert paths.files_under(f'{BUCKET}/markers/ds') == ['b.txt', 'sub/a.txt']
+  assert paths.listdir(f'{BUCKET}/markers/ds') == ['b.txt', 'sub']
+  assert paths.listdir(f'{BUCKET}/markers/empty') == []
+  monkeypatch.setattr(paths, 'CACHE_DIR', str(tmp_path / 'cache'))
+  local = paths.local_copy(f'{BUCKET}/markers/ds')
+  with open(os.path.join(local, 'sub', 'a.txt'), 'rb') as f:
+    assert f.read() == b'A'
+  with pytest.raises(UserError, match=r"--workdir 'gs://.*/run\[1\]' holds '\['"):
+    paths.check_writable_dir(f'{BUCKET}/run[1]', '--workdir')
+  assert not [n for n in paths.listdir(BUCKET) if n.startswith('run[')]
+  assert paths.absolute(f'GS://{gcs_emulator.BUCKET}/x/') == f'{BUCKET}/x'
+  assert paths.listdir(f'GS://{gcs_emulator.BUCKET}/markers/ds') == ['b.txt', 'sub']
+
+
 def test_record_corpora_on_the_bucket_read_as_local_files(gcs, tmp_path):
   """JSON Lines (gzip) and Parquet (read by ranges through the bucket's file object, several
   row groups) from gs:// give the documents of the local files."""

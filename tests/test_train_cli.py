@@ -907,6 +907,11 @@ def test_a_folder_of_prepared_data_or_a_comparison_is_no_workdir_and_is_left_as_
      "'gs:/bucket/run' is not a gs:// URL (a slash is missing); write gs://BUCKET/PATH"),
     ('electra_jax.train', ['--config=configs/demo.py', '--workdir=gs:///run'],
      "'gs:///run' names no bucket; write gs://BUCKET/PATH"),
+    # Orbax globs in a checkpoint's folder: one named run[1] completed and never read back.
+    ('electra_jax.train', ['--config=configs/demo.py', '--workdir=NEW[1]'],
+     "--workdir 'NEW[1]' holds '[', which checkpointing and cloud storage read as a glob"),
+    ('electra_jax.export', ['--workdir=NEW', '--output=GS://somebkt'],
+     "--output 'GS://somebkt' is a bucket's root; pass a folder in it, e.g. gs://somebkt/hf"),
     ('electra_jax.evaluate', ['--workdir=NEW', '--num_batches=-2'],
      '--num_batches=-2 must be >= 0'),
     ('electra_jax.evaluate', ['NEW'],
@@ -922,6 +927,7 @@ def test_command_line_mistakes_are_one_line_before_anything_is_written(module, f
   assert proc.returncode == 2 and proc.stderr.count('\n') == 1, proc.stderr
   assert message.replace('NEW', str(new)) in proc.stderr
   assert not new.exists() and not os.path.exists(os.path.join(REPO_ROOT, 'gs:'))
+  assert not os.path.exists(f'{new}[1]')
 
 
 def test_an_eval_set_with_no_text_is_refused_before_training(tmp_path, small_corpus):
