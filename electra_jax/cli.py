@@ -80,6 +80,11 @@ def _flag_error_message(error: Exception, argv,
              and not (argv[i - 1].startswith('--') and '=' not in argv[i - 1])]
     hint = f" ('{loose[0]}' has no flag name: write --{name}={loose[0]})" if loose else ''
     return f'--{name} is required; pass --{name}=...{hint}; see --help'
+  unknown = re.match(r"Unknown command line flag '(\w+)'", text)
+  if isinstance(error, flags.Error) and unknown and unknown.group(1) in _config_keys(keys_file):
+    # A config key without its prefix: absl's "did you mean" names a flag of the command.
+    return (f"unknown flag --{unknown.group(1)}; it is a config key: write "
+            f'--config.{unknown.group(1)}=...')
   if isinstance(error, flags.Error):
     return f'{text.splitlines()[0]}; see --help'
   example = ('configs/finetune/files.py' if keys_file.startswith('configs/finetune/')
@@ -122,14 +127,19 @@ def _wrong_kind(config, keys_file: str, spec: str) -> str | None:
           'configs/demo.py (python -m electra_jax.finetune runs this one)')
 
 
+def _config_keys(keys_file: str) -> set[str]:
+  """The keys of the commands' configs (configs/base_config.py, a fine-tuning file)."""
+  module = importlib.import_module(keys_file.removesuffix('.py').replace('/', '.'))
+  return set(module.get_config().keys())
+
+
 def _unknown_key(config, keys_file: str, spec: str) -> str | None:
   """Why a config file's own keys are not all keys of `keys_file` (a misspelt key set in a
   file, `c.learning_rat = ...`, would be carried along unread), or None. --config.KEY on the
   command line is checked by the config's lock."""
   if not isinstance(config, ml_collections.ConfigDict):
     return None
-  module = importlib.import_module(keys_file.removesuffix('.py').replace('/', '.'))
-  known = set(module.get_config().keys())
+  known = _config_keys(keys_file)
   unknown = sorted(set(config.keys()) - known)
   if not unknown:
     return None
@@ -165,7 +175,10 @@ def parse_flags(argv, keys_file: str = 'configs/base_config.py'):
   except Exception as e:  # pylint: disable=broad-except
     if '--verbose' in argv or '--verbose=true' in argv:
       raise
-    _fail(_flag_error_message(e, argv, keys_file))
+    message = _flag_error_message(e, argv, keys_file)
+    if message.startswith('unknown config key'):  # The file may be the mistake, not the key.
+      message = _wrong_kind_of_file(argv, keys_file) or message
+    _fail(message)
   wrong = 'config' in flags.FLAGS and (
       _wrong_kind(flags.FLAGS.config, keys_file, _config_file_arg(argv))
       or _unknown_key(flags.FLAGS.config, keys_file, _config_file_arg(argv)))
@@ -194,8 +207,18 @@ def _empty_flag() -> str | None:
   return None
 
 
-def load_config(spec: str, overrides=(),
-                keys_file: str = 'configs/base_config.py') -> ml_collections.ConfigDict:
+def _wrong_kind_of_file(argv, keys_file: str) -> str | None:
+  """_wrong_kind of the --config file alone (its overrides failed as unknown keys), or None."""
+  spec = _config_file_arg(argv)
+  try:
+    config = load_config(spec, keys_file=keys_file, checked=False)
+  except UserError:
+    return None
+  return _wrong_kind(config, keys_file, spec)
+
+
+def load_config(spec: str, overrides=(), keys_file: str = 'configs/base_config.py',
+                checked: bool = True) -> ml_collections.ConfigDict:
   """The config that `--config=spec --config.KEY=VALUE ...` (overrides: 'KEY=VALUE') gives a
   command, parsed by config_flags into flags of its own: a command that starts others (compare)
   reads a config exactly as they will. UserError with the line the command would print."""
@@ -218,8 +241,8 @@ def load_config(spec: str, overrides=(),
     for name in set(sys.modules) - modules:
       if os.path.abspath(getattr(sys.modules[name], '__file__', None) or '') == path:
         del sys.modules[name]
-  wrong = (_wrong_kind(flag_values.config, keys_file, spec)
-           or _unknown_key(flag_values.config, keys_file, spec))
+  wrong = checked and (_wrong_kind(flag_values.config, keys_file, spec)
+                      or _unknown_key(flag_values.config, keys_file, spec))
   if wrong:
     raise UserError(wrong)
   return flag_values.config

@@ -63,6 +63,9 @@ def is_remote(path) -> bool:
 _BROKEN_URL = re.compile(r'(gs|gcs|s3|az|abfs|hf|https?):(?!//)', re.IGNORECASE)
 
 
+REMOTE_SCHEMES = ('gs', 'gcs')  # Cloud Storage, the one remote storage supported.
+
+
 def absolute(path) -> str:
   """The canonical string of a path: a URL without its trailing '/' (its scheme lower-case, as
   fsspec knows it: GS:// is gs://), or an absolute local path."""
@@ -70,7 +73,10 @@ def absolute(path) -> str:
   if is_remote(path):
     scheme, rest = path.split('://', 1)
     scheme = scheme.lower()
-    if not rest.split('/', 1)[0] and scheme != 'file':  # file:///x has no host, rightly.
+    if scheme not in REMOTE_SCHEMES:  # s3://, https:// failed deep in fsspec or epath.
+      raise UserError(f"'{path}': {scheme}:// paths are not supported; use a local path or "
+                      'gs://BUCKET/PATH (copy the files there or here first)')
+    if not rest.split('/', 1)[0]:
       raise UserError(f"'{path}' names no bucket; write {scheme}://BUCKET/PATH")
     return f'{scheme}://{rest}'.rstrip('/')
   broken = _BROKEN_URL.match(path)
@@ -108,7 +114,7 @@ def get(path) -> epath.Path:
 
 
 def join(path, *parts) -> str:
-  return str(epath.Path(str(path)).joinpath(*parts))
+  return str(epath.Path(absolute(path) if is_remote(path) else str(path)).joinpath(*parts))
 
 
 def name(path) -> str:

@@ -495,9 +495,14 @@ def test_squad_v2_loads_from_tfds_mock_data(tokenizer):
   assert {e['is_impossible'] for e in data.evals[0].examples} <= {True, False}
 
 
-def test_missing_tfds_dataset_is_a_user_error(tmp_path):
-  with pytest.raises(UserError, match="TFDS dataset 'glue/rte' split 'train' is not available"):
+def test_missing_tfds_dataset_is_a_user_error(tmp_path, capfd):
+  """One line saying where it was looked for: tfds's cause named TFRecord files and broke off
+  ('Possible root causes:'), after a warning line of its own."""
+  with pytest.raises(UserError, match=re.escape(
+      f"TFDS dataset 'glue/rte' split 'train' is not available (not found as ArrayRecord files "
+      f'in {tmp_path}); prepare it with `tfds build glue/rte')):
     tasks.tfds_source('glue/rte', 'train', str(tmp_path), download=False)
+  assert 'dataset_info.json' not in capfd.readouterr().err
 
 
 def test_a_broken_tensorflow_datasets_install_is_a_user_error(monkeypatch):
@@ -1134,6 +1139,18 @@ def test_paper_defaults_fill_by_model_size_and_task():
 def test_without_checkpoint_or_random_init_the_error_says_what_to_set():
   with pytest.raises(UserError, match='set --config.init_checkpoint=WORKDIR'):
     loop._network(ft_config())  # pylint: disable=protected-access
+
+
+def test_a_checkpoint_step_as_init_checkpoint_names_its_run_and_init_step(tmp_path):
+  """train's init_from takes WORKDIR/checkpoints/STEP; fine-tuning takes the run and
+  init_step, and said only that the step folder is no workdir."""
+  step = tmp_path / 'run' / 'checkpoints' / '20'
+  step.mkdir(parents=True)
+  (tmp_path / 'run' / 'config.json').write_text('{}')
+  with pytest.raises(UserError, match=re.escape(
+      f"is a checkpoint step; pass its run and the step: --config.init_checkpoint="
+      f"{tmp_path / 'run'} --config.init_step=20")):
+    pretrained.pretraining_config(str(step))
 
 
 # --- Predictions of a fine-tuned run -------------------------------------------------------------

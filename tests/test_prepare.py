@@ -281,6 +281,27 @@ def test_shards_prepared_for_another_vocab_or_length_are_refused(corpus, prepare
   assert os.listdir(run) == ['config.json']
 
 
+def test_a_damaged_copy_of_prepared_data_is_one_error_line_naming_the_file(corpus, prepared,
+                                                                          tokenizer, tmp_path):
+  """A copy cut short: its metadata (a JSONDecodeError, or an AttributeError for valid JSON
+  that is no object) or a shard (array_record's RuntimeError, no message) is named."""
+  copy = tmp_path / 'copy'
+  shutil.copytree(prepared[0], copy)
+  metadata_file = copy / 'train_metadata.json'
+  whole = metadata_file.read_bytes()
+  for damaged, message in ((whole[:100], 'is not readable prepared data'),
+                           (b'[]', "is not prepared data's metadata")):
+    metadata_file.write_bytes(damaged)
+    with pytest.raises(UserError, match=re.escape(f"'{metadata_file}' {message}")):
+      shards.read_metadata(str(copy))
+  metadata_file.write_bytes(whole)
+  shard = copy / shards.read_metadata(str(copy))['shards'][-1]['file']
+  shard.write_bytes(shard.read_bytes()[:shard.stat().st_size // 2])
+  with pytest.raises(UserError, match=re.escape(f"'{copy}' holds a damaged or incomplete shard "
+                                                f'({shard.name})')):
+    pipeline.open_train_examples(config_for(corpus, train_data_dir=str(copy)), tokenizer)
+
+
 def run_prepare(*flags):
   env = dict(os.environ, PYTHONPATH=REPO_ROOT, JAX_PLATFORMS='cpu')
   return subprocess.run([sys.executable, '-m', 'electra_jax.data.prepare', *flags],

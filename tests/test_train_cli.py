@@ -910,6 +910,17 @@ def test_a_folder_of_prepared_data_or_a_comparison_is_no_workdir_and_is_left_as_
     # Orbax globs in a checkpoint's folder: one named run[1] completed and never read back.
     ('electra_jax.train', ['--config=configs/demo.py', '--workdir=NEW[1]'],
      "--workdir 'NEW[1]' holds '[', which checkpointing and cloud storage read as a glob"),
+    # The file is the mistake, not the key the other kind of config lacks.
+    ('electra_jax.finetune', ['--config=configs/demo.py', '--workdir=NEW',
+                              '--config.init_checkpoint=NEW'],
+     "config file 'configs/demo.py' is a pretraining config; fine-tuning takes one of"),
+    ('electra_jax.train', ['--config=configs/demo.py', '--workdir=NEW', '--num_train_steps=5'],
+     'unknown flag --num_train_steps; it is a config key: write --config.num_train_steps=...'),
+    ('electra_jax.evaluate', ['--workdir=s3://bucket/run'],
+     "'s3://bucket/run': s3:// paths are not supported; use a local path or gs://BUCKET/PATH"),
+    ('electra_jax.train', ['--config=configs/demo.py', '--workdir=NEW',
+                           '--config.train_files=https://example.com/a.txt'],
+     "https:// paths are not supported"),
     ('electra_jax.export', ['--workdir=NEW', '--output=GS://somebkt'],
      "--output 'GS://somebkt' is a bucket's root; pass a folder in it, e.g. gs://somebkt/hf"),
     ('electra_jax.evaluate', ['--workdir=NEW', '--num_batches=-2'],

@@ -23,6 +23,7 @@ from array_record.python import array_record_module
 from electra_jax import atomic
 from electra_jax import paths
 from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax import errors
 from electra_jax.errors import UserError
 
 FORMAT = 'electra_jax.packed_examples'
@@ -133,7 +134,14 @@ def read_metadata(data_dir: str, split: str = 'train') -> dict:
   if not paths.is_file(path):
     raise UserError(f"'{data_dir}' holds no prepared {split} data ({path} is missing); write it "
                     'with python -m electra_jax.data.prepare --config=... --output=DIR')
-  metadata = json.loads(paths.read_text(path))
+  try:
+    metadata = json.loads(paths.read_text(path))
+  except (ValueError, UnicodeDecodeError) as e:  # A copy cut short.
+    raise UserError(f"'{path}' is not readable prepared data ({errors.first_line(e)}); copy the "
+                    'whole directory again or re-run prepare') from None
+  if not isinstance(metadata, dict) or not isinstance(metadata.get('shards'), list):
+    raise UserError(f"'{path}' is not prepared data's metadata; copy the whole directory again "
+                    'or re-run prepare')
   if metadata.get('format') != FORMAT or metadata.get('format_version') != FORMAT_VERSION:
     raise UserError(f"'{path}' is not version {FORMAT_VERSION} prepared data; re-run "
                     'python -m electra_jax.data.prepare')
@@ -167,6 +175,16 @@ def check_compatible(metadata: dict, data_dir: str, config, tokenizer):
                       f'config.{key}={wanted}; set --config.{key}={prepared} or re-run prepare')
 
 
+def _damaged_shard(grain, local_dir: str, files: list[str]) -> str:
+  """' (NAME)', the first shard array_record cannot open alone; '' if each opens."""
+  for name in files:
+    try:
+      grain.sources.ArrayRecordDataSource([os.path.join(local_dir, name)])
+    except RuntimeError:
+      return f' ({name})'
+  return ''
+
+
 class PreparedExamples:
   """Random access to prepared examples: `gather(indices)` -> int32 feature arrays.
 
@@ -177,8 +195,14 @@ class PreparedExamples:
     import grain  # pylint: disable=import-outside-toplevel
     files = [s['file'] for s in metadata['shards']]
     local_dir = paths.local_copy(data_dir, files)
-    self._source = grain.sources.ArrayRecordDataSource(
-        [os.path.join(local_dir, f) for f in files])
+    try:
+      self._source = grain.sources.ArrayRecordDataSource(
+          [os.path.join(local_dir, f) for f in files])
+    except RuntimeError as e:  # array_record's, often without a message: find the shard.
+      detail = f' ({e})' if str(e) else ''
+      raise UserError(f"'{data_dir}' holds a damaged or incomplete shard"
+                      f'{_damaged_shard(grain, local_dir, files)}{detail}; copy the whole '
+                      'directory again or re-run prepare') from None
     self._dtype = np.dtype(metadata['record_dtype'])
     self._max_seq_length = metadata['max_seq_length']
     self.num_tokens = metadata['num_tokens']  # [CLS]/[SEP]s included, no padding.

@@ -47,6 +47,12 @@ def _directory(init_checkpoint: str) -> str:
     raise UserError(f"config.init_checkpoint='{init_checkpoint}' is not a directory; pass a "
                     'pretraining workdir, a transformers ELECTRA directory or an official '
                     'checkpoint (its directory or PREFIX)')
+  workdir = paths.parent(paths.parent(path))
+  if (paths.name(path).isdigit() and paths.name(paths.parent(path)) == checkpoint.SUBDIR
+      and saved_config.exists(workdir)):  # train's init_from takes a step folder; this not.
+    raise UserError(f"config.init_checkpoint='{init_checkpoint}' is a checkpoint step; pass "
+                    f'its run and the step: --config.init_checkpoint={workdir} '
+                    f'--config.init_step={int(paths.name(path))}')
   return path
 
 

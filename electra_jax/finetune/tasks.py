@@ -14,6 +14,7 @@ import csv
 import dataclasses
 import itertools
 import json
+import logging as std_logging
 import re
 
 from absl import logging
@@ -187,6 +188,10 @@ def tfds_source(name: str, split: str, data_dir: str | None, download: bool,
     raise UserError(broken.format(name, e)) from None
   from electra_jax.data import tfds_source as tfds_data  # pylint: disable=import-outside-toplevel
   local_dir = tfds_data.local_data_dir(data_dir, name)
+  absl_logger = logging.get_absl_logger()
+  level = absl_logger.level
+  # tfds warns of a folder without the dataset before failing: the error below says it once.
+  absl_logger.setLevel(max(level, std_logging.ERROR))
   try:
     return tfds.data_source(name, split=split, data_dir=local_dir,
                             download=download and local_dir == (data_dir or None))
@@ -195,12 +200,17 @@ def tfds_source(name: str, split: str, data_dir: str | None, download: bool,
   except (AssertionError, FileNotFoundError, ValueError, NotImplementedError) as e:
     remedy = remedy or (f'prepare it with `tfds build {name} --file_format=array_record` or '
                         'set --config.tfds_download=true and --config.tfds_data_dir=DIR')
-    raise UserError(f"TFDS dataset '{name}' split '{split}' is not available "
-                    f'({first_line(e)}); {remedy}') from None
+    # A dataset tfds does not find reads as one in TFRecord files, which it cannot serve.
+    cause = (f"not found as ArrayRecord files in {local_dir or 'the default TFDS folder'}"
+             if 'Random access data source' in str(e) else first_line(e))
+    raise UserError(f"TFDS dataset '{name}' split '{split}' is not available ({cause}); "
+                    f'{remedy}') from None
   except OSError as e:  # A download without a network (requests' errors are OSErrors).
     raise UserError(f"downloading TFDS dataset '{name}' failed ({first_line(e)}); check the "
                     f'network, or build it where there is one (`tfds build {name} '
                     '--file_format=array_record`) and point config.tfds_data_dir at it') from None
+  finally:
+    absl_logger.setLevel(level)
 
 
 def _text(value) -> str:
