@@ -81,7 +81,8 @@ def _flag_error_message(error: Exception, argv,
     hint = f" ('{loose[0]}' has no flag name: write --{name}={loose[0]})" if loose else ''
     return f'--{name} is required; pass --{name}=...{hint}; see --help'
   unknown = re.match(r"Unknown command line flag '(\w+)'", text)
-  if isinstance(error, flags.Error) and unknown and unknown.group(1) in _config_keys(keys_file):
+  if (isinstance(error, flags.Error) and unknown and 'config' in flags.FLAGS
+      and unknown.group(1) in _config_keys(keys_file)):
     # A config key without its prefix: absl's "did you mean" names a flag of the command.
     return (f"unknown flag --{unknown.group(1)}; it is a config key: write "
             f'--config.{unknown.group(1)}=...')

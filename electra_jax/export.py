@@ -245,7 +245,7 @@ def main(argv):
   elif FLAGS.seed is not None:
     raise UserError(f'--seed={FLAGS.seed} is for fine-tuning workdirs; '
                     f"'{FLAGS.workdir}' is a pretraining one (--step=K picks a checkpoint)")
-  if paths.parent(FLAGS.output).endswith('://'):  # Staging goes beside it: no room there.
+  if paths.is_bucket_root(FLAGS.output):  # Staging goes beside it: no room there.
     raise UserError(f"--output '{FLAGS.output}' is a bucket's root; pass a folder in it, e.g. "
                     f"{paths.absolute(FLAGS.output)}/hf")
   # A run refused after --output's folders are made (an unexportable config, a missing step or

@@ -122,7 +122,15 @@ def name(path) -> str:
 
 
 def parent(path) -> str:
-  return str(epath.Path(absolute(path)).parent)
+  """The folder holding `path`; a bucket's root is its own (as / is), so walks up a remote
+  path stop there."""
+  path = absolute(path)
+  return path if is_bucket_root(path) else str(epath.Path(path).parent)
+
+
+def is_bucket_root(path) -> bool:
+  """gs://BUCKET itself."""
+  return is_remote(path) and '/' not in absolute(path).split('://', 1)[1]
 
 
 def resolve(path: str) -> str:
@@ -225,6 +233,7 @@ def glob(pattern: str) -> list[str]:
   if not is_remote(pattern):
     # Absolute: one file named two ways ('a.txt', '/data/a.txt') is one file.
     return sorted(os.path.abspath(m) for m in _local_match(pattern)[1])
+  pattern = absolute(pattern)  # GS://b/*.txt is gs://b/*.txt.
   with storage_errors(pattern):
     filesystem, _ = _filesystem(pattern)
     found = filesystem.glob(pattern, detail=True)

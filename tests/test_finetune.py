@@ -1243,12 +1243,12 @@ def test_predictions_never_go_into_a_runs_own_folders(tmp_path):
   metrics.jsonl was replaced by predictions. A run's (or model's) folder and the fine-tuning
   run's seed and network folders are refused; a folder of its own inside the run is fine."""
   # pylint: disable-next=import-outside-toplevel
-  from electra_jax.finetune import predictions, tasks
+  from electra_jax.finetune import predictions, saved_run, tasks
   workdir = tmp_path / 'ft'
   (workdir / 'seed_0' / 'best').mkdir(parents=True)
   (workdir / 'network').mkdir()
   (workdir / 'checkpoints').mkdir()
-  (workdir / 'config.json').write_text('{}')
+  (workdir / 'config.json').write_text('{"task": "sst2"}')
   (tmp_path / 'pretrained').mkdir()
   (tmp_path / 'pretrained' / 'config.json').write_text('{}')
   parts = [predictions.Part('metrics', [], True, source=str(tmp_path / 'metrics.tsv'))]
@@ -1264,6 +1264,12 @@ def test_predictions_never_go_into_a_runs_own_folders(tmp_path):
     with pytest.raises(UserError, match=re.escape(f"--output '{output}' {message}")):
       check(output)
   assert check(workdir / 'predictions') == str(workdir / 'predictions')
+  # A pretraining run has no network/ or seed folders: a folder of that name is the user's.
+  run = tmp_path / 'pretraining'
+  (run / 'network').mkdir(parents=True)
+  (run / 'config.json').write_text('{"model_size": "demo"}')
+  assert saved_run.run_folder_holding(str(run), str(run / 'network')) is None
+  assert saved_run.run_folder_holding(str(workdir), str(workdir / 'network' / 'x')) == 'network'
 
 
 def test_predict_never_writes_over_its_input_file(finetuned, tmp_path):

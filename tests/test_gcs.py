@@ -357,6 +357,10 @@ def test_folder_markers_are_no_entries_and_odd_output_names_are_refused(gcs, tmp
   assert not [n for n in paths.listdir(BUCKET) if n.startswith('run[')]
   assert paths.absolute(f'GS://{gcs_emulator.BUCKET}/x/') == f'{BUCKET}/x'
   assert paths.listdir(f'GS://{gcs_emulator.BUCKET}/markers/ds') == ['b.txt', 'sub']
+  upper = f'GS://{gcs_emulator.BUCKET}/markers/ds'
+  assert paths.glob(f'{upper}/*.txt') == [f'{BUCKET}/markers/ds/b.txt']
+  # Walks up from a path stop at the bucket (a model at its root is an init_checkpoint).
+  assert paths.parent(paths.parent(f'{BUCKET}/x')) == BUCKET and paths.is_dir(BUCKET)
 
 
 def test_record_corpora_on_the_bucket_read_as_local_files(gcs, tmp_path):

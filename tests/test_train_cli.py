@@ -914,6 +914,8 @@ def test_a_folder_of_prepared_data_or_a_comparison_is_no_workdir_and_is_left_as_
     ('electra_jax.finetune', ['--config=configs/demo.py', '--workdir=NEW',
                               '--config.init_checkpoint=NEW'],
      "config file 'configs/demo.py' is a pretraining config; fine-tuning takes one of"),
+    ('electra_jax.export', ['--workdir=NEW', '--learning_rate=1'],  # No --config to put it in.
+     "error: Unknown command line flag 'learning_rate'; see --help"),
     ('electra_jax.train', ['--config=configs/demo.py', '--workdir=NEW', '--num_train_steps=5'],
      'unknown flag --num_train_steps; it is a config key: write --config.num_train_steps=...'),
     ('electra_jax.evaluate', ['--workdir=s3://bucket/run'],

@@ -32,6 +32,8 @@ SAMPLE = [
     # ς also after case-ignorables (an elision mark, a combining accent) and a control
     # character BERT removes first; σ before a cased letter behind one.
     "Α'Σ Α.Σ Α\u0301Σ Α\x00Σ ΑΣ\x00Β ΑΣ\ufffdΒ",
+    # U+0345 and modifier letters (ʰ) are cased and case-ignorable: skipped, as str.lower does.
+    "\u0345'Σ ΑΣʰ ΑΣ\u0345Β",
 ]
 PREFIXES = ('un', 'be', 're', '##able', '##ably', '##ing', '##ed', '##ly', '##s', '##ion',
             '##er', '##lie', '##ve')

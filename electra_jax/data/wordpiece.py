@@ -55,8 +55,12 @@ def _token_ids(tokens: list[str], vocab_file: str) -> dict[str, int]:
 # so the rule reads the cleaned text.
 _CLEAN = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=False,
                                     strip_accents=False, lowercase=False)
-_FINAL_SIGMA = normalizers.Replace(
-    Regex(r'(?<=\p{Cased}\p{Case_Ignorable}*)Σ(?!\p{Case_Ignorable}*\p{Cased})'), 'ς')
+# Python's rule reads the nearest character that is not case-ignorable (some, as U+0345 and
+# modifier letters, are cased too).
+_NOT_IGNORABLE_CASED = r'[\p{Cased}&&[^\p{Case_Ignorable}]]'
+_FINAL_SIGMA = normalizers.Replace(Regex(
+    rf'(?<={_NOT_IGNORABLE_CASED}\p{{Case_Ignorable}}*)Σ'
+    rf'(?!\p{{Case_Ignorable}}*{_NOT_IGNORABLE_CASED})'), 'ς')
 
 
 def normalizer(lower_case: bool) -> normalizers.Normalizer:

@@ -31,9 +31,10 @@ def run_folder_holding(workdir, path) -> str | None:
   """Which of the run's own folders in `workdir` holds `path` (its checkpoints/, a fine-tuning
   run's seed_*/ and network/), e.g. 'seed_0'; None if none does. Output written there would
   pass for the run's own files."""
+  finetuning = is_finetuning_workdir(workdir)
   return next((name for name in paths.listdir(workdir)
-               if (name in (checkpoint.SUBDIR, checkpoint.CORRUPT_SUBDIR, NETWORK)
-                   or name.startswith('seed_'))
+               if (name in (checkpoint.SUBDIR, checkpoint.CORRUPT_SUBDIR)
+                   or finetuning and (name == NETWORK or name.startswith('seed_')))
                and paths.contains(paths.join(workdir, name), path)), None)
 RESULTS = 'results.json'
 
