@@ -92,6 +92,15 @@ def directory_of(workdir: str) -> str:
   return paths.join(paths.absolute(workdir), SUBDIR)
 
 
+def step_folder(path: str) -> tuple[str, int] | None:
+  """(WORKDIR, STEP) of a path shaped WORKDIR/checkpoints/STEP (a run's step folder where
+  WORKDIR holds a run), else None."""
+  path = paths.absolute(path)
+  if paths.name(path).isdigit() and paths.name(paths.parent(path)) == SUBDIR:
+    return paths.parent(paths.parent(path)), int(paths.name(path))
+  return None
+
+
 def _scan(directory: str) -> tuple[list[int], list[str]]:
   """A Checkpointer directory's complete steps, and the paths of the saves that did not finish:
   temporary directories, or on an object store step directories without their commit file."""

@@ -199,17 +199,15 @@ def open_source(config, overridden=()) -> Source:
   path = paths.absolute(init_from)
   if hf_files.is_hf_dir(path):
     return _transformers_source(path, init_generator_from)
-  parent = paths.parent(paths.parent(path))
-  step_dir = (paths.name(path).isdigit()
-              and paths.name(paths.parent(path)) == checkpoint.SUBDIR)
-  workdir = (parent if step_dir and saved_config.exists(parent) else
-             path if saved_config.exists(path) else None)
+  step_folder = checkpoint.step_folder(path)
+  workdir, step = (step_folder if step_folder and saved_config.exists(step_folder[0]) else
+                   (path, None) if saved_config.exists(path) else (None, None))
   if workdir is not None:
     if init_generator_from:
       raise UserError(f"config.init_generator_from is for a transformers init_from; "
                       f"'{init_from}' is a workdir, whose generator comes along: drop "
                       'init_generator_from')
-    return _workdir_source(path, workdir, int(paths.name(path)) if workdir == parent else None)
+    return _workdir_source(path, workdir, step)
   prefix = tf_checkpoint.find_prefix(path)
   if prefix is not None:
     return _official_source(init_from, prefix, config, overridden)

@@ -23,8 +23,7 @@ from array_record.python import array_record_module
 from electra_jax import atomic
 from electra_jax import paths
 from electra_jax.data import tokenizer as tokenizer_lib
-from electra_jax import errors
-from electra_jax.errors import UserError
+from electra_jax.errors import UserError, first_line
 
 FORMAT = 'electra_jax.packed_examples'
 FORMAT_VERSION = 1
@@ -137,7 +136,7 @@ def read_metadata(data_dir: str, split: str = 'train') -> dict:
   try:
     metadata = json.loads(paths.read_text(path))
   except (ValueError, UnicodeDecodeError) as e:  # A copy cut short.
-    raise UserError(f"'{path}' is not readable prepared data ({errors.first_line(e)}); copy the "
+    raise UserError(f"'{path}' is not readable prepared data ({first_line(e)}); copy the "
                     'whole directory again or re-run prepare') from None
   if not isinstance(metadata, dict) or not isinstance(metadata.get('shards'), list):
     raise UserError(f"'{path}' is not prepared data's metadata; copy the whole directory again "

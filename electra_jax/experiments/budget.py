@@ -110,7 +110,7 @@ def budget_points(stages, num_train_steps: int, num_points: int) -> list[int]:
             for k in range(1, num_points + 1)]
   # Steps of unequal cost can put two points on one step: each moves to a step of its own
   # (there are at least `num_points` steps), the last staying at the end.
-  points[0], points[-1] = max(points[0], 1), num_train_steps
+  points[0] = max(points[0], 1)
   for k in range(1, num_points):
     points[k] = max(points[k], points[k - 1] + 1)
   points[-1] = num_train_steps

@@ -47,12 +47,11 @@ def _directory(init_checkpoint: str) -> str:
     raise UserError(f"config.init_checkpoint='{init_checkpoint}' is not a directory; pass a "
                     'pretraining workdir, a transformers ELECTRA directory or an official '
                     'checkpoint (its directory or PREFIX)')
-  workdir = paths.parent(paths.parent(path))
-  if (paths.name(path).isdigit() and paths.name(paths.parent(path)) == checkpoint.SUBDIR
-      and saved_config.exists(workdir)):  # train's init_from takes a step folder; this not.
+  step_folder = checkpoint.step_folder(path)
+  if step_folder and saved_config.exists(step_folder[0]):  # train's init_from takes one.
     raise UserError(f"config.init_checkpoint='{init_checkpoint}' is a checkpoint step; pass "
-                    f'its run and the step: --config.init_checkpoint={workdir} '
-                    f'--config.init_step={int(paths.name(path))}')
+                    f'its run and the step: --config.init_checkpoint={step_folder[0]} '
+                    f'--config.init_step={step_folder[1]}')
   return path
 
 

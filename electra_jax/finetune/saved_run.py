@@ -25,6 +25,7 @@ from electra_jax.finetune import pretrained
 from electra_jax.finetune import tasks as tasks_lib
 
 NETWORK = 'network'
+RESULTS = 'results.json'
 
 
 def run_folder_holding(workdir, path) -> str | None:
@@ -36,7 +37,6 @@ def run_folder_holding(workdir, path) -> str | None:
                if (name in (checkpoint.SUBDIR, checkpoint.CORRUPT_SUBDIR)
                    or finetuning and (name == NETWORK or name.startswith('seed_')))
                and paths.contains(paths.join(workdir, name), path)), None)
-RESULTS = 'results.json'
 
 
 def write_network(workdir: str, source: ml_collections.ConfigDict):
