@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import grain
 import ml_collections
 import numpy as np
 import pytest
@@ -625,6 +626,18 @@ def test_train_iterator_yields_every_example_once_per_epoch_reshuffled(corpus, t
   assert all(collections.Counter(epoch) == expected for epoch in epochs)
   assert epochs[0] != epochs[1] != epochs[2]
   assert epochs[0] != row_keys(examples)  # Shuffled, not file order.
+
+
+def test_seeds_do_not_share_epoch_orders():
+  """No (seed, epoch) order repeats another's: grain's shuffle seeds epoch e with seed + e, so
+  seed 1 used as given would read seed 0's second epoch first. Seed 0 keeps grain's order."""
+  n = 50
+  orders = {(seed, epoch): tuple(pipeline.example_order(n, seed)[epoch * n:(epoch + 1) * n])
+            for seed in range(6) for epoch in range(6)}
+  assert all(sorted(order) == list(range(n)) for order in orders.values())
+  assert len(set(orders.values())) == len(orders)
+  plain = grain.MapDataset.range(n).shuffle(seed=0).repeat(None)
+  assert orders[0, 1] == tuple(plain[n:2 * n])
 
 
 def test_train_iterator_shape_dtype_and_seed_dependence(corpus, tiny_tokenizer):

@@ -319,6 +319,22 @@ def open_train_examples(config, tokenizer):
   return InMemoryExamples(_pack_train_corpus(corpus, tokenizer, config), corpus.source)
 
 
+# Odd, so seed -> seed * _SEED_SPREAD mod 2**32 is a bijection that keeps seed 0's order; it is
+# floor(2**32 / golden ratio), which keeps the images of nearby seeds far apart.
+_SEED_SPREAD = 0x9E3779B9
+
+
+def example_order(num_examples: int, seed: int) -> grain.MapDataset:
+  """Indices into the examples, every epoch in a new order, forever.
+
+  grain shuffles epoch e with seed + e: seeds s and s+1 as given would read the same orders one
+  epoch apart. Spreading the seeds over the 32-bit range first puts them millions of epochs
+  apart.
+  """
+  spread_seed = seed * _SEED_SPREAD % 2**32
+  return grain.MapDataset.range(num_examples).shuffle(seed=spread_seed).repeat(None)
+
+
 def make_train_iterator(config, tokenizer, process_index: int = 0, process_count: int = 1,
                         start: int = 0, examples=None) -> grain.DatasetIterator:
   """Infinite iterator over this host's slice of each global batch, from global position
@@ -332,7 +348,7 @@ def make_train_iterator(config, tokenizer, process_index: int = 0, process_count
   local_batch = _local_batch_size(config, 'train_batch_size', process_index, process_count)
   examples = open_train_examples(config, tokenizer) if examples is None else examples
   # Indices into `examples`, in global order; elements are resolved only when a batch is read.
-  order = grain.MapDataset.range(len(examples)).shuffle(seed=config.seed).repeat(None)
+  order = example_order(len(examples), config.seed)
   rows = HostRowsMapDataset(order, config.train_batch_size, process_index, process_count, start)
   batches = rows.batch(local_batch).map(examples.gather)
   # A small read-ahead on one thread overlaps reading with the train step.
