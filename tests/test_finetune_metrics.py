@@ -1,9 +1,11 @@
 """Each fine-tuning metric against a value computed by hand."""
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from electra_jax.finetune import loop
 from electra_jax.finetune import metrics
 
 
@@ -93,3 +95,25 @@ def test_squad_v2_breakdown_and_the_official_threshold_search():
       pytest.approx(60.0), 0.1)
   assert (scores['best_f1'], scores['best_f1_threshold']) == (
       pytest.approx(100 * (3 + 2 / 3) / 5), 0.4)
+
+
+def test_the_median_over_seeds_counts_a_diverged_seed_as_its_worst():
+  """np.median of scores with a NaN is NaN: one diverged seed of three hid the other two."""
+  nan = math.nan
+  assert metrics.seed_median([0.7, nan, 0.6]) == 0.6
+  assert metrics.seed_median([0.7, nan, 0.6], lower_is_better=True) == 0.7  # a loss
+  assert metrics.seed_median([0.7, 0.6, 0.9, nan]) == pytest.approx(0.65)
+  assert metrics.seed_median([0.7, 0.6]) == pytest.approx(0.65)
+  assert all(math.isnan(metrics.seed_median(v)) for v in ([nan, 0.6], [nan, nan, 0.6], [nan]))
+
+
+def test_the_summary_ranks_a_diverged_seed_last_on_every_metric():
+  nan = math.nan
+  scores = [(0.8, 0.3), (nan, nan), (0.6, 0.5)]  # (accuracy, loss) per seed
+  runs = [dict(seed=i, best=dict(eval_accuracy=a, eval_loss=l), final=dict(eval_accuracy=a,
+                                                                             eval_loss=l))
+          for i, (a, l) in enumerate(scores)]
+  summary = loop.summarize(SimpleNamespace(main_metric='accuracy'), runs)
+  assert summary['median_best_accuracy'] == summary['median_final_accuracy'] == 0.6
+  assert summary['median_best_loss'] == summary['median_final_loss'] == 0.5
+  assert summary['best_accuracy_per_seed'][1] != summary['best_accuracy_per_seed'][1]  # NaN kept

@@ -534,13 +534,14 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
 
 def summarize(task, runs: list[dict]) -> dict:
-  """Median over seeds of each run's best-epoch and final-epoch eval metrics."""
+  """Median over seeds of each run's best-epoch and final-epoch eval metrics (a diverged
+  seed's NaN counted as its worst: metrics_lib.seed_median)."""
   metric_keys = [k for k in runs[0]['best'] if k.startswith('eval_')]
   summary = dict(main_metric=task.main_metric, num_seeds=len(runs))
-  for key in metric_keys:
-    summary[f'median_best_{key[5:]}'] = float(np.median([r['best'][key] for r in runs]))
-  for key in metric_keys:
-    summary[f'median_final_{key[5:]}'] = float(np.median([r['final'][key] for r in runs]))
+  for epoch in ('best', 'final'):
+    for key in metric_keys:
+      summary[f'median_{epoch}_{key[5:]}'] = metrics_lib.seed_median(
+          [r[epoch][key] for r in runs], lower_is_better=key.endswith('loss'))
   summary['best_' + task.main_metric + '_per_seed'] = [
       r['best'][f'eval_{task.main_metric}'] for r in runs]
   return summary

@@ -213,3 +213,13 @@ def ranked(value: float) -> float:
   regression's Spearman) below every number, where `>` would never let a later epoch replace
   it."""
   return -math.inf if math.isnan(value) else value
+
+
+def seed_median(values: list[float], lower_is_better: bool = False) -> float:
+  """The median over seeds with a diverged seed's NaN counted as its worst score (a loss's
+  highest, any other metric's lowest, as `ranked` orders it), as a median over runs counts a
+  run that failed: one diverged seed of three moves the median rather than making it NaN. NaN
+  when the middle holds a diverged seed."""
+  worst = math.inf if lower_is_better else -math.inf
+  median = float(np.median([worst if math.isnan(v) else v for v in values]))
+  return math.nan if math.isinf(median) else median
