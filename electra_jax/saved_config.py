@@ -19,6 +19,7 @@ from configs import base_config
 from configs.finetune import glue as finetune_config
 from electra_jax import atomic
 from electra_jax import config as config_lib
+from electra_jax import metric_writer
 from electra_jax import paths
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
@@ -141,14 +142,29 @@ def _not_pretraining(workdir, kind: str) -> str:
           '--config.init_from=DIR)')
 
 
-def check_trains_in(workdir):
-  """Refuses a --workdir for pretraining that holds another kind of run or someone else's
-  config.json: training there would overwrite it."""
+def check_trains_in(workdir, c: ml_collections.ConfigDict, vocabulary: str | None = None):
+  """Refuses a --workdir for pretraining that holds another kind of run, someone else's
+  config.json, or (without a config.json: a new run) files the run would write over: its
+  logs, or another file of the name its vocabulary's copy takes. `c`: the resolved config;
+  `vocabulary`: the file the copy is made from (default c.vocab_file)."""
   check_not_other_output(workdir)
   if exists(workdir):
     kind = _kind(_read(workdir, 'training', 'train'))
     if kind != 'pretraining':
       raise UserError(f'--workdir {_not_pretraining(workdir, kind)}; pass a new --workdir')
+    return
+  directory = paths.absolute(workdir)
+  for name in metric_writer.NAMES:
+    if paths.exists(paths.join(directory, f'{name}.jsonl')):
+      raise UserError(f"--workdir '{directory}' holds {name}.jsonl but no run's {FILE_NAME}; "
+                      'a new run would write its log over it: pass a new --workdir')
+  named = paths.as_found(vocabulary or c.vocab_file)
+  kept = vocabulary_path(workdir, c.vocab_file)
+  if (named != kept and paths.exists(kept) and paths.exists(named)
+      and paths.read_bytes(kept) != paths.read_bytes(named)):
+    raise UserError(f"--workdir '{directory}' holds a {paths.name(kept)} other than the run's "
+                    'vocabulary, whose copy a new run writes under that name: pass a new '
+                    '--workdir or move that file away')
 
 
 def load(workdir) -> ml_collections.ConfigDict:

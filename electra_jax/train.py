@@ -129,7 +129,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   start = init_from.prepare(config, workdir, overridden)
   exp = experiment_lib.Experiment.create(start.config, vocab_file=start.readable_vocab_file())
   c, mesh = exp.config, exp.mesh
-  saved_config.check_trains_in(workdir)
+  saved_config.check_trains_in(workdir, c, start.readable_vocab_file())
   workdir = experiment_lib.prepare_workdir(workdir)
   changed = experiment_lib.check_resume_config(workdir, c)
   is_chief = jax.process_index() == 0
@@ -472,9 +472,10 @@ def main(argv):
                         'runs without one)')
   overridden = set(config_flags.get_override_values(FLAGS['config']))
   if FLAGS.dry_run:  # Plans the shapes the run would train: init_from's, or its workdir's.
-    config = init_from.prepare(FLAGS.config, FLAGS.workdir, overridden).config
+    start = init_from.prepare(FLAGS.config, FLAGS.workdir, overridden)
+    config = start.config
     if FLAGS.workdir:  # What the run would refuse there, the plan refuses (reading only).
-      saved_config.check_trains_in(FLAGS.workdir)
+      saved_config.check_trains_in(FLAGS.workdir, config, start.readable_vocab_file())
       experiment_lib.check_resume_config(FLAGS.workdir, config)
   if FLAGS.topology:
     cli.print_result(tpu_plan.run(config, FLAGS.topology, *_sweep_grid()))

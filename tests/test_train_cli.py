@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -861,6 +862,34 @@ def test_train_refuses_a_workdir_holding_another_kind_of_run_and_leaves_it_as_it
     assert message in proc.stderr and 'pass a new --workdir' in proc.stderr
     assert os.listdir(workdir) == ['config.json']
     assert json.loads((workdir / 'config.json').read_text()) == saved
+
+
+def test_a_new_run_refuses_a_workdir_holding_files_it_would_write_over(tmp_path, small_corpus):
+  """Without a run's config.json the folder is someone else's: the run's copy of its
+  vocabulary (spm.model here) and its logs would replace files of those names."""
+  # pylint: disable=import-outside-toplevel
+  from electra_jax import saved_config
+  from tests.conftest import tiny_config
+  workdir = tmp_path / 'mine'
+  workdir.mkdir()
+  (workdir / 'spm.model').write_bytes(b'my own model')
+  proc = run_cli('electra_jax.train', '--config=configs/demo.py', *TINY_FLAGS,
+                 f'--config.train_files={small_corpus}', f'--workdir={workdir}', check=False)
+  assert proc.returncode == 2 and proc.stderr.splitlines() == [
+      f"error: --workdir '{workdir}' holds a spm.model other than the run's vocabulary, whose "
+      'copy a new run writes under that name: pass a new --workdir or move that file away']
+  assert os.listdir(workdir) == ['spm.model']
+  assert (workdir / 'spm.model').read_bytes() == b'my own model'
+  config = tiny_config(vocab_size=8000, train_files=small_corpus)
+  # The same bytes (a first run killed before it wrote config.json) are its own copy.
+  shutil.copy(config.vocab_file, workdir / 'spm.model')
+  saved_config.check_trains_in(str(workdir), config)
+  (workdir / 'eval_metrics.jsonl').write_text('{"step": 3}\n')
+  with pytest.raises(UserError, match=re.escape(
+      f"--workdir '{workdir}' holds eval_metrics.jsonl but no run's config.json")):
+    saved_config.check_trains_in(str(workdir), config)
+  saved_config.write(str(workdir), config)  # A run's workdir: it resumes there.
+  saved_config.check_trains_in(str(workdir), config)
 
 
 def test_a_folder_of_prepared_data_or_a_comparison_is_no_workdir_and_is_left_as_it_was(
