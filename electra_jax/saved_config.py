@@ -22,7 +22,7 @@ from electra_jax import config as config_lib
 from electra_jax import metric_writer
 from electra_jax import paths
 from electra_jax.data import tokenizer as tokenizer_lib
-from electra_jax.errors import UserError
+from electra_jax.errors import UserError, first_line
 from electra_jax.hf import tokenizer_files
 
 FILE_NAME = 'config.json'
@@ -115,10 +115,30 @@ def _read(workdir, kind: str, command: str) -> dict:
     raise UserError(f"'{target}' not found; '{workdir}' is not a {kind} workdir (python -m "
                     f'electra_jax.{command} writes config.json there)')
   try:
-    return json.loads(paths.read_text(target))
+    saved = json.loads(paths.read_text(target))
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
     raise UserError(f"'{target}' is not a JSON config ({e}); restore it from the run's "
                     'command line') from None
+  if not isinstance(saved, dict):
+    kind = {list: 'an array', str: 'a string', bool: 'a boolean', type(None): 'null'}.get(
+        type(saved), 'a number')
+    raise UserError(f"'{target}' holds {kind}, not a JSON object of config keys; restore it "
+                    "from the run's command line")
+  return saved
+
+
+def _filled(c: ml_collections.ConfigDict, saved: dict, workdir) -> ml_collections.ConfigDict:
+  """`c` with the saved values of its keys; one of the wrong type (an edited file) is a
+  UserError naming it."""
+  for key, value in saved.items():
+    if key in c:
+      try:
+        c.update({key: value})
+      except (TypeError, ValueError) as e:
+        raise UserError(f"'{path(workdir)}': {key}={json.dumps(value)} does not fit the key "
+                        f"({first_line(e)}); restore the file from the run's command "
+                        'line') from None
+  return c
 
 
 def _kind(saved: dict) -> str:
@@ -176,8 +196,7 @@ def load(workdir) -> ml_collections.ConfigDict:
   for old, new in RENAMED_KEYS.items():
     if old in saved:
       saved.setdefault(new, saved.pop(old))
-  c = base_config.get_config()
-  c.update({k: v for k, v in saved.items() if k in c})
+  c = _filled(base_config.get_config(), saved, workdir)
   kept = vocabulary_path(workdir, c.vocab_file)
   if paths.exists(kept):
     c.vocab_file = kept
@@ -191,7 +210,6 @@ def load_finetuning(workdir) -> ml_collections.ConfigDict:
   """The resolved fine-tuning config saved in a fine-tuning workdir (finetune writes it with
   every None key already filled), locked."""
   saved = _read(workdir, 'fine-tuning', 'finetune')
-  c = finetune_config.get_config()
-  c.update({k: v for k, v in saved.items() if k in c})
+  c = _filled(finetune_config.get_config(), saved, workdir)
   c.lock()
   return c

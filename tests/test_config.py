@@ -199,6 +199,26 @@ def test_loading_a_pretraining_config_names_a_fine_tuning_or_transformers_workdi
   assert saved_config.load(str(tmp_path)).to_dict() == saved
 
 
+def test_an_edited_config_json_of_the_wrong_shape_is_one_line_naming_it(tmp_path):
+  """A value of the wrong type, or a file that is no JSON object, raised TypeError from
+  ConfigDict (a traceback from evaluate, detect, export or predict)."""
+  # pylint: disable=import-outside-toplevel
+  from configs.finetune import glue
+  saved = config_lib.resolve(demo.get_config()).to_dict()
+  target = tmp_path / 'config.json'
+  for contents, message in [
+      (dict(saved, mask_prob='0.15'), f"'{target}': mask_prob=\"0.15\" does not fit the key"),
+      (None, f"'{target}' holds null, not a JSON object of config keys"),
+      ([saved], f"'{target}' holds an array, not a JSON object of config keys")]:
+    target.write_text(json.dumps(contents))
+    with pytest.raises(UserError, match=re.escape(message)):
+      saved_config.load(str(tmp_path))
+  finetuning = dict(glue.get_config().to_dict(), task='files', num_epochs='3')
+  target.write_text(json.dumps(finetuning))
+  with pytest.raises(UserError, match=re.escape(f"'{target}': num_epochs=\"3\" does not fit")):
+    saved_config.load_finetuning(str(tmp_path))
+
+
 def test_resolved_config_is_locked_against_typos():
   r = config_lib.resolve(demo.get_config())
   with pytest.raises(AttributeError):
