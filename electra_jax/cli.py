@@ -9,6 +9,7 @@ import math
 import os
 import pkgutil
 import re
+import select
 import sys
 import traceback
 
@@ -45,6 +46,17 @@ def _quiet_closed_loops(default_hook):
             and str(unraisable.exc_value) == 'Event loop is closed'):
       default_hook(unraisable)
   return hook
+
+
+def _stdout_reader_gone() -> bool:
+  """stdout is a pipe whose reader has closed it (poll reports an error on a pipe's writing end
+  then)."""
+  try:
+    poll = select.poll()
+    poll.register(sys.stdout.fileno(), select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poll.poll(0))
+  except (AttributeError, OSError, ValueError):  # No poll (Windows), or no real stdout.
+    return False
 
 
 def _fail(message: str):
@@ -90,6 +102,14 @@ def _flag_error_message(error: Exception, argv,
     return f'{text.splitlines()[0]}; see --help'
   example = ('configs/finetune/files.py' if keys_file.startswith('configs/finetune/')
              else 'configs/demo.py')
+  spec = _config_file_arg(argv)
+  if spec.partition(':')[0].endswith('.json'):
+    return (f"config file '{spec}' is JSON; --config takes a Python config file such as "
+            f"{example} (a run's own config.json is read from its --workdir)")
+  line = _line_in_config_file(error, spec)
+  if line is not None and not isinstance(error, (ImportError, SyntaxError)):  # Its own code.
+    return (f"config file '{spec}' failed at line {line} ({type(error).__name__}: "
+            f'{text.splitlines()[0] if text else "?"}); fix it or pass another file')
   if 'get_config' in text:
     return (f"config file '{_config_file_arg(argv)}' has no get_config() function; pass a "
             f'config file such as {example}')
@@ -108,6 +128,15 @@ def _flag_error_message(error: Exception, argv,
             + (f" (did you mean --config.{hint.group(1)}?)" if hint else '')
             + f'; every key is listed in {keys_file}')
   return f'bad command line: {text.splitlines()[0] if text else type(error).__name__}'
+
+
+def _line_in_config_file(error: Exception, spec: str) -> int | None:
+  """The line of the --config file where `error` was raised (its innermost frame there), or
+  None where the file's code was not running."""
+  path = os.path.abspath(_resolved_spec(spec).partition(':')[0])
+  lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__)
+           if os.path.abspath(frame.filename) == path]
+  return lines[-1] if lines else None
 
 
 def _raise_deferred_load_error(value):
@@ -203,7 +232,7 @@ def _empty_flag() -> str | None:
     flag = flags.FLAGS[name]
     values = flag.value if isinstance(flag.value, list) else [flag.value]
     if (flag.present and name not in EMPTY_MEANS_DEFAULT and flag.flag_type() in (
-        'string', 'multi_string') and any(isinstance(v, str) and not v.strip() for v in values)):
+        'string', 'multi string') and any(isinstance(v, str) and not v.strip() for v in values)):
       return f'--{name} is empty (an unset shell variable?); pass a value'
   return None
 
@@ -350,6 +379,11 @@ def run(main, keys_file: str = 'configs/base_config.py'):
       sys.stdout.flush()
       os._exit(130)  # As a shell reports SIGINT; library threads print nothing more.
     except Exception as e:  # pylint: disable=broad-except
+      if isinstance(e, BrokenPipeError) and _stdout_reader_gone():
+        # `| head` read what it wanted and left (not a storage connection's broken pipe):
+        # stop quietly, with a shell's exit status for SIGPIPE.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        os._exit(141)
       error = e if isinstance(e, UserError) else paths.user_error('', e)
       several = _in_distributed_run()
       if error is None or flags.FLAGS.verbose:

@@ -173,6 +173,10 @@ def test_config_file_mistakes_name_the_file_and_each_file_is_its_own(tmp_path):
   (tmp_path / 'no_get.py').write_text('X = 1\n')
   (tmp_path / 'bad_import.py').write_text('import no_such_module_here\n')
   (tmp_path / 'raises.py').write_text('def get_config():\n  raise ValueError("no size")\n')
+  (tmp_path / 'attribute.py').write_text('import os\nX = os.nope\n')
+  (tmp_path / 'name.py').write_text('def get_config():\n  c = None\n  return nope\n')
+  (tmp_path / 'run').mkdir()
+  (tmp_path / 'run' / 'config.json').write_text('{"model_size": "demo", "tied": true}\n')
   (tmp_path / 'typo.py').write_text('from configs import demo\n\n\ndef get_config():\n'
                                     '  c = demo.get_config()\n  c.num_layer = 1\n  return c\n')
   for spec, message in [
@@ -182,7 +186,15 @@ def test_config_file_mistakes_name_the_file_and_each_file_is_its_own(tmp_path):
       (str(tmp_path / 'bad_import.py'),
        "failed to import (ModuleNotFoundError: No module named 'no_such_module_here')"),
       (str(tmp_path / 'raises.py'), 'get_config() failed (ValueError: no size)'),
-      (f'{with_config}:arg', 'get_config() failed (TypeError: ')]:
+      (f'{with_config}:arg', 'get_config() failed (TypeError: '),
+      # Errors of the file's own code (not config_flags' TypeError / ValueError) were reported
+      # as unknown keys (AttributeError) or a bad command line (NameError), without the file.
+      (str(tmp_path / 'attribute.py'), 'attribute.py\' failed at line 2 (AttributeError: '
+       "module 'os' has no attribute 'nope')"),
+      (str(tmp_path / 'name.py'), "name.py' failed at line 3 (NameError: name 'nope' is not "
+       'defined)'),
+      (str(tmp_path / 'run' / 'config.json'), "config.json' is JSON; --config takes a Python "
+       'config file such as configs/demo.py')]:
     with pytest.raises(UserError, match=re.escape(message)) as e:
       budget.plan_all([with_config, spec], ['seed=1'], 1e15, 1)
     assert str(e.value).startswith('--configs: ') and '\n' not in str(e.value)

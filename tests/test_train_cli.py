@@ -786,6 +786,7 @@ def test_a_glob_the_shell_expanded_is_refused_not_cut_to_its_first_file(module, 
                                       '--vocab_size=300', '--output=']),
     ('electra_jax.data.prepare', ['--config={repo}/configs/demo.py', '--output=']),
     ('electra_jax.finetune', ['--config={repo}/configs/finetune/files.py', '--workdir=']),
+    ('electra_jax.detect', ['--workdir={repo}/nowhere', '--text=']),  # A repeatable flag.
 ])
 def test_an_empty_path_flag_is_refused_not_read_as_the_current_directory(module, flags,
                                                                          tmp_path):
@@ -799,6 +800,18 @@ def test_an_empty_path_flag_is_refused_not_read_as_the_current_directory(module,
   assert (proc.returncode, proc.stderr.strip().splitlines()[-1]) == (
       2, f'error: {flag} is empty (an unset shell variable?); pass a value')
   assert not os.listdir(tmp_path)
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly():
+  """`| head`: stdout's reader closes the pipe. The BrokenPipeError, a ConnectionError, was
+  reported as a storage fault (exit 2); a shell reports SIGPIPE as 141."""
+  proc = subprocess.Popen(
+      [sys.executable, '-m', 'electra_jax.train', '--config=configs/demo.py', '--dry_run'],
+      cwd=REPO_ROOT, env=dict(os.environ, JAX_PLATFORMS='cpu'), stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True)
+  proc.stdout.close()  # Before the command prints anything: it starts up for seconds.
+  stderr = proc.stderr.read()
+  assert (proc.wait(timeout=600), stderr) == (141, '')
 
 
 def test_unknown_config_key_is_an_error_naming_it(tmp_path):
