@@ -92,6 +92,11 @@ def _flag_error_message(error: Exception, argv,
              and not (argv[i - 1].startswith('--') and '=' not in argv[i - 1])]
     hint = f" ('{loose[0]}' has no flag name: write --{name}={loose[0]})" if loose else ''
     return f'--{name} is required; pass --{name}=...{hint}; see --help'
+  override = re.match(r"Unknown command line flag 'config\.([\w.]+)'", text)
+  if (isinstance(error, flags.Error) and override and 'config' in flags.FLAGS
+      and _config_file_arg(argv) == '?'):
+    return (f'--config.{override.group(1)} overrides a key of a config file: pass the file too, '
+            '--config=FILE')
   unknown = re.match(r"Unknown command line flag '(\w+)'", text)
   if (isinstance(error, flags.Error) and unknown and 'config' in flags.FLAGS
       and unknown.group(1) in _config_keys(keys_file)):

@@ -61,7 +61,11 @@ def main(argv):
   eval_step = ts.jit_eval_step(ts.make_eval_step(run.objective), run.mesh,
                                jax.tree.map(lambda x: x.sharding, abstract_state.params))
   # --eval_files, or the run's eval set (eval_files, or tfds_eval_split).
-  corpus = sources.open_corpus(run.config, 'eval', FLAGS.eval_files)
+  try:
+    corpus = sources.open_corpus(run.config, 'eval', FLAGS.eval_files)
+  except sources.NoFiles:
+    raise cli.UserError(f"the run in '{FLAGS.workdir}' has no eval set (its eval_files is "
+                        'empty); pass --eval_files=GLOB') from None
   note = _held_out_note(run.config, corpus)
   if note:
     print(f'note: {note}', flush=True)

@@ -86,12 +86,16 @@ def absolute(path) -> str:
   return os.path.abspath(os.path.expanduser(path))
 
 
+def canonical(path) -> str:
+  """absolute(path), a local one with symlinks resolved: one name for each file."""
+  path = absolute(path)
+  return path if is_remote(path) else os.path.realpath(path)
+
+
 def contains(outer, inner) -> bool:
   """Whether `inner` is `outer` or lies below it (local paths compared with symlinks
   resolved)."""
-  outer, inner = absolute(outer), absolute(inner)
-  if not is_remote(outer):
-    outer, inner = os.path.realpath(outer), os.path.realpath(inner)
+  outer, inner = canonical(outer), canonical(inner)
   return inner == outer or inner.startswith(outer.rstrip('/') + '/')
 
 

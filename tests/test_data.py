@@ -919,3 +919,11 @@ def test_an_eval_set_of_training_text_earns_a_note(corpus, tiny_tokenizer):
   with pytest.raises(UserError, match='no files match'):
     held_out_note(moved)
   assert evaluate._held_out_note(moved, sources.open_corpus(moved, 'eval')) is None
+
+
+def test_an_eval_file_reached_through_a_symlink_is_still_training_text(corpus, tmp_path):
+  (tmp_path / 'link').symlink_to(corpus, target_is_directory=True)
+  linked = make_config(corpus, train_files=f'{corpus}/*.txt',
+                       eval_files=str(tmp_path / 'link' / 'b.txt'))
+  assert held_out_note(linked).startswith(
+      f"1 of the eval set's 1 file(s) are training files too ('{tmp_path}/link/b.txt')")

@@ -525,6 +525,24 @@ def test_evaluate_restores_the_latest_checkpoint_and_reports_json(trained):
                    proc.stdout, re.M)
 
 
+def test_evaluate_names_its_own_flags_where_the_run_has_no_eval_set(trained, tmp_path):
+  """Both hints named flags evaluate does not take as given (--config.eval_files: an unknown
+  flag without --config=FILE)."""
+  workdir = tmp_path / 'run'
+  shutil.copytree(trained['resumed'], workdir)
+  saved = json.loads((workdir / 'config.json').read_text())
+  (workdir / 'config.json').write_text(json.dumps(dict(saved, eval_files='')))
+  proc = run_cli('electra_jax.evaluate', f'--workdir={workdir}', check=False)
+  assert (proc.returncode, proc.stderr.strip().splitlines()) == (2, [
+      f"error: the run in '{workdir}' has no eval set (its eval_files is empty); pass "
+      '--eval_files=GLOB'])
+  proc = run_cli('electra_jax.evaluate', f'--workdir={workdir}', '--config.text_key=body',
+                 check=False)
+  assert (proc.returncode, proc.stderr.strip().splitlines()) == (2, [
+      'error: --config.text_key overrides a key of a config file: pass the file too, '
+      '--config=FILE'])
+
+
 def test_the_json_line_makes_every_nan_or_inf_null_inside_lists_and_dicts_too():
   """The summary line parses with any JSON parser (a diverged seed's [NaN] did not)."""
   from electra_jax import cli  # pylint: disable=import-outside-toplevel

@@ -391,6 +391,10 @@ class Corpus:
       part_done()
 
 
+class NoFiles(UserError):
+  """The config names no files for the split (and no TFDS split) to read."""
+
+
 def open_corpus(config, split: str = 'train', files: str | None = None) -> Corpus:
   """The config's training ('train') or evaluation ('eval') corpus: with `tfds_name`, TFDS's
   `tfds_split` / `tfds_eval_split` (when set), else the `train_files` / `eval_files` glob;
@@ -413,7 +417,7 @@ def open_corpus(config, split: str = 'train', files: str | None = None) -> Corpu
         tfds_data_dir=data_dir or ''), text.records)
   pattern = files or config[f'{split}_files']
   if not (pattern or '').strip():
-    raise UserError(f"config.{split}_files is empty: there is no {split} text to read; set "
+    raise NoFiles(f"config.{split}_files is empty: there is no {split} text to read; set "
                     f'--config.{split}_files=GLOB'
                     + (' (or --config.eval_every_steps=0 to train without evaluating)'
                        if split == 'eval' else ''))
@@ -439,7 +443,8 @@ def held_out_note(trained_on: dict, held_out: Corpus) -> str | None:
   `trained_on`: the training data's source (the train examples' `source`, or
   training_source(config))."""
   if 'files' in trained_on and 'files' in held_out.source:
-    shared = sorted(set(trained_on['files']) & set(held_out.source['files']))
+    trained = {paths.canonical(f) for f in trained_on['files']}  # A symlinked folder too.
+    shared = [f for f in held_out.source['files'] if paths.canonical(f) in trained]
     if shared:
       return (f"{len(shared)} of the eval set's {len(held_out.source['files'])} file(s) are "
               f"training files too ('{shared[0]}'{', ...' if len(shared) > 1 else ''}): its "
