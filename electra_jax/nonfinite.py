@@ -6,6 +6,7 @@ out of the logged averages and stops a run that keeps diverging.
 """
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from electra_jax.errors import UserError
@@ -37,25 +38,32 @@ def drop_skipped(sums: dict, opt_state) -> dict:
 class ConsecutiveLimit:
   """Stops training after `limit` skipped steps in a row (0: never).
 
-  Each step's count is read one step late, so the host never waits for the device just to
-  check it; `check_now` reads the latest count (before a save or at the end).
+  Each call's counts are read one call late, so the host never waits for the device just to
+  check them; `check_now` reads the latest (before a save or at the end).
   """
 
   def __init__(self, limit: int):
     self.limit = limit
     self._pending = None
 
-  def push(self, step: int, count):
+  def push(self, steps: range, counts):
+    """`counts`: each of `steps`' run of skips (make_train_steps' consecutive_nonfinite)."""
     self.check_now()
-    self._pending = (step, count)
+    self._pending = (steps, counts)
 
   def check_now(self):
     if self._pending is None:
       return
-    step, count = self._pending
+    steps, counts = self._pending
     self._pending = None
-    count = int(count)
-    if self.limit and count >= self.limit:
+    if not self.limit:
+      return
+    # The first step at the limit, as one step a call names it, not the call's last step
+    # (the steps after it may be finite).
+    counts = np.asarray(jax.device_get(counts))
+    over = np.flatnonzero(counts >= self.limit)
+    if over.size:
+      count, step = int(counts[over[0]]), steps[over[0]]
       raise UserError(
           f'{count} consecutive steps (up to step {step}) had a non-finite loss or gradients; '
           f'stopping at config.max_consecutive_nonfinite={self.limit}. Their updates were '

@@ -1,5 +1,6 @@
-"""SIGTERM / Ctrl-C as a request to stop: the loop finishes its current step, saves and exits 0
-(a spot VM's notice, a scheduler's preemption), so the same command resumes where it stopped."""
+"""SIGTERM / Ctrl-C as a request to stop: the loop finishes its current step (pretraining: its
+call of config.steps_per_execution steps), saves and exits 0 (a spot VM's notice, a scheduler's
+preemption), so the same command resumes where it stopped."""
 import signal
 import sys
 import threading
@@ -13,9 +14,11 @@ SECOND_CTRL_C_AFTER = 1.0
 
 
 class StopRequest:
-  """`signal` is None until SIGTERM or SIGINT arrives, then its number."""
+  """`signal` is None until SIGTERM or SIGINT arrives, then its number. `unit`: what the loop
+  finishes first, as the notice names it."""
 
-  def __init__(self):
+  def __init__(self, unit: str = 'step'):
+    self.unit = unit
     self.signal = None
     self._previous = {}
     self._first_sigint_at = 0.0
@@ -23,7 +26,7 @@ class StopRequest:
   def __call__(self, signum, frame):
     del frame
     if signum == signal.SIGINT and self.signal == signal.SIGINT:
-      # Ctrl-C twice: now, not after the step (a first compile of Large takes minutes); the
+      # Ctrl-C twice: now, not after the call (a first compile of Large takes minutes); the
       # newest checkpoint stands and the same command resumes from it. Not a SIGINT right
       # after the first: a terminal's Ctrl-C that a wrapper (compare) forwards arrives twice.
       if time.monotonic() - self._first_sigint_at > SECOND_CTRL_C_AFTER:
@@ -32,7 +35,7 @@ class StopRequest:
     if signum == signal.SIGINT:
       self._first_sigint_at = time.monotonic()
     if self.signal is None:
-      print(f'{signal.Signals(signum).name}: stopping after the current step, then saving'
+      print(f'{signal.Signals(signum).name}: stopping after the current {self.unit}, then saving'
             + ('; Ctrl-C again to quit at once' if signum == signal.SIGINT else ''),
             file=sys.stderr, flush=True)
     self.signal = signum

@@ -101,7 +101,8 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
   on_error = []  # Cleanups for a run that fails (e.g. finish pending saves of good states).
   # SIGTERM / Ctrl-C ask the loop to stop while it runs; an in-process caller (a notebook) gets
   # its own handlers back when this returns.
-  stop = stop_request.StopRequest()
+  per_call = config.steps_per_execution
+  stop = stop_request.StopRequest('step' if per_call == 1 else f'call ({per_call} steps)')
   # A run refused at start-up (a bad glob, a full disk) leaves no empty workdir (nor an empty
   # --profile_dir) behind.
   with (paths.new_dirs_removed_on_failure(workdir),
@@ -350,7 +351,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
       compile_steps += num_steps
     steps_done = range(step + 1, step + num_steps + 1)
     step += num_steps
-    too_many_nonfinite.push(step, consecutive_nonfinite)
+    too_many_nonfinite.push(steps_done, consecutive_nonfinite)
     window_steps += num_steps
     traced = trace.after(step, window)
     if traced:

@@ -98,22 +98,23 @@ def make_train_steps(train_step):
   of `batches`' leading axis in one program (a lax.scan over `train_step`).
 
   Each step's metric sums are added into `window` (the loop's running sums since the last
-  log) as the loop did between steps; `consecutive_nonfinite` is the longest run of skips the
-  steps reported. The steps compute what one call per step computes, bit for bit on a CPU
+  log) as the loop did between steps; `consecutive_nonfinite` holds each step's run of skips
+  (one per step, not the call's longest: the stop names the step that reached its limit, as
+  at one step a call; a run that spans calls continues, the count lives in the optimizer
+  state). The steps compute what one call per step computes, bit for bit on a CPU
   (tests/test_train_cli.py), with one dispatch, one CUDA-graph update and one host round trip
   per call instead of per step (config.steps_per_execution).
   """
 
   def train_steps(state: TrainState, window: dict, batches, base_rng):
     def one_step(carry, batch):
-      state, window, worst = carry
+      state, window = carry
       state, sums = train_step(state, batch, base_rng)
-      worst = jnp.maximum(worst, sums.pop('consecutive_nonfinite'))
-      return (state, jax.tree.map(jnp.add, window, sums), worst), None
+      consecutive = sums.pop('consecutive_nonfinite')
+      return (state, jax.tree.map(jnp.add, window, sums)), consecutive
 
-    worst = jnp.zeros((), nonfinite.consecutive_skipped(state.opt_state).dtype)
-    (state, window, worst), _ = jax.lax.scan(one_step, (state, window, worst), batches)
-    return state, window, worst
+    (state, window), consecutive = jax.lax.scan(one_step, (state, window), batches)
+    return state, window, consecutive
 
   return train_steps
 

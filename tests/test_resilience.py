@@ -281,6 +281,25 @@ def test_nonfinite_steps_are_skipped_counted_never_saved_and_too_many_stop_the_r
              ['opt_state']['total_notfinite']) == 3
 
 
+def test_the_nonfinite_stop_names_the_same_step_with_several_steps_a_call(
+    tmp_path, cache_dir, small_corpus):
+  """NaN at steps 3-5, then finite: at 4 steps a call (1-4, 5-8; the run of skips spans both)
+  the stop names step 5, as at 1 step a call, not the call's last step (8)."""
+  errors = []
+  for steps_per_execution in (1, 4):
+    command = train_command(small_corpus, str(tmp_path / str(steps_per_execution)),
+                            '--config.log_every_steps=4', '--config.save_checkpoints_steps=12',
+                            '--config.eval_every_steps=0', '--config.max_consecutive_nonfinite=3',
+                            f'--config.steps_per_execution={steps_per_execution}')
+    command[1:3] = ['-m', 'tests.nan_steps', '3,4,5']
+    proc = subprocess.run(command, cwd=REPO_ROOT, env=env_for(cache_dir), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr
+    errors.append(proc.stderr.strip().splitlines()[-1])
+  assert errors[0].startswith('error: 3 consecutive steps (up to step 5) had a non-finite loss')
+  assert errors[1] == errors[0]
+
+
 # slow: the default run resumes a bucket workdir from 2 processes x 2 devices on 1 device
 # (test_gcs.py) and restores an 8-device checkpoint on 1 and on 2 x 4 (test_scale.py).
 @pytest.mark.slow
