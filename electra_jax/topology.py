@@ -6,7 +6,7 @@ shardings over a Mesh of those devices compiles as it would on the slice. Names 
 spells them (`v4:4x4x4`, `v5p:4x8x8`, `v5e:16x16`, `v6e:16x16`) or as Cloud accelerator types
 (`v4-128`, `v5p-512`, `v5litepod-256`, `v6e-256`): v4-N and v5p-N count TensorCores, two per
 chip (v4-128 = 64 chips = 4x4x4), v5litepod-N and v6e-N count chips. v4 and v5p devices are
-one per chip (megacore), as JAX sees them on a TPU VM.
+one per chip (megacore), as JAX sees them on a TPU VM; a device's process is its TPU VM's.
 """
 import contextlib
 import glob
@@ -82,6 +82,16 @@ def _environment(variables: dict):
       os.environ.pop(k, None)
 
 
+def _chips_per_host(chip: chips.TpuChip, topology_name: str) -> dict:
+  """libtpu's default of 4 chips (2x2x1) a host is a TPU VM of v4, v5p and multi-host v5e/v6e
+  slices, but refuses a 1x1 slice and splits the one VM of v5litepod-8/v6e-8 in two: a
+  v5e/v6e slice of up to 8 chips is one VM (Cloud TPU's v5e and v6e pages: VMs by topology)."""
+  dims = [int(d) for d in topology_name.split(':')[1].split('x')]
+  if _dims(chip) == 2 and math.prod(dims) <= 8:
+    return {'chips_per_host_bounds': (*dims, 1)}
+  return {}
+
+
 def devices(chip: chips.TpuChip, topology_name: str) -> list:
   """The devices of a parsed slice, for compiling ahead of time; no TPU needed."""
   try:
@@ -103,7 +113,8 @@ def devices(chip: chips.TpuChip, topology_name: str) -> list:
   try:
     with _environment(libtpu_env):
       slice_devices = topologies.get_topology_desc(
-          topology_name=topology_name, platform='tpu', chip_config_name=chip_config).devices
+          topology_name=topology_name, platform='tpu', chip_config_name=chip_config,
+          **_chips_per_host(chip, topology_name)).devices
   except Exception as e:  # pylint: disable=broad-except
     raise UserError(f'libtpu does not accept the topology {topology_name!r} '
                     f'({first_line(e)}); use e.g. {EXAMPLES}') from None

@@ -97,13 +97,39 @@ def test_a_child_process_reports_its_own_peak_rss_not_its_launchers():
 
 def test_peak_table_matches_device_kinds_and_dtypes():
   assert chips.peak_tflops('NVIDIA H100 80GB HBM3', 'bfloat16', None)[0] == 989
-  assert chips.peak_tflops('NVIDIA H100 80GB HBM3', 'float32', None)[0] == 67
+  assert chips.peak_tflops('NVIDIA H100 80GB HBM3', 'float32', None)[0] == 494.7  # TF32.
   assert chips.peak_tflops('NVIDIA H100 PCIe', 'bfloat16', None)[0] == 756  # Longest name wins.
   assert chips.peak_tflops('TPU v5 lite', 'bfloat16', None)[0] == 197
   assert chips.peak_tflops('TPU v5p', 'bfloat16', None)[0] == 459
   assert chips.peak_tflops('TPU v4', 'bfloat16', None)[0] == 275
   assert chips.peak_tflops('cpu', 'float32', None)[0] is None
   assert chips.peak_tflops('cpu', 'float32', 0.5) == (0.5, '--peak_tflops')
+
+
+def test_float32_peak_is_tf32_at_jax_default_precision_and_fp32_only_when_asked_for():
+  """JAX's default precision runs float32 matmuls on GPU tensor cores as TF32; the FP32 peak,
+  7 times lower on an H100, would overstate float32 MFU as much."""
+  peak = lambda kind, dtype='float32': chips.peak_tflops(kind, dtype, None)
+  for kind, tf32, fp32 in [('NVIDIA H100 80GB HBM3', 494.7, 67), ('NVIDIA H100 PCIe', 378, 51),
+                           ('NVIDIA H200', 494.7, 67), ('NVIDIA A100-SXM4-80GB', 156, 19.5)]:
+    bf16 = peak(kind, 'bfloat16')
+    assert peak(kind)[0] == tf32 and peak(kind)[1].endswith('float32 dense (TF32 tensor cores)')
+    with jax.default_matmul_precision('tensorfloat32'):
+      assert peak(kind)[0] == tf32
+    for full in ('highest', 'float32'):
+      with jax.default_matmul_precision(full):
+        assert peak(kind)[0] == fp32 and peak(kind)[1].endswith('float32 dense (FP32)')
+        assert peak(kind, 'bfloat16') == bf16  # Matmul precision moves float32 only.
+
+
+def test_nvl_cards_read_as_their_own_peaks_not_the_sxm_parts():
+  """'NVIDIA H100 NVL' contains 'H100': it read as the SXM part (989 bf16, not its 835.5)."""
+  for kind in ('NVIDIA H100 NVL', 'NVIDIA H200 NVL'):
+    name = kind.removeprefix('NVIDIA ')
+    assert chips.peak_tflops(kind, 'bfloat16', None) == (835.5, f'table: {name} bfloat16 dense')
+    assert chips.peak_tflops(kind, 'float32', None)[0] == 417.5
+    with jax.default_matmul_precision('highest'):
+      assert chips.peak_tflops(kind, 'float32', None)[0] == 60
 
 
 def test_synthetic_batch_is_full_length_two_segments_without_masking_candidates_lost():

@@ -53,6 +53,21 @@ def test_slice_names_map_to_libtpu_shapes_counting_tensorcores_on_v4_and_v5p(nam
     assert topology.num_chips(libtpu_name) * chip.cores_per_chip == cores
 
 
+@pytest.mark.parametrize('name, num_devices, num_vms', [
+    ('v5litepod-1', 1, 1), ('v5litepod-4', 4, 1), ('v5litepod-8', 8, 1), ('v5litepod-16', 16, 4),
+    ('v5litepod-256', 256, 64), ('v6e-1', 1, 1), ('v6e-4', 4, 1), ('v6e-8', 8, 1),
+    ('v6e-16', 16, 4), ('v6e-256', 256, 64), ('v4-8', 4, 1), ('v4-16', 8, 2), ('v5p-8', 4, 1)])
+def test_slice_devices_sit_in_as_many_processes_as_the_slice_has_tpu_vms(libtpu, name,
+                                                                         num_devices, num_vms):
+  """One process a TPU VM (Cloud TPU's v5e/v6e pages: 1x1, 2x2 and 2x4 are one VM, larger
+  slices 4 chips a VM); libtpu's default of 4 chips a host refused 1x1 and split 2x4 in two."""
+  del libtpu
+  chip, libtpu_name = topology.parse(name)
+  devices = topology.devices(chip, libtpu_name)
+  assert len(devices) == num_devices
+  assert len({d.process_index for d in devices}) == num_vms
+
+
 def test_every_fsdp_axis_dividing_a_4x4x4_slice_gets_a_mesh(libtpu):
   """jax.make_mesh refuses an fsdp axis of 2, 8 or 32 on v4-128 (it lays mesh axes over whole
   physical ones); the mesh then splits one, so every divisor plans and trains."""
