@@ -1,6 +1,7 @@
 """Held-out evaluation shared by train (periodic) and evaluate (CLI)."""
 import jax
 import numpy as np
+import tqdm
 
 from electra_jax.objectives import metrics as objective_metrics
 from electra_jax import parallel
@@ -18,8 +19,10 @@ def eval_batches(c, tokenizer, mesh, num_batches=None, corpus=None):
     yield parallel.global_batch(local_batch, mesh)
 
 
-def evaluate_params(params, eval_step, c, tokenizer, mesh, num_batches=None, corpus=None):
-  """Metrics of `params` on the eval set; identical masking every call (comparable over time)."""
+def evaluate_params(params, eval_step, c, tokenizer, mesh, num_batches=None, corpus=None,
+                    progress: bool = False):
+  """Metrics of `params` on the eval set; identical masking every call (comparable over time).
+  `progress`: a bar of batches on stderr (process 0), for the evaluate command."""
   rng = jax.random.fold_in(jax.random.key(c.seed), EVAL_SEED_SALT)
   # Each batch's sums are added on the host in float64 (in float32, 3,000 batches of 16k tokens
   # miscount tokens by ~50 in 49M), one batch behind, so the device runs on meanwhile.
@@ -29,7 +32,10 @@ def evaluate_params(params, eval_step, c, tokenizer, mesh, num_batches=None, cor
     step_sums = jax.tree.map(lambda x: np.asarray(x, np.float64), jax.device_get(step_sums))
     return step_sums if sums is None else jax.tree.map(np.add, sums, step_sums)
 
-  for i, batch in enumerate(eval_batches(c, tokenizer, mesh, num_batches, corpus)):
+  batches = tqdm.tqdm(eval_batches(c, tokenizer, mesh, num_batches, corpus), 'evaluating',
+                      total=num_batches or None, unit='batch', leave=False,
+                      disable=not progress or jax.process_index() != 0)
+  for i, batch in enumerate(batches):
     step_sums = eval_step(params, batch, jax.random.fold_in(rng, i))
     if pending is not None:
       sums = add(sums, pending)

@@ -70,7 +70,8 @@ def main(argv):
   if note:
     print(f'note: {note}', flush=True)
   metrics = eval_loop.evaluate_params(state.params, eval_step, run.config, run.tokenizer,
-                                      run.mesh, num_batches=FLAGS.num_batches, corpus=corpus)
+                                      run.mesh, num_batches=FLAGS.num_batches, corpus=corpus,
+                                      progress=True)
   metrics['unigram_baseline_accuracy'] = eval_loop.unigram_baseline_accuracy(
       run.config, run.tokenizer, corpus, FLAGS.num_batches)
   for key, value in metrics.items():

@@ -504,6 +504,7 @@ def test_evaluate_restores_the_latest_checkpoint_and_reports_json(trained):
   for key in ('loss', 'mlm_accuracy', 'disc_auc', 'disc_precision', 'unigram_baseline_accuracy'):
     assert key in result
   assert 0 < result['unigram_baseline_accuracy'] < 0.2
+  assert re.search(r'evaluating: .*/3 ', proc.stderr)  # Its progress, as README promises.
   # Evaluation is deterministic: the same checkpoint gives the same numbers.
   again = last_json(run_cli('electra_jax.evaluate', '--config=configs/demo.py',
                             f'--workdir={trained["resumed"]}', *trained['flags'][2:],
