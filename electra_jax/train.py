@@ -46,14 +46,24 @@ from electra_jax.data import sources
 FLAGS = flags.FLAGS
 
 
-def _loop_state(window, data_position: int, data_size: dict) -> dict:
+def _loop_state(window, data_position: int, data_size: dict, data_order: int) -> dict:
   """What a checkpoint keeps of the loop: the metric sums not yet logged, exactly (values with
   dtypes), the data position (examples of the global stream consumed; pipeline.py), which
-  any process or device count resumes from, and the size of the data it counts in."""
+  any process or device count resumes from, the size of the data it counts in and the
+  version of the order it counts in (pipeline.ORDER_VERSION)."""
   if window is not None:
     window = {k: [np.asarray(v).item(), str(np.asarray(v).dtype)]
               for k, v in jax.device_get(window).items()}
-  return dict(window=window, data_position=int(data_position), data=data_size)
+  return dict(window=window, data_position=int(data_position), data=data_size,
+              data_order=data_order)
+
+
+def _data_order(resumed: bool, loop_state) -> int:
+  """The data order a run reads: a new run today's, a resumed one its own (checkpoints from
+  before orders had versions read version 1)."""
+  if not resumed:
+    return pipeline.ORDER_VERSION
+  return int((loop_state or {}).get('data_order', 1))
 
 
 def _data_size(examples) -> dict:
@@ -175,6 +185,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   # A new run's state is initialised below, while its first train call compiles.
   step = 0 if state is None else int(jax.device_get(state.step))
   first_position = _data_position(loop_state, step, c)
+  data_order = _data_order(latest is not None, loop_state)
   data_size = _data_size(examples)
   note = _changed_data_note(loop_state, data_size)
   if note:
@@ -185,7 +196,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   # --stop_after_steps ends a call at its step, whatever steps_per_execution says.
   stop_at = None if stop_after_steps is None else step + stop_after_steps
   train_iter = prefetch.to_mesh(prefetch.StepChunks(pipeline.make_train_iterator(
-      c, exp.tokenizer, jax.process_index(), jax.process_count(), first_position, examples),
+      c, exp.tokenizer, jax.process_index(), jax.process_count(), first_position, examples,
+      data_order),
       step, c.steps_per_execution, boundaries, stop_at), mesh, steps_axis=True)
   # Stop the prefetch thread before exiting: one still placing arrays on devices while the
   # interpreter shuts down can abort the process.
@@ -283,7 +295,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     t = time.time()
     writer.flush()  # Rows up to this step reach the workdir before the checkpoint does.
     position = first_position + (step - first_step) * c.train_batch_size
-    ckpt.save(step, state, force=True, loop_state=_loop_state(window, position, data_size))
+    ckpt.save(step, state, force=True,
+              loop_state=_loop_state(window, position, data_size, data_order))
     window_start += time.time() - t  # Nor does saving (async: the copy off the devices).
 
   def stop_now(reason: str) -> dict:

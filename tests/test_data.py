@@ -638,6 +638,11 @@ def test_seeds_do_not_share_epoch_orders():
   assert len(set(orders.values())) == len(orders)
   plain = grain.MapDataset.range(n).shuffle(seed=0).repeat(None)
   assert orders[0, 1] == tuple(plain[n:2 * n])
+  # Version 1, which runs checkpointed before resume in: the seed as given.
+  plain = grain.MapDataset.range(n).shuffle(seed=3).repeat(None)
+  assert tuple(pipeline.example_order(n, 3, order_version=1)[:2 * n]) == tuple(plain[:2 * n])
+  with pytest.raises(UserError, match='data order version 3 is newer than this electra_jax'):
+    pipeline.example_order(n, 3, order_version=3)
 
 
 def test_train_iterator_shape_dtype_and_seed_dependence(corpus, tiny_tokenizer):

@@ -393,6 +393,30 @@ def test_train_runs_on_prepared_shards_and_checkpoints_the_consumed_position(cor
                                     tokens=prepared[1]['num_tokens'])
 
 
+def test_a_checkpoint_keeps_its_data_order_and_an_unversioned_one_resumes_in_the_first(
+    corpus, tmp_path, monkeypatch):
+  """Seeds spread before grain's shuffle since order version 2: a run checkpointed before
+  (no data_order) reads on in the order its position counts in, version 1."""
+  from electra_jax import train  # pylint: disable=import-outside-toplevel
+  config = config_for(corpus, seed=1, num_train_steps=2, num_warmup_steps=1,
+                      eval_every_steps=0, log_every_steps=1, save_checkpoints_steps=1,
+                      progress_bar=False)
+  versions, make = [], pipeline.make_train_iterator
+  monkeypatch.setattr(pipeline, 'make_train_iterator',
+                      lambda *args: versions.append(args[6]) or make(*args))
+  run = str(tmp_path / 'run')
+  train.train_and_evaluate(config, run, stop_after_steps=1)
+  metadata = tmp_path / 'run' / 'checkpoints' / '1' / 'loop' / 'metadata'
+  loop_state = json.loads(metadata.read_text())
+  assert loop_state['data_order'] == pipeline.ORDER_VERSION == 2
+  del loop_state['data_order']
+  metadata.write_text(json.dumps(loop_state))
+  train.train_and_evaluate(config, run)
+  assert versions == [2, 1]
+  final = json.loads((tmp_path / 'run' / 'checkpoints' / '2' / 'loop' / 'metadata').read_text())
+  assert final['data_order'] == 1
+
+
 def test_a_resume_on_changed_data_says_it_does_not_read_on_where_it_left_off(
     corpus, tmp_path, capsys):
   """Files added to the run's glob change the shuffled order its data position counts in."""

@@ -324,31 +324,41 @@ def open_train_examples(config, tokenizer):
 _SEED_SPREAD = 0x9E3779B9
 
 
-def example_order(num_examples: int, seed: int) -> grain.MapDataset:
+# The data order a new run reads (checkpoints record theirs: a run resumes in its own).
+# 1: grain's shuffle seeded with config.seed as given (runs started before 2026-12-02).
+ORDER_VERSION = 2
+
+
+def example_order(num_examples: int, seed: int,
+                  order_version: int = ORDER_VERSION) -> grain.MapDataset:
   """Indices into the examples, every epoch in a new order, forever.
 
   grain shuffles epoch e with seed + e: seeds s and s+1 as given would read the same orders one
-  epoch apart. Spreading the seeds over the 32-bit range first puts them millions of epochs
-  apart.
+  epoch apart (order_version 1). Spreading the seeds over the 32-bit range first puts them
+  millions of epochs apart.
   """
-  spread_seed = seed * _SEED_SPREAD % 2**32
+  if order_version not in (1, ORDER_VERSION):
+    raise UserError(f'data order version {order_version} is newer than this electra_jax '
+                    f'reads ({ORDER_VERSION}); update electra_jax to resume this run')
+  spread_seed = seed if order_version == 1 else seed * _SEED_SPREAD % 2**32
   return grain.MapDataset.range(num_examples).shuffle(seed=spread_seed).repeat(None)
 
 
 def make_train_iterator(config, tokenizer, process_index: int = 0, process_count: int = 1,
-                        start: int = 0, examples=None) -> grain.DatasetIterator:
+                        start: int = 0, examples=None,
+                        order_version: int = ORDER_VERSION) -> grain.DatasetIterator:
   """Infinite iterator over this host's slice of each global batch, from global position
   `start` (examples of the shuffled stream already consumed: what a checkpoint stores).
 
   Yields {'input_ids', 'input_mask', 'segment_ids'}: int32 [train_batch_size // process_count,
   max_seq_length]; every epoch is reshuffled, deterministically from config.seed. Prepared
   shards and streamed text of the same corpus give the same batches. `examples`: what
-  open_train_examples returned, if already opened.
+  open_train_examples returned, if already opened; `order_version`: example_order's.
   """
   local_batch = _local_batch_size(config, 'train_batch_size', process_index, process_count)
   examples = open_train_examples(config, tokenizer) if examples is None else examples
   # Indices into `examples`, in global order; elements are resolved only when a batch is read.
-  order = example_order(len(examples), config.seed)
+  order = example_order(len(examples), config.seed, order_version)
   rows = HostRowsMapDataset(order, config.train_batch_size, process_index, process_count, start)
   batches = rows.batch(local_batch).map(examples.gather)
   # A small read-ahead on one thread overlaps reading with the train step.
