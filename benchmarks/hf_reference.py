@@ -7,7 +7,9 @@ output tied to the token embeddings; dynamic masking of exactly clip(round(0.15�
 positions per row (85 % [MASK], 15 % kept), Gumbel-max sampling of replacements under no_grad,
 labels = sample != original, loss = MLM + 50·RTD, AdamW (ε 1e-6, weight decay 0.01 off
 LayerNorm/biases), warmup + linear decay, gradient clipping at 1.0, dropout as configured.
-Dtype policy: float32 on CPU; bf16 autocast + SDPA attention on CUDA.
+Dtype policy: float32 on CPU; bf16 autocast + SDPA attention on CUDA; float32 on CUDA with
+TF32 matmuls, as JAX's default precision computes ours (full float32 where
+jax_default_matmul_precision asks for it; electra_jax/chips.py), so both rows share one peak.
 
 `gather=True` runs the generator's encoder, gathers the masked positions, then its prediction
 head and LM head (logits only where they are used, as electra_jax does); `gather=False` calls
@@ -18,12 +20,14 @@ whose step this one does not implement (`check_config`); needs the `bench` extra
 """
 import time
 
+import jax
 import numpy as np
 import torch
 import transformers
 from torch import nn
 from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
+from electra_jax import chips
 from electra_jax import config as config_lib
 from electra_jax.errors import UserError
 
@@ -169,6 +173,9 @@ class Trainer:
     self.model = ElectraPretrainer(c, special_ids, mask_id, gather).to(self.device).train()
     self.opt, self.schedule = make_optimizer(self.model, c)
     self.autocast = self.device.type == 'cuda' and c.dtype == 'bfloat16'
+    if self.device.type == 'cuda':
+      tf32 = jax.config.jax_default_matmul_precision not in chips.FULL_FLOAT32
+      torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
 
   def step(self, input_ids, input_mask, segment_ids) -> torch.Tensor:
     with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):

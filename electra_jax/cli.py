@@ -386,8 +386,11 @@ def run(main, keys_file: str = 'configs/base_config.py'):
     except Exception as e:  # pylint: disable=broad-except
       if isinstance(e, BrokenPipeError) and _stdout_reader_gone():
         # `| head` read what it wanted and left (not a storage connection's broken pipe):
-        # stop quietly, with a shell's exit status for SIGPIPE.
+        # stop quietly, with a shell's exit status for SIGPIPE (the other processes too).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if _in_distributed_run():
+          from electra_jax import distributed  # pylint: disable=import-outside-toplevel
+          distributed.report_failure('its stdout was closed (a reader such as head left)')
         os._exit(141)
       error = e if isinstance(e, UserError) else paths.user_error('', e)
       several = _in_distributed_run()

@@ -180,8 +180,8 @@ def check_trains_in(workdir, c: ml_collections.ConfigDict, vocabulary: str | Non
                       'a new run would write its log over it: pass a new --workdir')
   named = paths.as_found(vocabulary or c.vocab_file)
   kept = vocabulary_path(workdir, c.vocab_file)
-  if (named != kept and paths.exists(kept) and paths.exists(named)
-      and paths.read_bytes(kept) != paths.read_bytes(named)):
+  if named != kept and paths.is_file(named) and paths.exists(kept) and not paths.same_file(
+      named, kept):
     raise UserError(f"--workdir '{directory}' holds a {paths.name(kept)} other than the run's "
                     'vocabulary, whose copy a new run writes under that name: pass a new '
                     '--workdir or move that file away')

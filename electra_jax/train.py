@@ -112,7 +112,7 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
   # SIGTERM / Ctrl-C ask the loop to stop while it runs; an in-process caller (a notebook) gets
   # its own handlers back when this returns.
   per_call = config.steps_per_execution
-  stop = stop_request.StopRequest('step' if per_call == 1 else f'call ({per_call} steps)')
+  stop = stop_request.StopRequest('step' if per_call == 1 else f'call (up to {per_call} steps)')
   # A run refused at start-up (a bad glob, a full disk) leaves no empty workdir (nor an empty
   # --profile_dir) behind.
   with (paths.new_dirs_removed_on_failure(workdir),

@@ -109,11 +109,12 @@ def test_the_median_over_seeds_counts_a_diverged_seed_as_its_worst():
 
 def test_the_summary_ranks_a_diverged_seed_last_on_every_metric():
   nan = math.nan
-  scores = [(0.8, 0.3), (nan, nan), (0.6, 0.5)]  # (accuracy, loss) per seed
-  runs = [dict(seed=i, best=dict(eval_accuracy=a, eval_loss=l), final=dict(eval_accuracy=a,
-                                                                             eval_loss=l))
-          for i, (a, l) in enumerate(scores)]
+  scores = [(0.8, 0.3, 0.2), (nan, nan, nan), (0.6, 0.5, 0.4)]  # (accuracy, loss, mse) per seed
+  runs = [dict(seed=i, best=dict(eval_accuracy=a, eval_loss=l, eval_test_mse=m),
+               final=dict(eval_accuracy=a, eval_loss=l, eval_test_mse=m))
+          for i, (a, l, m) in enumerate(scores)]
   summary = loop.summarize(SimpleNamespace(main_metric='accuracy'), runs)
   assert summary['median_best_accuracy'] == summary['median_final_accuracy'] == 0.6
   assert summary['median_best_loss'] == summary['median_final_loss'] == 0.5
+  assert summary['median_best_test_mse'] == 0.4  # Lower is better: NaN counts as the highest.
   assert summary['best_accuracy_per_seed'][1] != summary['best_accuracy_per_seed'][1]  # NaN kept

@@ -916,6 +916,7 @@ def test_a_new_run_refuses_a_workdir_holding_files_it_would_write_over(tmp_path,
   # The same bytes (a first run killed before it wrote config.json) are its own copy.
   shutil.copy(config.vocab_file, workdir / 'spm.model')
   saved_config.check_trains_in(str(workdir), config)
+  saved_config.check_trains_in(str(workdir), config, str(tmp_path))  # No file to compare.
   (workdir / 'eval_metrics.jsonl').write_text('{"step": 3}\n')
   with pytest.raises(UserError, match=re.escape(
       f"--workdir '{workdir}' holds eval_metrics.jsonl but no run's config.json")):

@@ -541,7 +541,8 @@ def summarize(task, runs: list[dict]) -> dict:
   for epoch in ('best', 'final'):
     for key in metric_keys:
       summary[f'median_{epoch}_{key[5:]}'] = metrics_lib.seed_median(
-          [r[epoch][key] for r in runs], lower_is_better=key.endswith('loss'))
+          [r[epoch][key] for r in runs],
+          lower_is_better=key.endswith(metrics_lib.LOWER_IS_BETTER))
   summary['best_' + task.main_metric + '_per_seed'] = [
       r['best'][f'eval_{task.main_metric}'] for r in runs]
   return summary

@@ -215,6 +215,10 @@ def ranked(value: float) -> float:
   return -math.inf if math.isnan(value) else value
 
 
+# Metrics where lower is better (by name ending), the rest higher: e.g. eval_loss, eval_test_mse.
+LOWER_IS_BETTER = ('loss', 'mse')
+
+
 def seed_median(values: list[float], lower_is_better: bool = False) -> float:
   """The median over seeds with a diverged seed's NaN counted as its worst score (a loss's
   highest, any other metric's lowest, as `ranked` orders it), as a median over runs counts a
