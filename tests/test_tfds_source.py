@@ -103,6 +103,9 @@ def test_a_malformed_tfds_name_is_a_one_line_error():
      r'.*tfds build no_such_dataset --file_format=array_record --data_dir='),
     ('electra_test_text', 'train', 'body', 'data', r"config.text_key='body' is not a "
      r"feature of TFDS dataset 'electra_test_text'; its features are \['id', 'text', 'title'\]"),
+    # A number feature, read as str(number), packed as text.
+    ('electra_test_text', 'train', 'id', 'data', r"config.text_key='id' is not a text feature "
+     r"of TFDS dataset 'electra_test_text'; its text features are \['text', 'title'\]"),
     ('electra_test_text', 'validation', 'text', 'data', r"config.tfds_split='validation' .*its "
      r"splits are \['train'\]"),
     ('electra_test_text', 'train', 'text', 'empty', r"TFDS dataset 'electra_test_text' is not "

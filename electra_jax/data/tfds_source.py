@@ -7,6 +7,8 @@ its text splits into lines on newlines, like a paragraph-per-line text file.
 import dataclasses
 from typing import Iterator
 
+import numpy as np
+
 from electra_jax import paths
 from electra_jax.data import sources
 from electra_jax.errors import UserError, first_line
@@ -81,6 +83,14 @@ def local_data_dir(data_dir: str | None, name: str) -> str | None:
   return local[:-len(relative)].rstrip('/')
 
 
+def _is_text(feature) -> bool:
+  """A feature holding one string a record (tfds Text, or a scalar string Tensor)."""
+  try:
+    return np.dtype(feature.np_dtype).kind in 'OSU' and tuple(feature.shape) == ()
+  except (AttributeError, TypeError):  # A FeaturesDict, or no single dtype.
+    return False
+
+
 def open_text_source(name: str, split: str, text_key: str,
                      data_dir: str | None = None) -> TfdsTextSource:
   """Opens a prepared TFDS split, or a UserError saying what is missing and how to fix it."""
@@ -101,6 +111,10 @@ def open_text_source(name: str, split: str, text_key: str,
   if text_key not in features:
     raise UserError(f"config.text_key={text_key!r} is not a feature of TFDS dataset "
                     f"'{name}'; its features are {features}")
+  if not _is_text(builder.info.features[text_key]):  # str() of a number would be read as text.
+    texts = [k for k in features if _is_text(builder.info.features[k])]
+    raise UserError(f"config.text_key={text_key!r} is not a text feature of TFDS dataset "
+                    f"'{name}'; its text features are {texts}")
   try:
     data_source = builder.as_data_source(split=split)
   except Exception as e:  # pylint: disable=broad-except
