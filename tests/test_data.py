@@ -3,6 +3,7 @@ import collections
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -287,6 +288,21 @@ def test_a_json_lines_line_that_is_no_object_is_named_or_skipped(tmp_path, line,
                                       '--config.skip_bad_lines=true'):
     list(sources.read_documents([str(path)]))
   assert list(sources.read_documents([str(path)], skip_bad_lines=True)) == [['ok'], ['fine']]
+
+
+def test_a_file_whose_every_line_was_skipped_says_so_not_that_it_is_empty(tmp_path):
+  """"is empty; fix the glob" sent the user to the wrong fix."""
+  latin1 = tmp_path / 'latin1.txt'
+  latin1.write_bytes(b'caf\xe9 au lait\nna\xefve\n')
+  array = tmp_path / 'array.jsonl'
+  array.write_text('[{"text": "a"}, {"text": "b"}]\n')
+  for path, message in [
+      (latin1, f"every line of '{latin1}' (2) was skipped as not UTF-8 text (skip_bad_lines); "
+               'convert it, e.g. iconv -t UTF-8, or leave it out'),
+      (array, f"every line of '{array}' (1) was skipped as not a JSON object (skip_bad_lines); "
+              'write one JSON object per line (not one JSON array)')]:
+    with pytest.raises(UserError, match=re.escape(message)):
+      list(sources.read_documents([str(path)], skip_bad_lines=True))
 
 
 def test_a_json_record_with_half_an_emoji_is_named_or_skipped(tmp_path):

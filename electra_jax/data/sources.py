@@ -104,6 +104,9 @@ def read_lines(path: str, skip_bad_lines: bool = False,
         yield line
   except (OSError, EOFError, zlib.error) as e:  # Unreadable, or a corrupt/truncated .gz/.zst.
     raise UserError(f"cannot read '{path}': {e}") from None
+  if skipped and not has_text:  # Not empty: "is empty" would send the user to the glob.
+    raise UserError(f"every line of '{path}' ({skipped}) was skipped as not UTF-8 text "
+                    '(skip_bad_lines); convert it, e.g. iconv -t UTF-8, or leave it out')
   if skipped:
     logging.warning('skipped %d line(s) of %s that are not UTF-8 text (skip_bad_lines)', skipped,
                     path)
@@ -123,7 +126,7 @@ def read_json_records(path: str, skip_bad_lines: bool = False,
                       flags: str | None = CONFIG_FLAGS) -> Iterator[tuple[int, dict]]:
   """(line number, object) of each non-blank line of a JSON Lines file; a line that is not a
   JSON object is a UserError naming it (with `skip_bad_lines`, skipped and counted)."""
-  skipped = 0
+  skipped, objects = 0, 0
   for number, line in enumerate(read_lines(path, skip_bad_lines, flags), 1):
     if not line.strip():
       continue
@@ -135,12 +138,16 @@ def read_json_records(path: str, skip_bad_lines: bool = False,
     except (ValueError, RecursionError) as e:  # An integer over 4300 digits; deep nesting.
       problem = f'not JSON Python reads ({first_line(e)})'
     if problem is None:
+      objects += 1
       yield number, record
     elif skip_bad_lines:
       skipped += 1
     else:
       raise UserError(f"'{path}' line {number} is {problem}, not an object; write one JSON "
                       'object per line' + _skip_hint(flags))
+  if skipped and not objects:
+    raise UserError(f"every line of '{path}' ({skipped}) was skipped as not a JSON object "
+                    '(skip_bad_lines); write one JSON object per line (not one JSON array)')
   if skipped:
     logging.warning('skipped %d line(s) of %s that are not JSON objects (skip_bad_lines)',
                     skipped, path)
