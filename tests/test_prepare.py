@@ -363,6 +363,22 @@ def test_a_failed_prepare_leaves_no_shards_and_no_folder_of_its_own(corpus, tmp_
   assert os.listdir(tmp_path / 'mine') == ['notes.txt']
 
 
+def test_a_rerun_after_a_killed_prepare_leaves_none_of_its_shards(corpus, tmp_path):
+  """A kill -9 leaves shards (.tmp; uploaded ones under their names): a re-run writing fewer
+  left the rest behind, unused (gigabytes at scale). The user's own files stay."""
+  out = tmp_path / 'out'
+  out.mkdir()
+  leftovers = ['train-00040.array_record.tmp', 'train-00041.array_record.tmp',
+               'train-00099.array_record']
+  for name in leftovers + ['notes.txt', 'train-notes.array_record.txt']:
+    (out / name).write_text('x')
+  prepare.prepare(config_for(corpus), str(out), examples_per_shard=200, progress=False)
+  shard_files = [s['file'] for s in shards.read_metadata(str(out))['shards']]
+  assert shard_files == [f'train-0000{i}.array_record' for i in range(4)]
+  assert sorted(os.listdir(out)) == sorted(
+      shard_files + ['notes.txt', 'train-notes.array_record.txt', 'train_metadata.json'])
+
+
 def test_bad_lines_fail_by_default_and_are_skipped_and_counted_when_asked(tmp_path, tokenizer,
                                                                           caplog):
   (tmp_path / 'mixed.txt').write_bytes(b'good line one\nbad \xff line\nbinary \x00 line\n'

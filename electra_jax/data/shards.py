@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -71,6 +72,15 @@ class ShardWriter:
     self._per_shard = examples_per_shard
     self._writer, self._shards, self._count = None, [], 0
     self.num_examples = self.num_tokens = 0
+    self._remove_leftovers()
+
+  def _remove_leftovers(self):
+    """Removes the shards a killed prepare left in the folder (it holds no metadata, so they
+    are no data's): a re-run that writes fewer would leave the rest behind, unused."""
+    leftover = re.compile(re.escape(self._split) + r'-\d{5,}\.array_record(\.tmp)?')
+    for name in paths.listdir(self._dir):
+      if leftover.fullmatch(name):
+        paths.remove_file(paths.join(self._dir, name))
 
   def write(self, tokens, num_first: int):
     if self._writer is None or self._count == self._per_shard:
