@@ -39,8 +39,8 @@ PATH_KEYS = ('vocab_file', 'train_data_dir', 'tfds_data_dir', 'init_from', 'init
              'extend_vocab_file')
 GLOB_KEYS = ('train_files', 'eval_files')
 # Keys that must be > 0 whatever reads the config, with a hint for the error line.
-POSITIVE_KEYS = (('learning_rate', ''), ('lr_decay_power', ' (1.0: linear decay)'),
-                 ('generator_lr_multiplier', ''), ('initializer_range', ' (BERT: 0.02)'))
+POSITIVE_KEYS = (('lr_decay_power', ' (1.0: linear decay)'), ('generator_lr_multiplier', ''),
+                 ('initializer_range', ' (BERT: 0.02)'))
 
 
 def resolve(config: ml_collections.ConfigDict, training: bool = False
@@ -167,16 +167,23 @@ def _validate(c, training: bool):
          f'keys {unknown}; list config keys separated by commas')
 
 
-def _validate_optimization(c):
-  """The optimizer's and the loss's numbers (training only): a bad one turns the weights to
-  NaN (or stops learning) only steps later, with nothing naming it."""
-  for key, hint in (*POSITIVE_KEYS, ('adam_epsilon', ' (ELECTRA: 1e-6)')):
+def check_optimizer_numbers(c, positive=(), non_negative=()):
+  """The optimizer's numbers, for pretraining and fine-tuning: a bad one turns the weights to
+  NaN (or stops learning, or quietly stops clipping) only steps later, with nothing naming it.
+  `positive`, `non_negative`: further (key, hint) pairs of the loss."""
+  for key, hint in (*positive, ('learning_rate', ''), ('adam_epsilon', ' (ELECTRA: 1e-6)')):
     check(math.isfinite(c[key]) and c[key] > 0, f'config.{key}={c[key]} must be > 0{hint}')
-  for key, hint in (('weight_decay_rate', ''), ('max_grad_norm', ' (0: no clipping)'),
-                    ('gen_weight', ''), ('disc_weight', '')):
+  for key, hint in (*non_negative, ('weight_decay_rate', ''),
+                    ('max_grad_norm', ' (0: no clipping)')):
     check(math.isfinite(c[key]) and c[key] >= 0, f'config.{key}={c[key]} must be >= 0{hint}')
   for key in ('adam_b1', 'adam_b2'):
     check(0 <= c[key] < 1, f'config.{key}={c[key]} must be in [0, 1)')
+
+
+def _validate_optimization(c):
+  """The optimizer's and the loss's numbers (training only)."""
+  check_optimizer_numbers(c, positive=POSITIVE_KEYS,
+                          non_negative=(('gen_weight', ''), ('disc_weight', '')))
   check(0 <= c.short_seq_prob <= 1,
          f'config.short_seq_prob={c.short_seq_prob} must be a probability in [0, 1]')
   check(math.isfinite(c.disc_output_bias_init),

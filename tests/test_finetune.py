@@ -1030,7 +1030,28 @@ def test_a_diverged_seed_ends_with_its_epochs_and_the_other_seeds_go_on(tmp_path
       env=env, capture_output=True, text=True, timeout=600, check=False)
   assert predict.returncode == 2 and predict.stderr.strip().splitlines() == [
       f'error: seed 0 of {tmp_path}/out diverged in epoch 1 before any finite epoch, so it has '
-      'no checkpoint; pick another --seed (its seeds: [0, 1])']
+      'no checkpoint; so did every seed: fine-tune again with a lower config.learning_rate']
+
+
+def test_predict_names_the_seeds_it_can_read_and_why_one_has_no_checkpoint(tmp_path):
+  """"Pick another --seed" listed every seed, those without a checkpoint too."""
+  from electra_jax.finetune import saved_run  # pylint: disable=import-outside-toplevel
+  runs = [dict(seed=0, diverged_in_epoch=2, checkpoint=None),
+          dict(seed=1, diverged_in_epoch=None, checkpoint='kept'),
+          dict(seed=2, diverged_in_epoch=3, checkpoint='kept before it diverged')]
+  run = saved_run.FinetunedRun(str(tmp_path), ml_collections.ConfigDict(dict(
+      save_best_checkpoint=True)), None, None, None, None, runs)
+  with pytest.raises(UserError, match=re.escape(
+      'diverged in epoch 2 before any finite epoch, so it has no checkpoint; pick another --seed '
+      '(those with a checkpoint: [1, 2])')):
+    run.read_params(0)
+  with pytest.raises(UserError, match=re.escape(
+      f"{tmp_path}/seed_1/best does not exist: seed 1's checkpoint was moved or deleted")):
+    run.read_params(1)
+  run.config = ml_collections.ConfigDict(dict(save_best_checkpoint=False))
+  with pytest.raises(UserError, match=re.escape(
+      f'{tmp_path} kept no checkpoint (config.save_best_checkpoint=false)')):
+    run.read_params(0)
 
 
 @pytest.fixture(scope='module')
@@ -1127,6 +1148,15 @@ def test_paper_defaults_fill_by_model_size_and_task():
     settings.resolve(ft_config(text_columns='text,label'), tasks.get_task('files'), 256)
   with pytest.raises(UserError, match=r'config.layerwise_lr_decay=1.5 must be in \(0, 1\]'):
     settings.resolve(ft_config(layerwise_lr_decay=1.5), tasks.get_task('sst2'), 256)
+  # The optimizer's numbers as pretraining checks them: each trained (a negative max_grad_norm
+  # quietly without clipping, learning_rate=inf to a diverged seed).
+  for key, value, rule in [('max_grad_norm', -1.0, '>= 0 (0: no clipping)'),
+                           ('adam_b2', 1.5, 'in [0, 1)'), ('adam_epsilon', -1.0, '> 0'),
+                           ('learning_rate', float('inf'), '> 0'),
+                           ('weight_decay_rate', float('nan'), '>= 0'),
+                           ('answerable_weight', float('inf'), '>= 0')]:
+    with pytest.raises(UserError, match=re.escape(f'config.{key}={value} must be {rule}')):
+      settings.resolve(ft_config(**{key: value}), tasks.get_task('sst2'), 256)
   # Windows: the official code's 128 tokens over SQuAD contexts; half the window for tagging.
   assert large.doc_stride == 128
   tagging = settings.resolve(ft_config(max_seq_length=128), tasks.get_task('conll2003'), 256)

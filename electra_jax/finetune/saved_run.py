@@ -73,14 +73,20 @@ class FinetunedRun:
     if seed not in seeds:
       raise UserError(f'--seed={seed} is not a run of {self.workdir}; its seeds: {seeds}')
     run = next(r for r in self.runs if r['seed'] == seed)
+    directory = paths.join(self.workdir, f'seed_{seed}', 'best')
+    if not self.config.save_best_checkpoint:
+      raise UserError(f'{self.workdir} kept no checkpoint (config.save_best_checkpoint=false); '
+                      'fine-tune again with it true')
     if run.get('diverged_in_epoch') and run.get('checkpoint') is None:
+      kept = [r['seed'] for r in self.runs if r.get('checkpoint') is not None]
+      advice = (f'pick another --seed (those with a checkpoint: {kept})' if kept else
+                'so did every seed: fine-tune again with a lower config.learning_rate')
       raise UserError(f"seed {seed} of {self.workdir} diverged in epoch "
                       f"{run['diverged_in_epoch']} before any finite epoch, so it has no "
-                      f'checkpoint; pick another --seed (its seeds: {seeds})')
-    directory = paths.join(self.workdir, f'seed_{seed}', 'best')
+                      f'checkpoint; {advice}')
     if not paths.is_dir(directory):
-      raise UserError(f'{directory} does not exist: the run kept no checkpoint '
-                      '(config.save_best_checkpoint=false); fine-tune again with it true')
+      raise UserError(f"{directory} does not exist: seed {seed}'s checkpoint was moved or "
+                      'deleted; restore it or pick another --seed')
     ckpt = checkpoint.Checkpointer(directory, read_only=True)
     try:
       step = ckpt.latest_step()

@@ -3,6 +3,8 @@
 Learning rate and layer-wise decay follow the model size (ELECTRA.md: 3e-4 Small, 1e-4 Base,
 5e-5 Large; decay 0.8 Small/Base, 0.9 Large), epochs follow the task.
 """
+import math
+
 import ml_collections
 
 from electra_jax import config as config_lib
@@ -63,22 +65,18 @@ def validate(c, task):
                    f'config.tag_head={c.tag_head!r} is not one of {", ".join(heads.TAG_HEADS)}')
   config_lib.check(c.span_head in heads.SPAN_HEADS,
                    f'config.span_head={c.span_head!r} is not one of {", ".join(heads.SPAN_HEADS)}')
-  config_lib.check(c.learning_rate > 0, f'config.learning_rate={c.learning_rate} must be > 0')
+  config_lib.check_optimizer_numbers(c, non_negative=(('answerable_weight', ''),))
   config_lib.check(0 < c.layerwise_lr_decay <= 1,
                    f'config.layerwise_lr_decay={c.layerwise_lr_decay} must be in (0, 1] '
                    '(1 disables it)')
   config_lib.check(c.loss_reduction in ('mean', 'sum'),
                    f"config.loss_reduction={c.loss_reduction!r} must be 'mean' or 'sum'")
-  config_lib.check(c.lr_decay_power > 0,
+  config_lib.check(math.isfinite(c.lr_decay_power) and c.lr_decay_power > 0,
                    f'config.lr_decay_power={c.lr_decay_power} must be > 0 (1.0: linear decay)')
   config_lib.check(0 <= c.warmup_fraction < 1,
                    f'config.warmup_fraction={c.warmup_fraction} must be in [0, 1)')
   for key in ('dropout_rate', 'attention_dropout_rate'):
     config_lib.check(0 <= c[key] < 1, f'config.{key}={c[key]} must be in [0, 1)')
-  config_lib.check(c.weight_decay_rate >= 0,
-                   f'config.weight_decay_rate={c.weight_decay_rate} must be >= 0')
-  config_lib.check(c.answerable_weight >= 0,
-                   f'config.answerable_weight={c.answerable_weight} must be >= 0')
   config_lib.check(c.remat in ('',) + config_lib.REMAT,
                    f"config.remat={c.remat!r} must be '' (the pretraining config's) or one of "
                    f'{", ".join(config_lib.REMAT)}')
