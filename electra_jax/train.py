@@ -111,8 +111,7 @@ def train_and_evaluate(config, workdir: str, stop_after_steps: int | None = None
   on_error = []  # Cleanups for a run that fails (e.g. finish pending saves of good states).
   # SIGTERM / Ctrl-C ask the loop to stop while it runs; an in-process caller (a notebook) gets
   # its own handlers back when this returns.
-  per_call = config.steps_per_execution
-  stop = stop_request.StopRequest('step' if per_call == 1 else f'call (up to {per_call} steps)')
+  stop = stop_request.StopRequest()
   # A run refused at start-up (a bad glob, a full disk) leaves no empty workdir (nor an empty
   # --profile_dir) behind.
   with (paths.new_dirs_removed_on_failure(workdir),
@@ -229,6 +228,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   # TensorBoard too: the ones that say why.
   on_error.append(writer.close)
   too_many_nonfinite = nonfinite.ConsecutiveLimit(c.max_consecutive_nonfinite)
+  if c.steps_per_execution > 1:  # What the loop finishes before it stops, as the notice says.
+    stop.unit = f'call (up to {c.steps_per_execution} steps)'
   stop.install()
 
   first_step = step
