@@ -78,9 +78,10 @@ def _flag_error_message(error: Exception, argv,
                         keys_file: str = 'configs/base_config.py') -> str:
   """One line for a command-line mistake that absl / ml_collections report at length."""
   text = str(error).strip()
+  spec = _config_file_arg(argv)  # The --config value, for messages.
   if isinstance(error, flags.Error) and 'Error whilst parsing config file' in text:
     # config_flags puts the traceback of get_config()'s TypeError / ValueError in the message.
-    return (f"config file '{_config_file_arg(argv)}': get_config() failed "
+    return (f"config file '{spec}': get_config() failed "
             f'({text.splitlines()[-1].strip()}); fix it or pass another file')
   if isinstance(error, flags.Error) and text.startswith('flag --config.'):  # A bad value.
     return f"{text.splitlines()[0].removeprefix('flag ')}; {keys_file} shows the key's type"
@@ -94,7 +95,7 @@ def _flag_error_message(error: Exception, argv,
     return f'--{name} is required; pass --{name}=...{hint}; see --help'
   override = re.match(r"Unknown command line flag 'config\.([\w.]+)'", text)
   if (isinstance(error, flags.Error) and override and 'config' in flags.FLAGS
-      and _config_file_arg(argv) == '?'):
+      and spec == '?'):
     return (f'--config.{override.group(1)} overrides a key of a config file: pass the file too, '
             '--config=FILE')
   unknown = re.match(r"Unknown command line flag '(\w+)'", text)
@@ -107,7 +108,6 @@ def _flag_error_message(error: Exception, argv,
     return f'{text.splitlines()[0]}; see --help'
   example = ('configs/finetune/files.py' if keys_file.startswith('configs/finetune/')
              else 'configs/demo.py')
-  spec = _config_file_arg(argv)
   if spec.partition(':')[0].endswith('.json'):
     return (f"config file '{spec}' is JSON; --config takes a Python config file such as "
             f"{example} (a run's own config.json is read from its --workdir)")
@@ -116,14 +116,14 @@ def _flag_error_message(error: Exception, argv,
     return (f"config file '{spec}' failed at line {line} ({type(error).__name__}: "
             f'{text.splitlines()[0] if text else "?"}); fix it or pass another file')
   if 'get_config' in text:
-    return (f"config file '{_config_file_arg(argv)}' has no get_config() function; pass a "
+    return (f"config file '{spec}' has no get_config() function; pass a "
             f'config file such as {example}')
   if isinstance(error, OSError):
-    return (f"cannot load config file '{_config_file_arg(argv)}' (no such file, or it failed "
+    return (f"cannot load config file '{spec}' (no such file, or it failed "
             f'to import); pass an existing file such as {example} (relative paths are tried '
             'from the current directory, then the repository root)')
   if isinstance(error, (ImportError, SyntaxError)):  # From the config file's own code.
-    return (f"config file '{_config_file_arg(argv)}' failed to import ({type(error).__name__}: "
+    return (f"config file '{spec}' failed to import ({type(error).__name__}: "
             f'{text.splitlines()[0] if text else "?"}); fix it or pass another file')
   if isinstance(error, (AttributeError, KeyError)):
     # ml_collections: 'KEY'\nDid you mean "OTHER" instead of "KEY"?
