@@ -107,6 +107,19 @@ def test_the_median_over_seeds_counts_a_diverged_seed_as_its_worst():
   assert all(math.isnan(metrics.seed_median(v)) for v in ([nan, 0.6], [nan, nan, 0.6], [nan]))
 
 
+def test_the_seed_range_puts_a_diverged_seed_at_its_worst_end_in_any_seed_order():
+  """min and max of floats holding a NaN depend on the order: the same seeds gave 0.61–0.65 or
+  nan–nan in compare's table."""
+  nan = math.nan
+  for seeds in ([0.61, nan, 0.65], [nan, 0.61, 0.65], [0.65, 0.61, nan]):
+    low, high = metrics.seed_range(seeds)
+    assert math.isnan(low) and high == 0.65
+    low, high = metrics.seed_range(seeds, lower_is_better=True)  # a loss: NaN its highest
+    assert low == 0.61 and math.isnan(high)
+  assert metrics.seed_range([0.65, 0.61]) == (0.61, 0.65)
+  assert all(math.isnan(x) for x in metrics.seed_range([nan, nan]))
+
+
 def test_the_summary_ranks_a_diverged_seed_last_on_every_metric():
   nan = math.nan
   scores = [(0.8, 0.3, 0.2), (nan, nan, nan), (0.6, 0.5, 0.4)]  # (accuracy, loss, mse) per seed

@@ -3,12 +3,12 @@
 The markdown table is written from results.json's numbers, so the two always agree.
 """
 import io
-import math
 
 from electra_jax import atomic
 from electra_jax import flops
 from electra_jax import paths
 from electra_jax.experiments import runs
+from electra_jax.finetune import metrics as metrics_lib
 
 CURVE_METRICS = (('loss', 'training loss'),
                  ('mlm_accuracy', 'generator MLM accuracy (masked positions)'),
@@ -29,14 +29,6 @@ def fmt_score(value: float) -> str:
   return f'{value:.4f}'
 
 
-def seed_range(seeds: list[float]) -> tuple[float, float]:
-  """The lowest and highest seed score, NaN (a seed that diverged) the lowest, as fine-tuning
-  ranks it: the same whatever the seeds' order (min and max of floats with a NaN are not)."""
-  numbers = [s for s in seeds if not math.isnan(s)]
-  low = min(numbers) if len(numbers) == len(seeds) else math.nan
-  return low, max(numbers) if numbers else math.nan
-
-
 def markdown(results: dict) -> str:
   metric = results['main_metric'] or 'score'
   lines = [
@@ -51,7 +43,7 @@ def markdown(results: dict) -> str:
   ]
   for run in results['configs']:
     for point in run['points']:
-      low, high = seed_range(point['finetune']['seeds'])
+      low, high = metrics_lib.seed_range(point['finetune']['seeds'])
       lines.append(f"| {run['name']} | {run['objective']} | {fmt_flops(point['flops'])} | "
                    f"{point['step']} | {fmt_score(point['finetune']['median'])} | "
                    f'{fmt_score(low)}–{fmt_score(high)} |')
@@ -82,7 +74,7 @@ def plot_downstream(results: dict, path: str):
   for index, run in enumerate(results['configs']):
     x = [p['flops'] for p in run['points']]
     y = [p['finetune']['median'] for p in run['points']]
-    ranges = [seed_range(p['finetune']['seeds']) for p in run['points']]
+    ranges = [metrics_lib.seed_range(p['finetune']['seeds']) for p in run['points']]
     low = [m - r[0] for m, r in zip(y, ranges)]
     high = [r[1] - m for m, r in zip(y, ranges)]
     ax.errorbar(x, y, yerr=[low, high], marker='o', capsize=4, color=_color(index),

@@ -224,6 +224,18 @@ def seed_median(values: list[float], lower_is_better: bool = False) -> float:
   highest, any other metric's lowest, as `ranked` orders it), as a median over runs counts a
   run that failed: one diverged seed of three moves the median rather than making it NaN. NaN
   when the middle holds a diverged seed."""
-  worst = math.inf if lower_is_better else -math.inf
-  median = float(np.median([worst if math.isnan(v) else v for v in values]))
+  median = float(np.median(_diverged_as_worst(values, lower_is_better)))
   return math.nan if math.isinf(median) else median
+
+
+def seed_range(values: list[float], lower_is_better: bool = False) -> tuple[float, float]:
+  """The lowest and highest seed score with a diverged seed's NaN at the worst end, as
+  seed_median counts it: the same whatever the seeds' order (min and max of floats with a NaN
+  are not)."""
+  ordered = sorted(_diverged_as_worst(values, lower_is_better))
+  return tuple(math.nan if math.isinf(v) else v for v in (ordered[0], ordered[-1]))
+
+
+def _diverged_as_worst(values: list[float], lower_is_better: bool) -> list[float]:
+  worst = math.inf if lower_is_better else -math.inf
+  return [worst if math.isnan(v) else v for v in values]
