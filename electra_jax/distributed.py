@@ -117,6 +117,12 @@ def step_rank(env=None) -> LaunchedRank | None:
                       _env_int('SLURM_LOCALID', env), local_size)
 
 
+def _same_place(rank: LaunchedRank, step: LaunchedRank | None) -> bool:
+  """Whether an MPI rank is this srun task's own number (srun --mpi=pmi2 sets PMI_RANK and
+  PMI_SIZE as its tasks'), not one of an mpirun inside the job."""
+  return step is not None and (rank.size, rank.rank) == (step.size, step.rank)
+
+
 def detected_cluster(env=None) -> str | None:
   """'slurm', 'tpu' or 'ompi' when this process is one of several that JAX can find on its own.
 
@@ -126,9 +132,8 @@ def detected_cluster(env=None) -> str | None:
   the same processes as its tasks.
   """
   env = os.environ if env is None else env
-  tasks, mpi_rank = slurm_step_tasks(env), launched_rank(env)
-  if tasks > 1 and (mpi_rank is None or (mpi_rank.size, mpi_rank.rank) == (
-      tasks, _env_int('SLURM_PROCID', env))):
+  step, mpi_rank = step_rank(env), launched_rank(env)
+  if step is not None and step.size > 1 and (mpi_rank is None or _same_place(mpi_rank, step)):
     return 'slurm'
   # A GKE TPU pod's workers, as JAX reads them, but only where TPU chips are attached, as JAX
   # requires: these variables alone (e.g. set for libtpu to compile for a topology) are no pod.
@@ -190,8 +195,10 @@ def join_plan(coordinator_address=None, num_processes=None, process_id=None,
   process_id = process_id if process_id is not None else _env_int('JAX_PROCESS_ID', env)
   rank = launched_rank(env)
   if coordinator_address and num_processes is None and process_id is None:
-    # The launcher closest to the process numbers it: mpirun's ranks, else srun's step.
-    launched = rank if rank is not None and rank.size > 1 else step_rank(env)
+    # The launcher closest to the process numbers it: mpirun's ranks, else srun's step (also
+    # where srun's own PMI variables, --mpi=pmi2, number its tasks: they lack a local rank).
+    step = step_rank(env)
+    launched = rank if rank is not None and rank.size > 1 and not _same_place(rank, step) else step
     if launched is not None and launched.size > 1:
       return ('slurm' if launched.launcher == 'srun' else 'mpi'), dict(
           coordinator_address=coordinator_address, num_processes=launched.size,
@@ -271,6 +278,9 @@ def initialize(coordinator_address=None, num_processes=None, process_id=None) ->
 # process that ends normally writes '' under its own, which ends its wait.
 STOP_KEY = 'electra_jax/stop/{}'
 _watch = None  # (thread, client, this process's key) while the thread waits.
+# Set by report_failure before it writes: a peer's message no longer ends this process, which
+# tells the rest first (two processes failing together each stopped the other half-way).
+_reporting = threading.Event()
 
 
 def _joined():
@@ -297,7 +307,7 @@ def _watch_for_a_failed_process():
       except Exception as e:  # pylint: disable=broad-except
         if 'DEADLINE_EXCEEDED' not in str(e):
           return  # jax.distributed shut down, or the coordinator is gone (JAX reports that).
-    if message:
+    if message and not _reporting.is_set():
       print(f'error: {message}; this process stops too', file=sys.stderr, flush=True)
       _let_the_others_leave_first(index)
       os._exit(1)  # pylint: disable=protected-access
@@ -329,6 +339,7 @@ def report_failure(message: str):
   state = _joined()
   if state.client is None:  # Failed while leaving the run: nobody waits for it any more.
     return
+  _reporting.set()
   message = f'process {state.process_id} of {state.num_processes} failed: {message}'
   # Process 0 last: it holds the key-value store, and the others, this one too, abort with a
   # C++ stack dump if it ends before them (_let_the_others_leave_first).

@@ -174,6 +174,12 @@ def test_an_srun_step_is_one_run_and_a_batch_script_outside_srun_is_one_clear_er
   assert distributed.join_plan(env=dict(srun_task(4, 2), JAX_COORDINATOR_ADDRESS='n1:8476')) == (
       'slurm', dict(coordinator_address='n1:8476', num_processes=4, process_id=2,
                     local_device_ids=[2], cluster_detection_method='deactivate'))
+  # srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE but no local rank: its step still numbers the
+  # task and gives it its GPU (was: 'mpi' without a local rank, every task took every GPU).
+  pmi2 = {'PMI_SIZE': '4', 'PMI_RANK': '2', 'PMI_FD': '9', 'PMI_JOBID': '7.0'}
+  assert distributed.join_plan('n1:8476', env=dict(srun_task(4, 2), **pmi2)) == (
+      'slurm', dict(coordinator_address='n1:8476', num_processes=4, process_id=2,
+                    local_device_ids=[2], cluster_detection_method='deactivate'))
   # srun --gpus-per-task=2 on two nodes of 4 tasks: task 5 sees its 2 GPUs, takes both (JAX's
   # own SLURM detection would take the one of its local rank).
   two_each = dict(srun_task(8, 5), SLURM_STEP_TASKS_PER_NODE='4(x2)', SLURM_NODEID='1',
@@ -342,6 +348,67 @@ def test_a_process_that_fails_stops_the_others_at_once(failing, error):
   assert 'Check failure' not in other_err + failed_err
   waited = ended - float(other_out.split()[1])
   assert waited < 20, f'the other process waited {waited:.0f} s'
+
+
+_FAILING_TOGETHER = '''
+import time, types
+from jax.experimental import multihost_utils
+from electra_jax import cli, distributed
+from electra_jax.errors import UserError
+
+class SlowWrites:
+  """The key-value store's writes as on a loaded coordinator: each peer's message takes a
+  while, so two failing processes write to each other before either has told the rest."""
+  def __init__(self, client):
+    self.client = client
+  def key_value_set(self, key, value):
+    self.client.key_value_set(key, value)
+    time.sleep(0.5)
+  def __getattr__(self, name):
+    return getattr(self.client, name)
+
+def main(argv):
+  distributed.initialize()
+  import jax
+  joined = distributed._joined()
+  distributed._joined = lambda: types.SimpleNamespace(
+      client=SlowWrites(joined.client), process_id=joined.process_id,
+      num_processes=joined.num_processes)
+  multihost_utils.sync_global_devices('all joined')
+  if jax.process_index() in (1, 2):
+    raise UserError(f'boom on {jax.process_index()}')
+  print('waiting', time.time(), flush=True)
+  multihost_utils.sync_global_devices('never reached by the failing processes')
+
+cli.run(main)
+'''
+
+
+def test_two_processes_failing_together_still_stop_the_others():
+  """Processes 1 and 2 fail at once: each wrote its message to the other first, and the
+  other's watch ended it before it told processes 0 and 3, which then waited in the
+  collective until JAX's heartbeat timeout."""
+  port = portpicker.pick_unused_port()
+  procs = [subprocess.Popen(
+      [sys.executable, '-c', _FAILING_TOGETHER], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True, env=as_rank(dict(
+          JAX_COORDINATOR_ADDRESS=f'localhost:{port}', JAX_NUM_PROCESSES='4',
+          JAX_PROCESS_ID=str(i)))) for i in range(4)]
+  outputs = [p.communicate(timeout=200) for p in procs]
+  ended = time.time()
+  for failed in (1, 2):  # Its own error, or the other's where that came first.
+    err = outputs[failed][1]
+    assert procs[failed].returncode in (1, 2), err[-3000:]
+    assert err.strip().splitlines()[-1].startswith(
+        f'error: boom on {failed}' if procs[failed].returncode == 2 else
+        f'error: process {3 - failed} of 4 failed: boom on {3 - failed}'), err[-3000:]
+  for told in (0, 3):
+    out, err = outputs[told]
+    assert procs[told].returncode == 1, err[-3000:]
+    assert 'failed: boom on' in err and 'this process stops too' in err, err[-3000:]
+    waiting = next(line for line in out.splitlines() if line.startswith('waiting '))
+    waited = ended - float(waiting.split()[1])
+    assert waited < 20, f'process {told} waited {waited:.0f} s'
 
 
 def test_the_watch_for_failed_processes_ends_before_jax_leaves_the_run():
