@@ -382,6 +382,9 @@ def run(main, keys_file: str = 'configs/base_config.py'):
     except KeyboardInterrupt:  # Ctrl-C where no stop request waits for the step to end.
       print('interrupted', file=sys.stderr, flush=True)
       sys.stdout.flush()
+      if _in_distributed_run():  # The others would wait in the next collective.
+        from electra_jax import distributed  # pylint: disable=import-outside-toplevel
+        distributed.report_failure('interrupted (Ctrl-C)')
       os._exit(130)  # As a shell reports SIGINT; library threads print nothing more.
     except Exception as e:  # pylint: disable=broad-except
       if isinstance(e, BrokenPipeError) and _stdout_reader_gone():

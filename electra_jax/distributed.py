@@ -290,6 +290,12 @@ def _joined():
   return jax_distributed.global_state
 
 
+def preemption_service_running() -> bool:
+  """Whether JAX's preemption service took SIGTERM (jax_enable_preemption_service, on by
+  default in a multi-process run): it then tells every process to stop at one step."""
+  return _joined().preemption_sync_manager is not None
+
+
 def _watch_for_a_failed_process():
   """Stops this process as soon as another reports that it failed (report_failure). Without
   this a peer's exit leaves the others in a collective or a barrier until JAX's heartbeat

@@ -321,12 +321,14 @@ cli.run(main)
 '''
 
 
-@pytest.mark.parametrize('failing,error', [(1, 'UserError'), (0, 'RuntimeError')])
+@pytest.mark.parametrize('failing,error', [(1, 'UserError'), (0, 'RuntimeError'),
+                                           (1, 'KeyboardInterrupt')])
 def test_a_process_that_fails_stops_the_others_at_once(failing, error):
   """A process that stops on an error (its one line, or a traceback for a bug) tells the
   others, which stop at once with its message: without that they waited in the collective,
   then in JAX's exit-time shutdown barrier, until the heartbeat timeout aborted them (100 s and
-  a C++ stack dump), or both waited in that barrier for each other."""
+  a C++ stack dump), or both waited in that barrier for each other. So does a second Ctrl-C
+  (quit at once, where the first stops every process after the step)."""
   port = portpicker.pick_unused_port()
   script = _FAILING_PROCESS.format(failing=failing, error=error)
   procs = [subprocess.Popen(
@@ -337,14 +339,19 @@ def test_a_process_that_fails_stops_the_others_at_once(failing, error):
   outputs = [p.communicate(timeout=200) for p in procs]
   ended = time.time()
   (_, failed_err), (other_out, other_err) = outputs[failing], outputs[1 - failing]
-  assert procs[failing].returncode == (2 if error == 'UserError' else 1), failed_err[-3000:]
+  assert procs[failing].returncode == dict(UserError=2, KeyboardInterrupt=130).get(error, 1), \
+      failed_err[-3000:]
   if error == 'UserError':
     assert failed_err.strip().splitlines()[-1] == 'error: boom on 1', failed_err[-3000:]
+  elif error == 'KeyboardInterrupt':
+    assert failed_err.strip().splitlines()[-1] == 'interrupted', failed_err[-3000:]
   else:
     assert 'Traceback' in failed_err and 'RuntimeError: boom on 0' in failed_err
   assert procs[1 - failing].returncode == 1, other_err[-3000:]
-  assert (f'error: process {failing} of 2 failed: {"" if error == "UserError" else error + ": "}'
-          f'boom on {failing}; this process stops too') in other_err, other_err[-3000:]
+  reason = dict(UserError='boom on 1', KeyboardInterrupt='interrupted (Ctrl-C)').get(
+      error, f'{error}: boom on {failing}')
+  assert f'error: process {failing} of 2 failed: {reason}; this process stops too' in other_err, \
+      other_err[-3000:]
   assert 'Check failure' not in other_err + failed_err
   waited = ended - float(other_out.split()[1])
   assert waited < 20, f'the other process waited {waited:.0f} s'

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import portpicker
 import pytest
 
 from electra_jax import checkpoint, experiment, metric_writer, optim, parallel, saved_config
@@ -180,6 +181,39 @@ def test_a_failing_run_reports_its_own_error_after_every_cleanup_ran(tmp_path, m
     train.train_and_evaluate(None, str(tmp_path / 'run'))
   assert ran == ['last', 'failing', 'first']
   assert raised.value.__context__ is None  # Not "during handling of ... OSError".
+
+
+def test_ctrl_c_in_one_of_two_processes_stops_both_at_one_saved_step(tmp_path, cache_dir,
+                                                                     small_corpus):
+  """With several processes Ctrl-C raised KeyboardInterrupt in its process alone: no
+  checkpoint, and the other process waited in the next collective. It now goes to JAX's
+  preemption service, as SIGTERM does: both save the same step and exit 0."""
+  workdir = str(tmp_path / 'w')
+  port = portpicker.pick_unused_port()
+  with open(tmp_path / 'stderr_0', 'w', encoding='utf-8') as err_0, \
+       open(tmp_path / 'stderr_1', 'w', encoding='utf-8') as err_1:
+    procs = [subprocess.Popen(
+        train_command(small_corpus, workdir, '--config.num_train_steps=2000',
+                      '--config.eval_every_steps=0', '--cpu_devices=1',
+                      f'--coordinator_address=localhost:{port}', '--num_processes=2',
+                      f'--process_id={i}'),
+        cwd=REPO_ROOT, env=env_for(cache_dir), stdout=subprocess.PIPE, stderr=err, text=True)
+        for i, err in enumerate((err_0, err_1))]
+    lines = []
+    for line in procs[0].stdout:
+      lines.append(line)
+      if line.startswith('train step'):
+        procs[1].send_signal(signal.SIGINT)
+        break
+    lines.extend(procs[0].stdout)
+    for proc in procs:
+      proc.wait(timeout=300)
+  stderr = [(tmp_path / f'stderr_{i}').read_text(encoding='utf-8') for i in range(2)]
+  assert [p.returncode for p in procs] == [0, 0], stderr
+  assert 'SIGINT: every process stops after the current step, then saving' in stderr[1]
+  result = last_json(''.join(lines))
+  assert result['status'] == 'interrupted' and 2 <= result['step'] < 2000, result
+  assert checkpoint.steps(workdir)[-1] == result['step']
 
 
 def test_sigterm_saves_exits_0_and_resumes_exactly_after_a_failed_save(
