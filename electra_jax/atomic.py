@@ -5,6 +5,7 @@ Locally: a temporary file renamed over the target. On an object store (gs://) on
 already replaces an object whole, and a rename would be a copy plus a delete.
 """
 import json
+import os
 import time
 
 from electra_jax import paths
@@ -18,7 +19,12 @@ def write_bytes(path, data: bytes):
       return
     tmp = target.with_name(target.name + '.tmp')
     try:
-      tmp.write_bytes(data)
+      with open(tmp, 'wb') as f:
+        f.write(data)
+        f.flush()
+        # On disk before the rename: after a power loss or a hard VM stop, some filesystems
+        # (XFS, ext4 with noauto_da_alloc) showed the renamed file empty.
+        os.fsync(f.fileno())
       tmp.replace(target)
     except BaseException:
       tmp.unlink(missing_ok=True)  # A full disk leaves no half-written file behind.
