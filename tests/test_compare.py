@@ -3,6 +3,7 @@ tiny configs, resuming without redoing finished runs, and one-line errors."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -391,11 +392,11 @@ def test_a_spec_matches_the_same_files_however_its_paths_were_written(tmp_path, 
   spec = lambda **keys: {'configs': [{'name': 'demo', 'config': dict(demo.get_config().to_dict(),
                                                                      **keys)}]}
   output = str(tmp_path / 'out')
-  assert compare.prepare_output(output, spec(train_files='mine/*.txt')) == output
-  assert compare.prepare_output(output, spec(train_files='mine/*.txt')) == output  # A re-run.
-  assert compare.prepare_output(output, spec(train_files=str(tmp_path / 'mine' / '*.txt')))
+  assert compare.prepare_output(output, spec(train_files='mine/*.txt'), []) == output
+  assert compare.prepare_output(output, spec(train_files='mine/*.txt'), []) == output  # A re-run.
+  assert compare.prepare_output(output, spec(train_files=str(tmp_path / 'mine' / '*.txt')), [])
   with pytest.raises(UserError, match=r'holds a comparison with different configs \(demo\)'):
-    compare.prepare_output(output, spec(train_files='data/demo_corpus/train/*.txt'))
+    compare.prepare_output(output, spec(train_files='data/demo_corpus/train/*.txt'), [])
 
 
 def test_other_fine_tuning_on_the_same_output_is_refused_naming_the_runs_to_reuse(sweep):
@@ -408,6 +409,44 @@ def test_other_fine_tuning_on_the_same_output_is_refused_naming_the_runs_to_reus
   reuse = ' '.join(f'--pretrained={n}={os.path.join(sweep["out"], "pretrain", n)}'
                    for n in ('gen_quarter', 'gen_half'))
   assert proc.stderr.strip().endswith(f'pass a new --output with {reuse} to reuse its pretraining')
+
+
+def test_the_advised_reuse_works_after_rotation_and_is_not_advised_in_vain(sweep, tmp_path):
+  """keep_checkpoint_max may rotate a budget point's checkpoint out of OUTPUT/pretrain/NAME: the
+  advised --pretrained=NAME=OUTPUT/pretrain/NAME then reads the point's kept copy
+  (OUTPUT/points/NAME/STEP). Without that copy either, no --pretrained is advised."""
+  # pylint: disable=import-outside-toplevel
+  from electra_jax.experiments import compare, runs
+  old = tmp_path / 'old'  # A copy: other tests read the sweep's own checkpoints.
+  old.mkdir()
+  shutil.copy(os.path.join(sweep['out'], 'compare.json'), old)
+  for part in ('pretrain', 'points'):
+    shutil.copytree(os.path.join(sweep['out'], part), old / part)
+  for name, step in (('gen_quarter', 5), ('gen_half', 4)):  # Rotated away.
+    shutil.rmtree(old / 'pretrain' / name / 'checkpoints' / str(step))
+  configs = [f for f in sweep['flags'] if f.startswith('--configs')][0].split('=')[1].split(',')
+  overrides = [f.split('=', 1)[1] for f in sweep['flags'] if f.startswith('--override=')]
+  plans = budget.plan_all(configs, overrides, 2.3e8, 1)
+  spec = dict(runs.read_json(str(old / 'compare.json')), num_seeds=1)
+  with pytest.raises(UserError) as e:
+    compare.prepare_output(str(old), spec, plans)
+  advice = re.findall(r'--pretrained=\S+', str(e.value))
+  assert advice == [f'--pretrained={n}={old / "pretrain" / n}' for n in ('gen_quarter', 'gen_half')]
+  flags = [f for f in sweep['flags'] if not f.startswith(('--num_seeds', '--output'))]
+  proc = run_compare(*flags, '--num_seeds=1', f'--output={tmp_path / "new"}', *advice,
+                     env=sweep['env'])
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  summary = last_json(proc.stdout)
+  assert (summary['pretrain_run'], summary['pretrain_reused']) == (0, 2)
+  assert f"step 5 in {old / 'points' / 'gen_quarter' / '5'} (--pretrained)" in proc.stdout
+  with open(tmp_path / 'new' / 'points' / 'gen_quarter' / '5' / 'point.json',
+            encoding='utf-8') as f:
+    assert json.load(f) == runs.read_json(str(old / 'points' / 'gen_quarter' / '5' / 'point.json'))
+  shutil.rmtree(old / 'points' / 'gen_half')  # Its point is gone too: nothing to reuse.
+  with pytest.raises(UserError, match=re.escape(
+      "or pass a new --output (its pretraining cannot be reused: --pretrained='gen_half=")) as e:
+    compare.prepare_output(str(old), spec, plans)
+  assert 'no checkpoint of step(s) 4 (the budget points)' in str(e.value)
 
 
 def test_pretrained_reuses_a_finished_run_read_only_and_refuses_another_config(sweep, tmp_path):

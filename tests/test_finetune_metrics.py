@@ -44,6 +44,12 @@ def test_pearson_and_spearman():
   out = metrics.regression_metrics(x, [2.0, 1.0, 4.0, 3.0])
   assert out['corr'] == pytest.approx((out['pearson'] + out['spearman']) / 2)
   assert out['mse'] == pytest.approx(1.0)
+  # A collapsed model's constant float64 predictions whose np.std rounds to 1e-16, not 0:
+  # undefined, so 0.0 (no signal) as for an exactly zero std, never NaN.
+  constant = [0.8132702392002724] * 3
+  assert np.std(constant) > 0
+  assert metrics.regression_metrics([0.2, 0.5, 0.9], constant)['corr'] == 0.0
+  assert metrics.pearson(constant, x[:3]) == metrics.spearman(constant, x[:3]) == 0.0
 
 
 def test_squad_normalisation_exact_match_and_f1():

@@ -90,7 +90,8 @@ def _check_finetune_data(config):
 def pretrained_workdirs(values: list[str], plans) -> dict:
   """{config name: workdir} from the --pretrained flags, each run checked against its plan:
   the same resolved config (up to keys that never change the weights, or that its objective
-  never reads) and a checkpoint at every budget point. UserError naming the mismatch."""
+  never reads) and a checkpoint at every budget point (runs.step_source: a comparison's own
+  run may have it only as its kept point). UserError naming the mismatch."""
   by_name = {p.name: p for p in plans}
   workdirs = {}
   for value in values:
@@ -117,9 +118,9 @@ def pretrained_workdirs(values: list[str], plans) -> dict:
       raise UserError(f'--pretrained={value!r}: that run was trained with another config '
                       f'than the comparison plans for {name} ({diffs}); drop the flag to '
                       'train it here, or match the budget and --override to the run')
-    have = checkpoint.steps(workdir)
-    missing = [step for step in plan.points if step not in have]
+    missing = [step for step in plan.points if runs.step_source(workdir, step) is None]
     if missing:
+      have = checkpoint.steps(workdir)
       raise UserError(f'--pretrained={value!r}: no checkpoint of step(s) '
                       f"{', '.join(map(str, missing))} (the budget points) in {workdir}; it "
                       f"holds {', '.join(map(str, have)) or 'none'}; drop the flag to train the "
@@ -143,9 +144,10 @@ def comparison_spec(plans, task_args, pretrained: dict) -> dict:
   return _normalized(spec)
 
 
-def prepare_output(output: str, spec: dict) -> str:
+def prepare_output(output: str, spec: dict, plans) -> str:
   """Creates the output folder with its spec, or checks that an existing one holds the same
-  comparison (UserError naming what differs)."""
+  comparison (UserError naming what differs, and the --pretrained flags that reuse its
+  pretraining when only fine-tuning differs: checked against `plans`, never advised in vain)."""
   output = paths.absolute(output)
   spec_path = paths.join(output, 'compare.json')
   if paths.is_file(output):
@@ -166,8 +168,13 @@ def prepare_output(output: str, spec: dict) -> str:
         # Only fine-tuning differs: the new --output can start from these pretraining runs.
         workdirs = {c['name']: paths.join(output, 'pretrain', c['name'])
                     for c in saved.get('configs', [])} | saved.get('pretrained', {})
-        reuse = (' with ' + ' '.join(f'--pretrained={n}={w}' for n, w in workdirs.items())
-                 + ' to reuse its pretraining')
+        values = [f'{n}={w}' for n, w in workdirs.items()]
+        try:
+          pretrained_workdirs(values, plans)
+          reuse = (' with ' + ' '.join(f'--pretrained={v}' for v in values)
+                   + ' to reuse its pretraining')
+        except UserError as e:  # E.g. a point not reached yet: say why it cannot be reused.
+          reuse = f' (its pretraining cannot be reused: {e})'
       raise UserError(f"--output '{output}' holds a comparison with different "
                       f"{', '.join(differ)}; re-run with its arguments "
                       f'({spec_path}) or pass a new --output{reuse}')
@@ -187,7 +194,7 @@ def compare() -> dict:
     raise UserError(f'--num_seeds={FLAGS.num_seeds} must be at least 1')
   task_args = finetune_args(FLAGS.finetune_task, FLAGS.finetune_override)
   pretrained = pretrained_workdirs(FLAGS.pretrained, plans)
-  output = prepare_output(FLAGS.output, comparison_spec(plans, task_args, pretrained))
+  output = prepare_output(FLAGS.output, comparison_spec(plans, task_args, pretrained), plans)
   # Each budget point restarts the train command: reuse its compiled steps across runs.
   cache_dir = (FLAGS.compilation_cache_dir or os.environ.get('JAX_COMPILATION_CACHE_DIR')
                or paths.join(output, 'jax_cache'))
@@ -267,8 +274,9 @@ def _define_flags():
   flags.DEFINE_multi_string('pretrained', [], 'NAME=WORKDIR: use the train command\'s existing '
                             'run in WORKDIR as config NAME\'s pretraining instead of training '
                             'it again (read only; its saved config must be the one the budget '
-                            'plans, and it must hold a checkpoint at every budget point). Repeat '
-                            'for several configs.')
+                            'plans, and it must hold a checkpoint at every budget point: another '
+                            'comparison\'s OUTPUT/pretrain/NAME may hold it as its kept point, '
+                            'OUTPUT/points/NAME/STEP). Repeat for several configs.')
   flags.DEFINE_integer('budget_points', 1, 'Checkpoints per config that are fine-tuned, evenly '
                        'spaced in FLOPs; the last is the end of pretraining.')
 

@@ -12,7 +12,8 @@ from electra_jax.finetune import metrics as metrics_lib
 
 CURVE_METRICS = (('loss', 'training loss'),
                  ('mlm_accuracy', 'generator MLM accuracy (masked positions)'),
-                 ('full_mlm_accuracy', 'full-size MLM accuracy (all_tokens_mlm: every token)'),
+                 ('full_mlm_accuracy',
+                  'full-size MLM accuracy (mlm: masked positions; all_tokens_mlm: every token)'),
                  ('disc_auc', 'discriminator AUC'))
 
 

@@ -6,7 +6,8 @@ Layout under the output folder:
                               --pretrained run is read where it is instead
   points/<name>/<step>/       one budget point: config.json + checkpoints/<step>/ (a copy, hard
                               links on a local disk, so later saves may rotate the original
-                              away) + point.json (written last: the point is complete)
+                              away; a later --pretrained=<name>=OUTPUT/pretrain/<name> reads
+                              it there) + point.json (written last: the point is complete)
   finetune/<name>/<step>/     the finetune command's workdir (results.json: finished)
   logs/                       every command's stdout and stderr
 """
@@ -126,13 +127,30 @@ def _row_at(rows: list[dict], step: int):
   return before[-1] if before else None
 
 
-def _make_point(workdir: str, point_dir: str, step: int, flops: float) -> dict:
-  """The budget point's directory: what finetune needs to start from exactly this step."""
+def step_source(workdir: str, step: int) -> str | None:
+  """Where a pretraining run's checkpoint of `step` is: `workdir`, or, once its rotation took
+  it away, the budget point a comparison kept of its own run (OUTPUT/pretrain/NAME ->
+  OUTPUT/points/NAME/STEP, complete); None if neither holds it."""
+  if step in checkpoint.steps(workdir):
+    return workdir
+  runs_dir = paths.parent(workdir)
+  output = paths.parent(runs_dir)
+  point_dir = paths.join(output, 'points', paths.name(workdir), str(step))
+  if (paths.name(runs_dir) == 'pretrain' and paths.is_file(paths.join(output, 'compare.json'))
+      and paths.is_file(paths.join(point_dir, 'point.json'))):
+    return point_dir
+  return None
+
+
+def _make_point(workdir: str, point_dir: str, step: int, flops: float,
+                source: str | None = None) -> dict:
+  """The budget point's directory: what finetune needs to start from exactly this step.
+  `source`: where the step's checkpoint is (step_source), if not in `workdir`."""
   tmp = point_dir + '.tmp'
   paths.remove_tree(tmp)
   paths.make_dirs(tmp)
   saved_config.write(tmp, saved_config.load(workdir))
-  checkpoint.copy_step(workdir, step, tmp)
+  checkpoint.copy_step(source or workdir, step, tmp)
   record = dict(step=step, flops=flops,
                 train=_row_at(read_jsonl(paths.join(workdir, 'metrics.jsonl')), step),
                 eval=_row_at(read_jsonl(paths.join(workdir, 'eval_metrics.jsonl')), step))
@@ -161,12 +179,13 @@ def pretrain(plan, user_overrides: list[str], output: str, workdir: str, counter
       records.append(read_json(done))
       continue
     if not train:
-      _say(f'{label} ({where}): the checkpoint of step {step} in {workdir} (--pretrained)')
-      counter['pretrain_reused'] += 1
-      if step not in checkpoint.steps(workdir):
+      source = step_source(workdir, step)
+      if source is None:
         raise UserError(f'{label}: the checkpoint of step {step} is gone from {workdir} '
                         '(--pretrained); restore it or drop the flag to train the config here')
-      records.append(_make_point(workdir, point_dir, step, plan.flops_at(step)))
+      _say(f'{label} ({where}): the checkpoint of step {step} in {source} (--pretrained)')
+      counter['pretrain_reused'] += 1
+      records.append(_make_point(workdir, point_dir, step, plan.flops_at(step), source))
       continue
     latest = checkpoint.latest_step(workdir) or 0
     if latest < step:

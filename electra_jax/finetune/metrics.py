@@ -85,18 +85,22 @@ def tagging_metrics(gold: list[list[str]], predicted: list[list[str]], spans: bo
   return result
 
 
-def pearson(x, y) -> float:
+def _correlation(test, x, y) -> float:
+  """scipy's `test` coefficient, 0.0 (no signal) where it is undefined: under two values or a
+  constant side (a collapsed model), which scipy makes NaN. Constancy is tested directly:
+  np.std of equal float64 values can round to 1e-16, not 0."""
   x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-  if x.size < 2 or np.std(x) == 0 or np.std(y) == 0:
+  if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
     return 0.0
-  return float(_stats().pearsonr(x, y)[0])
+  return float(test(x, y)[0])
+
+
+def pearson(x, y) -> float:
+  return _correlation(_stats().pearsonr, x, y)
 
 
 def spearman(x, y) -> float:
-  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-  if x.size < 2 or np.std(x) == 0 or np.std(y) == 0:
-    return 0.0
-  return float(_stats().spearmanr(x, y)[0])
+  return _correlation(_stats().spearmanr, x, y)
 
 
 def classification_metrics(labels, predictions, metric_names) -> dict:
