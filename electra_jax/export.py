@@ -91,7 +91,9 @@ def _check_output(output: str, overwrite: bool, workdir: str) -> str:
 def _in_temp_dir(output: str, write) -> None:
   """Runs write(local_dir), then moves the result to `output`, replacing what was there only
   at the end. transformers writes local files: for a remote `output` they are uploaded to a
-  staging directory beside it first (on object stores the final move copies file by file)."""
+  staging directory beside it first (on object stores the final move copies file by file). A
+  symlinked `output` stays a link: the directory it points to is the one replaced."""
+  output = paths.canonical(output)
   remote = paths.is_remote(output)
   tag = f'{os.getpid()}-{int(time.time())}'
   staging = f'{output}.tmp-{tag}'

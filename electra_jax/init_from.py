@@ -93,7 +93,7 @@ def _tree_equal(a, b) -> bool:
 def _transformers_source(path: str, generator_path: str) -> Source:
   name = f"init_from '{path}'"
   hf = hf_files.read_config(path)
-  if hf_configs.is_generator(hf):
+  if hf_configs.is_generator(hf, f"'{paths.join(path, 'config.json')}'"):
     raise UserError(f"config.init_from='{path}' holds a generator (ElectraForMaskedLM); pass "
                     'the discriminator as init_from and this one as init_generator_from')
   hf_generator = None
@@ -102,7 +102,8 @@ def _transformers_source(path: str, generator_path: str) -> Source:
       raise UserError(f"config.init_generator_from='{generator_path}' is not a transformers "
                       'ELECTRA directory (config.json with model_type electra + weights)')
     hf_generator = hf_files.read_config(generator_path)
-    if not hf_configs.is_generator(hf_generator):
+    if not hf_configs.is_generator(hf_generator,
+                                   f"'{paths.join(generator_path, 'config.json')}'"):
       raise UserError(f"config.init_generator_from='{generator_path}' is not an "
                       'ElectraForMaskedLM generator; pass the generator directory')
   keys = hf_configs.shape_keys(hf, hf_generator)
@@ -139,10 +140,16 @@ def _networks_params(c, discriminator: dict, generator: Callable[[], dict] | Non
     params['generator'] = theirs['generator']
     if c.tie == 'none':
       params['generator_embeddings'] = theirs['embeddings']
+    elif c.tie == 'gdes':
+      # The shared tables are the generator's, the discriminator's are them plus its delta:
+      # both networks as the source has them (an export of a gdes run reads back whole).
+      params['discriminator_embeddings'] = jax.tree.map(
+          np.subtract, params['embeddings'], theirs['embeddings'])
+      params['embeddings'] = theirs['embeddings']
     elif not _tree_equal(theirs['embeddings'], params['embeddings']):
       notes.append("the generator's embedding tables differ from the discriminator's; took "
-                   "the discriminator's (tie='embeddings' shares one set; "
-                   '--config.tie=none keeps both)')
+                   f"the discriminator's (tie={c.tie!r} shares one set; --config.tie=none or "
+                   "'gdes' keeps both)")
   return params, notes
 
 

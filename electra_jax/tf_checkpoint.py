@@ -3,7 +3,8 @@ TensorFlow: what the official ELECTRA code and its released models are saved as.
 
 A checkpoint PREFIX (e.g. `model.ckpt-1000000`) is `PREFIX.index`, a LevelDB-format table
 from each variable name to where its bytes lie, and `PREFIX.data-NNNNN-of-MMMMM`, the raw
-little-endian bytes. Each variable's CRC32C is checked. Local and gs:// paths alike (paths.py).
+little-endian bytes. The CRC32C of each index block and each variable is checked. Local and
+gs:// paths alike (paths.py).
 """
 import re
 import struct
@@ -65,7 +66,12 @@ def _block(data: bytes, offset: int, size: int, where: str) -> list[tuple[bytes,
   if offset + size + 5 > len(data):
     raise UserError(f"'{where}' is truncated (a block ends past its {len(data)} bytes); copy it "
                     'again')
-  if data[offset + size] != 0:  # The block trailer's compression type: 0 = none.
+  # The trailer: the compression type, then the masked CRC32C of the contents and that byte.
+  # A flipped byte is caught here, before it can be read as another name, offset or shape.
+  if _masked_crc32c(data[offset:offset + size + 1]) != struct.unpack_from(
+      '<I', data, offset + size + 1)[0]:
+    raise UserError(f"'{where}' is corrupt (a block's checksum does not match); copy it again")
+  if data[offset + size] != 0:  # 0 = none.
     raise UserError(f"'{where}' has compressed blocks (type {data[offset + size]}), which TF's "
                     'checkpoints never write; is it a checkpoint index?')
   block = data[offset:offset + size]
@@ -89,6 +95,24 @@ def _masked_crc32c(data: bytes) -> int:
   return ((((crc >> 15) | (crc << 17)) & 0xffffffff) + 0xa282ead8) & 0xffffffff
 
 
+def _read_index(data: bytes, index: str) -> tuple[dict[str, dict], int]:
+  """({variable name: its BundleEntryProto fields}, shard count) of an index file's bytes."""
+  footer = data[-_FOOTER_SIZE:]
+  _, _, pos = _handle(footer, 0)  # The metaindex block (empty in checkpoints).
+  index_offset, index_size, _ = _handle(footer, pos)
+  entries, num_shards = {}, 1
+  for _, handle in _block(data, index_offset, index_size, index):
+    for key, value in _block(data, *_handle(handle, 0)[:2], index):
+      if key == b'':  # The BundleHeaderProto: shard count and byte order.
+        header = dict(_fields(value))
+        num_shards = header.get(1, 1)
+        if header.get(2, 0) != 0:
+          raise UserError(f"'{index}' was written big-endian; only little-endian converts")
+      else:
+        entries[key.decode('utf-8')] = dict(_fields(value))
+  return entries, num_shards
+
+
 class Reader:
   """The variables of one checkpoint prefix: names, shapes, and arrays on demand."""
 
@@ -102,20 +126,12 @@ class Reader:
     data = paths.read_bytes(index)
     if len(data) < _FOOTER_SIZE or struct.unpack_from('<Q', data, len(data) - 8)[0] != _MAGIC:
       raise UserError(f"'{index}' is not a TensorFlow checkpoint index (no table footer)")
-    footer = data[-_FOOTER_SIZE:]
-    _, _, pos = _handle(footer, 0)  # The metaindex block (empty in checkpoints).
-    index_offset, index_size, _ = _handle(footer, pos)
-    self._entries, num_shards = {}, 1
-    for _, handle in _block(data, index_offset, index_size, index):
-      for key, value in _block(data, *_handle(handle, 0)[:2], index):
-        if key == b'':  # The BundleHeaderProto: shard count and byte order.
-          header = dict(_fields(value))
-          num_shards = header.get(1, 1)
-          if header.get(2, 0) != 0:
-            raise UserError(f"'{index}' was written big-endian; only little-endian converts")
-        else:
-          self._entries[key.decode('utf-8')] = dict(_fields(value))
-    self._num_shards = num_shards
+    try:
+      self._entries, self._num_shards = _read_index(data, index)
+    except (IndexError, ValueError, struct.error) as e:  # UnicodeDecodeError is a ValueError.
+      # The footer has no checksum: a damaged block handle, or a table that is no bundle.
+      raise UserError(f"'{index}' is not a readable TensorFlow checkpoint index (corrupt or "
+                      f'truncated? {type(e).__name__}); copy it again') from None
 
   def names(self) -> list[str]:
     return sorted(self._entries)
@@ -134,9 +150,13 @@ class Reader:
                       'partitioned; only whole numeric variables convert')
     shard = f'{self.prefix}.data-{entry.get(3, 0):05d}-of-{self._num_shards:05d}'
     offset, size = entry.get(4, 0), entry.get(5, 0)
-    with paths.storage_errors(shard), paths.get(shard).open('rb') as f:
-      f.seek(offset)
-      raw = f.read(size)
+    try:
+      with paths.storage_errors(shard), paths.get(shard).open('rb') as f:
+        f.seek(offset)
+        raw = f.read(size)
+    except FileNotFoundError:
+      raise UserError(f"'{shard}' not found: the data file its .index names must lie beside "
+                      'it; copy the whole checkpoint (PREFIX.index and PREFIX.data-*)') from None
     if len(raw) != size or (6 in entry and _masked_crc32c(raw) != entry[6]):
       raise UserError(f"'{shard}' is truncated or corrupt at variable '{name}' (its checksum "
                       'does not match); copy the checkpoint again')
@@ -146,8 +166,9 @@ class Reader:
 
 def find_prefix(path: str) -> str | None:
   """The checkpoint prefix `path` names: a prefix itself (PREFIX.index exists), or a directory
-  with TF's `checkpoint` file (its model_checkpoint_path; a path written on another machine is
-  looked for in this directory by its name) or holding exactly one *.index. None otherwise."""
+  with TF's `checkpoint` file (its model_checkpoint_path, looked for in this directory by its
+  name first: a run copied from elsewhere reads its own files) or holding exactly one *.index.
+  None otherwise."""
   path = paths.absolute(path)
   if paths.is_file(f'{path}.index'):
     return path
@@ -157,9 +178,29 @@ def find_prefix(path: str) -> str | None:
   if paths.is_file(state):
     match = re.search(r'^model_checkpoint_path:\s*"(.*)"\s*$', paths.read_text(state), re.M)
     if match:
-      named = match.group(1)
-      for prefix in (paths.join(path, named), named, paths.join(path, named.rsplit('/', 1)[-1])):
-        if paths.is_file(f'{prefix}.index'):
+      for prefix in _named_prefixes(path, match.group(1)):
+        if _readable_index(prefix):
           return prefix
   indexes = [name for name in paths.listdir(path) if name.endswith('.index')]
   return paths.join(path, indexes[0][:-len('.index')]) if len(indexes) == 1 else None
+
+
+def _named_prefixes(directory: str, named: str) -> list[str]:
+  """Where the prefix a `checkpoint` file names may lie, nearest first: in `directory` (a
+  relative name, then the bare file name: a copied or downloaded run), then the path as
+  written (the run's own directory, perhaps on a bucket)."""
+  local = [paths.join(directory, named.rsplit('/', 1)[-1])]
+  if not (paths.is_remote(named) or named.startswith('/')):
+    local.insert(0, paths.join(directory, named))
+  return local + [named]
+
+
+def _readable_index(prefix: str) -> bool:
+  """Whether PREFIX.index exists; a remote one this machine cannot reach (no credentials, no
+  network) counts as absent."""
+  try:
+    return paths.is_file(f'{prefix}.index')
+  except UserError:
+    if paths.is_remote(prefix):
+      return False
+    raise

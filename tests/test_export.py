@@ -269,6 +269,13 @@ def test_exported_config_names_the_vocabularys_own_pad_id(tmp_path):
   assert hf_model.config.pad_token_id == tok.pad_token_id == 7
 
 
+def test_exported_config_keeps_the_runs_initializer_range():
+  """transformers initialises what a fine-tuning head adds with it: the run's, not BERT's."""
+  c = config_lib.resolve(tiny_config(initializer_range=0.05))
+  for network in ('discriminator', 'generator'):
+    assert hf_configs.hf_config_dict(c, network)['initializer_range'] == 0.05
+
+
 @pytest.fixture(scope='module')
 def exported(tmp_path_factory):
   """A 2-step CLI training run, exported (generator too) by the export CLI."""
@@ -384,6 +391,22 @@ def test_overwrite_refuses_an_export_directory_holding_files_an_export_never_wri
       'directory')
   assert sorted(str(p) for p in output.rglob('*')) == before
   assert not [n for n in os.listdir(output.parent) if '.tmp-' in n or '.old-' in n]
+
+
+def test_overwrite_through_a_symlinked_output_replaces_its_target_and_keeps_the_link(exported):
+  """It replaced the link with a directory, then failed removing the old one (rmtree on a
+  link): a traceback, a stray link.old-*, the target still the old export."""
+  base = pathlib.Path(exported['base'])
+  target, link = base / 'link_target', base / 'hf_link'
+  shutil.copytree(exported['output'], target)
+  (target / 'config.json').write_text('from before')
+  os.symlink(target, link)
+  result = export.export_workdir(exported['workdir'], str(link), what='both', overwrite=True)
+  assert result['output'] == str(link)
+  assert link.is_symlink() and os.readlink(link) == str(target)
+  assert (target / 'config.json').read_text() != 'from before'
+  assert sorted(os.listdir(target)) == sorted(os.listdir(exported['output']))
+  assert not [n for n in os.listdir(base) if '.tmp-' in n or '.old-' in n]
 
 
 def test_an_overwrite_that_fails_half_way_leaves_the_earlier_export(exported, monkeypatch):

@@ -387,6 +387,25 @@ def test_generator_embeddings_that_differ_are_noted_or_kept_with_tie_none(tmp_pa
                                     gen_state[word])
 
 
+def test_tie_gdes_keeps_both_networks_embeddings_so_its_export_reads_back_whole(tmp_path,
+                                                                              pair):
+  """An export of a tie='gdes' run holds the generator's tables (the shared ones) and the
+  discriminator's (shared + delta): both start the new run (the generator's were dropped, the
+  delta zeroed, and the note named tie='embeddings')."""
+  from electra_jax.hf import weights as hf_weights  # pylint: disable=import-outside-toplevel
+  disc, gen = str(tmp_path / 'disc'), str(tmp_path / 'gen')
+  hf_pair.save_pair(disc, gen, pair['vocab'], seed=3, shared_embeddings=False)
+  start = prepare(tmp_path / 'w', init_from=disc, init_generator_from=gen, tie='gdes')
+  params, notes = start_params(tmp_path / 'w', start)
+  assert not [n for n in notes if 'differ' in n], notes
+  for network, directory in (('discriminator', disc), ('generator', gen)):
+    _, want = hf_files.read_dir(directory)
+    got = hf_weights.params_to_hf(params, start.config, network)
+    assert got.keys() <= want.keys()
+    for name, value in got.items():  # D = G + (D - G) in float32: within a rounding.
+      np.testing.assert_allclose(value, want[name], rtol=0, atol=1e-7, err_msg=name)
+
+
 def test_a_shallower_transformers_generator_starts_ours_with_its_depth(tmp_path, pair):
   """A 1-layer generator beside a 2-layer discriminator: generator_layers becomes 0.5 and the
   generator's logits equal transformers'; a deeper generator or a conflicting override is one
@@ -413,6 +432,40 @@ def test_a_shallower_transformers_generator_starts_ours_with_its_depth(tmp_path,
   with pytest.raises(UserError, match="the generator has 2 layers, more than the "
                                       "discriminator's 1"):
     hf_configs.shape_keys(one_layer, hf_files.read_config(pair['gen']))
+
+
+def test_damaged_transformers_files_are_one_line_naming_the_file(tmp_path, pair):
+  """A file cut short or hand-edited wrong: one UserError naming it, not a traceback (a
+  SafetensorError, JSONDecodeError, AttributeError or TypeError)."""
+  def damaged(name, content) -> str:
+    """A copy of the discriminator with `name` rewritten as content(its path) says."""
+    directory = tmp_path / f'copy{len(list(tmp_path.iterdir()))}'
+    shutil.copytree(pair['disc'], directory)
+    (directory / name).write_bytes(content(directory / name))
+    return str(directory)
+
+  for content in (lambda p: b'', lambda p: p.read_bytes()[:p.stat().st_size // 2]):
+    source = damaged('model.safetensors', content)
+    with pytest.raises(UserError, match=re.escape(f"'{source}/model.safetensors' is not a "
+                                                  'readable safetensors file')):
+      hf_files.read_dir(source)
+  source = damaged('model.safetensors', lambda p: b'')
+  os.remove(os.path.join(source, 'model.safetensors'))
+  torch.save([torch.zeros(2)], os.path.join(source, 'pytorch_model.bin'))
+  with pytest.raises(UserError, match=r"pytorch_model.bin' holds a list, not a state dict"):
+    hf_files.read_dir(source)
+  for name in ('config.json', 'tokenizer_config.json', 'tokenizer.json'):
+    source = damaged(name, lambda p: p.read_bytes()[:20])
+    with pytest.raises(UserError, match=re.escape(f"'{source}/{name}' is not valid JSON (")):
+      prepare(tmp_path / 'w', init_from=source)
+    assert not (tmp_path / 'w').exists()
+  # "architectures": null is transformers' own default (no class named): a discriminator.
+  edit = lambda value: lambda p: json.dumps(
+      dict(json.loads(p.read_text()), architectures=value)).encode()
+  assert prepare(tmp_path / 'w_null', init_from=damaged('config.json', edit(None))).source
+  source = damaged('config.json', edit(3))
+  with pytest.raises(UserError, match=re.escape(f"'{source}/config.json' has architectures=3")):
+    prepare(tmp_path / 'w', init_from=source)
 
 
 def test_without_a_generator_directory_the_generator_is_random_and_the_run_says_so(tmp_path,

@@ -16,6 +16,7 @@ from scipy import special
 from electra_jax import checkpoint
 from electra_jax import model as model_lib
 from electra_jax import official_checkpoint
+from electra_jax import paths
 from electra_jax import saved_config
 from electra_jax import tf_checkpoint
 from electra_jax import train
@@ -70,6 +71,64 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_file(tmp_path):
   index.write_bytes(index.read_bytes()[:-10])
   with pytest.raises(UserError, match=r'is not a TensorFlow checkpoint index'):
     tf_checkpoint.Reader(str(copy / 'model.ckpt-7'))
+
+
+def test_a_copied_checkpoint_reads_its_own_files_not_the_bucket_its_checkpoint_file_names(
+    tmp_path, monkeypatch):
+  """A run trained on a bucket, copied here: its `checkpoint` file names gs://. The copy's own
+  files are read (the bucket was tried first: no credentials, or the bucket's files read);
+  a bucket that cannot be read counts as absent."""
+  copy = shutil.copytree(FIXTURE, tmp_path / 'copy')
+  (copy / 'checkpoint').write_text('model_checkpoint_path: "gs://no-such-bucket/models/tiny/'
+                                   'model.ckpt-7"\n', encoding='utf-8')
+  asked = []
+  is_file = paths.is_file
+
+  def local_only(path):
+    if paths.is_remote(path):
+      asked.append(path)
+      raise UserError(f"'{path}': no Google Cloud credentials")
+    return is_file(path)
+
+  monkeypatch.setattr(paths, 'is_file', local_only)
+  assert tf_checkpoint.find_prefix(str(copy)) == str(copy / 'model.ckpt-7') and not asked
+  for name in os.listdir(copy):  # The step it names is not here: the one *.index is.
+    if name.startswith('model.ckpt-7'):
+      os.rename(copy / name, copy / name.replace('-7', '-9'))
+  assert tf_checkpoint.find_prefix(str(copy)) == str(copy / 'model.ckpt-9')
+  assert asked == ['gs://no-such-bucket/models/tiny/model.ckpt-7.index']
+
+
+def test_every_flipped_byte_of_the_index_is_one_line_or_reads_the_same(tmp_path):
+  """Each block's CRC32C is checked, so a damaged index is one UserError naming it (it was a
+  UnicodeDecodeError, IndexError or struct.error, or other names and values read silently)."""
+  copy = shutil.copytree(FIXTURE, tmp_path / 'copy')
+  index, prefix = copy / 'model.ckpt-7.index', str(copy / 'model.ckpt-7')
+  original = index.read_bytes()
+  want = official.values()
+  # Every 11th byte (the whole file takes half a minute) and all of the footer.
+  for i in sorted(set(range(0, len(original), 11)) | set(range(len(original) - 64,
+                                                             len(original)))):
+    flipped = bytearray(original)
+    flipped[i] ^= 0xff
+    index.write_bytes(bytes(flipped))
+    try:
+      reader = tf_checkpoint.Reader(prefix)
+    except UserError as e:
+      assert str(index) in str(e) and '\n' not in str(e), (i, e)
+      continue
+    assert reader.names() == sorted(want), i
+    for name, value in want.items():
+      np.testing.assert_array_equal(reader.read(name), value, err_msg=f'byte {i}: {name}')
+
+
+def test_a_missing_data_file_is_one_line_naming_it(tmp_path):
+  copy = shutil.copytree(FIXTURE, tmp_path / 'copy')
+  os.remove(copy / 'model.ckpt-7.data-00000-of-00001')
+  reader = tf_checkpoint.Reader(str(copy / 'model.ckpt-7'))
+  with pytest.raises(UserError, match=r"model.ckpt-7.data-00000-of-00001' not found: the data "
+                                      r'file its .index names must lie beside it'):
+    reader.read(reader.names()[0])
 
 
 def _fails(reader, name) -> bool:

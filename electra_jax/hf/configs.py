@@ -30,12 +30,18 @@ def hf_config_dict(config, network: str = 'discriminator',
       attention_probs_dropout_prob=cfg.attention_dropout_rate,
       max_position_embeddings=cfg.max_position_embeddings,
       type_vocab_size=cfg.type_vocab_size, layer_norm_eps=model_lib.LAYER_NORM_EPS,
-      initializer_range=0.02, position_embedding_type='absolute',
+      initializer_range=cfg.initializer_range, position_embedding_type='absolute',
       pad_token_id=pad_token_id, tie_word_embeddings=True)
 
 
-def is_generator(hf: dict) -> bool:
-  return ARCHITECTURES['generator'] in hf.get('architectures', ())
+def is_generator(hf: dict, where: str = 'the HF config') -> bool:
+  """Whether a config names ElectraForMaskedLM; "architectures": null (transformers' default,
+  as a config saved on its own writes it) names none."""
+  architectures = hf.get('architectures') or []
+  if not isinstance(architectures, list):
+    raise UserError(f'{where} has architectures={architectures!r}, not a list of class names '
+                    '(e.g. ["ElectraForPreTraining"]); repair it or save the model again')
+  return ARCHITECTURES['generator'] in architectures
 
 
 def check_hf_config(hf: dict, where: str):

@@ -11,7 +11,7 @@ import numpy as np
 from electra_jax import atomic
 from electra_jax import paths
 from electra_jax.data import tokenizer as tokenizer_lib
-from electra_jax.errors import UserError
+from electra_jax.errors import UserError, first_line
 from electra_jax.hf import configs
 from electra_jax.hf import weights
 
@@ -27,7 +27,15 @@ _SAFETENSORS_DTYPES = {
 
 
 def read_json(path) -> dict:
-  return json.loads(paths.read_text(path))
+  """A JSON object file; a damaged one (cut short, hand-edited) is one line naming it."""
+  try:
+    record = json.loads(paths.read_text(path))
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise UserError(f"'{path}' is not valid JSON ({e}); repair it or copy it again") from None
+  if not isinstance(record, dict):
+    raise UserError(f"'{path}' holds a JSON {type(record).__name__}, not an object; repair it "
+                    'or copy it again')
+  return record
 
 
 def is_hf_dir(path) -> bool:
@@ -35,7 +43,7 @@ def is_hf_dir(path) -> bool:
   directory = paths.get(path)
   try:
     model_type = read_json(directory / 'config.json').get('model_type')
-  except (OSError, json.JSONDecodeError, AttributeError):
+  except OSError:  # No config.json; a damaged one is read_json's one-line error.
     return False
   return model_type == 'electra' and any((directory / name).exists()
                                          for name in (SAFETENSORS_FILE, TORCH_FILE))
@@ -57,11 +65,17 @@ def read_dir(directory) -> tuple[dict, dict[str, np.ndarray]]:
   torch_file = paths.get(directory) / TORCH_FILE
   if safetensors_file.exists():
     try:
-      from safetensors import deserialize  # pylint: disable=import-outside-toplevel
+      # pylint: disable-next=import-outside-toplevel
+      from safetensors import SafetensorError, deserialize
     except ImportError as e:
       raise UserError(f'reading {safetensors_file} needs safetensors; {EXTRA_HINT}') from e
+    try:
+      tensors = deserialize(safetensors_file.read_bytes())
+    except SafetensorError as e:
+      raise UserError(f"'{safetensors_file}' is not a readable safetensors file "
+                      f'({first_line(e)}; cut short?); copy or save it again') from None
     state = {}
-    for name, tensor in deserialize(safetensors_file.read_bytes()):
+    for name, tensor in tensors:
       dtype = _SAFETENSORS_DTYPES.get(tensor['dtype'])
       if dtype is None:
         raise UserError(f"{safetensors_file}: tensor {name} is {tensor['dtype']}, which this "
@@ -82,6 +96,10 @@ def read_dir(directory) -> tuple[dict, dict[str, np.ndarray]]:
         raise UserError(f'{torch_file} does not load as plain tensors ({type(e).__name__}); '
                         'only weights are read from pickles, never code: convert it to '
                         f'{SAFETENSORS_FILE} with a tool you trust') from None
+    if not (isinstance(loaded, dict) and all(isinstance(v, torch.Tensor)
+                                             for v in loaded.values())):
+      raise UserError(f"'{torch_file}' holds a {type(loaded).__name__}, not a state dict (names "
+                      'to tensors); save the model with save_pretrained')
     return hf_config, {k: v.float().numpy() for k, v in loaded.items()}
   raise UserError(f"'{directory}' has neither {SAFETENSORS_FILE} nor {TORCH_FILE} "
                   '(sharded checkpoints are not supported); re-save it with save_pretrained')
