@@ -26,7 +26,8 @@ def define_flag():
   flags.DEFINE_string('cpu_devices', 'auto', 'XLA devices to split a CPU run into: a number, or '
                       "'auto' = one per usable core (at most 8), the most that divides the "
                       'per-step batch. Each holds a copy of the parameters; 1 turns this off. '
-                      'Ignored when $JAX_NUM_CPU_DEVICES or XLA_FLAGS already set the count.')
+                      'Where $JAX_NUM_CPU_DEVICES or XLA_FLAGS already set the count, it '
+                      'must agree (auto takes theirs).')
 
 
 def preset_count(env=None) -> int | None:
@@ -34,12 +35,10 @@ def preset_count(env=None) -> int | None:
   ($JAX_NUM_CPU_DEVICES needs no reading here: JAX folds it into jax_num_cpu_devices, and
   rejects a non-number, when it is imported.)"""
   env = os.environ if env is None else env
-  match = re.search(r'--xla_force_host_platform_device_count=(\d+)', env.get('XLA_FLAGS', ''))
-  if match:
-    return int(match.group(1))
-  if jax.config.jax_num_cpu_devices >= 0:
+  if jax.config.jax_num_cpu_devices >= 0:  # JAX lets it override XLA_FLAGS' count.
     return jax.config.jax_num_cpu_devices
-  return None
+  counts = re.findall(r'--xla_force_host_platform_device_count=(\d+)', env.get('XLA_FLAGS', ''))
+  return int(counts[-1]) if counts else None  # XLA takes a repeated flag's last value.
 
 
 def usable_cores() -> int:

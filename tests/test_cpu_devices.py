@@ -74,6 +74,13 @@ def test_configure_sets_the_device_count_before_jax_starts():
   # ... and a different explicit count is a one-line error, not a silent choice.
   out = _configure_in_fresh_process('2', [12], preset)
   assert out['error'].startswith('--cpu_devices=2 contradicts the 4 CPU devices')
+  # The count JAX runs: $JAX_NUM_CPU_DEVICES over XLA_FLAGS, a repeated flag's last value.
+  both = dict(preset, JAX_NUM_CPU_DEVICES='2')
+  assert _configure_in_fresh_process('2', [12], both) == {'set': None, 'devices': 2}
+  repeated = {'XLA_FLAGS': '--xla_force_host_platform_device_count=2 '
+                           '--xla_force_host_platform_device_count=4'}
+  out = _configure_in_fresh_process('2', [12], repeated)
+  assert out['error'].startswith('--cpu_devices=2 contradicts the 4 CPU devices')
 
 
 def test_configure_after_jax_started():
