@@ -210,9 +210,6 @@ def sweep(config, chip, topology_name: str, devices, remats=REMATS, fsdps=(1, 8)
           say=print) -> tuple[list[SweepRow], SweepRow | None]:
   """Compiles each (fsdp, remat) with the fewest accumulation steps that fit (more steps only
   add time); returns the rows and the fastest predicted row that fits (None if none does)."""
-  for remat in remats:
-    if remat not in REMATS:
-      raise UserError(f'--sweep_remat: {remat!r} is not one of {", ".join(REMATS)}')
   rows = []
   for fsdp, remat, accums in sweep_settings(config, len(devices), remats, fsdps):
     for accum in accums:
@@ -261,6 +258,10 @@ def run(config, topology_name: str, sweep_remats=None, sweep_fsdps=None, say=pri
     raise UserError(f'config.train_batch_size={batch} does not split over the {n} chips of '
                     f'--topology={topology_name}; use a multiple of {n} or a slice whose chip '
                     f'count divides {batch}')
+  # Before anything is printed or compiled: an empty list compiled nothing, said 'Nothing
+  # fits' and exited 0.
+  if sweep_remats is not None and (not sweep_remats or not set(sweep_remats) <= set(REMATS)):
+    raise UserError(f'--sweep_remat={",".join(sweep_remats)}: give some of {",".join(REMATS)}')
   if sweep_fsdps is not None and all(n % f for f in sweep_fsdps):
     raise UserError(f'--sweep_fsdp={",".join(map(str, sweep_fsdps))}: no value divides the {n} '
                     f'chips of --topology={topology_name}, so nothing would be compiled; use '

@@ -64,7 +64,7 @@ done
 COMMAND=(env "JAX_COORDINATOR_ADDRESS=${COORDINATOR}" "JAX_NUM_PROCESSES=${NUM_PROCESSES}"
          "JAX_PROCESS_ID=${PROCESS_ID}" python -m electra_jax.train --config="${CONFIG}"
          --workdir="${WORKDIR}" --compilation_cache_dir="${CACHE:-${WORKDIR%/}/jax_cache}"
-         "${EXTRA[@]}")
+         ${EXTRA[@]+"${EXTRA[@]}"})
 if [[ "${PRINT}" == 1 ]]; then
   printf '%q ' "${COMMAND[@]}"
   printf '\n'

@@ -72,4 +72,5 @@ if [[ "${PRINT}" == 0 && -z "${SLURM_JOB_ID:-}" ]]; then
 fi
 
 run srun --kill-on-bad-exit=1 python -m electra_jax.train --config="${CONFIG}" \
-  --workdir="${WORKDIR}" --compilation_cache_dir="${CACHE:-${WORKDIR%/}/jax_cache}" "${EXTRA[@]}"
+  --workdir="${WORKDIR}" --compilation_cache_dir="${CACHE:-${WORKDIR%/}/jax_cache}" \
+  ${EXTRA[@]+"${EXTRA[@]}"}

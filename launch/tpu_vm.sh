@@ -116,7 +116,12 @@ while [[ $# -gt 0 ]]; do
     --wait=*) WAIT="${1#*=}" ;;
     --print) PRINT=1 ;;
     --) shift; EXTRA=("$@"); break ;;
-    create|install|train|delete) STEP="$1" ;;
+    create|install|train|delete)
+      if [[ -n "${STEP}" ]]; then
+        echo "error: one step at a time ('${STEP}', then '$1'); run the script once per step" >&2
+        exit 2
+      fi
+      STEP="$1" ;;
     *) echo "error: unknown argument '$1'; see --help" >&2; exit 2 ;;
   esac
   shift
@@ -158,13 +163,14 @@ case "${STEP}" in
     if [[ "${QUEUED}" == 1 ]]; then
       run "${GCLOUD[@]}" queued-resources create "${NAME}" "${LOCATION[@]}" \
         --node-id="${NAME}" --accelerator-type="${ACCELERATOR}" \
-        --runtime-version="${VERSION}" "${CAPACITY[@]}"
+        --runtime-version="${VERSION}" ${CAPACITY[@]+"${CAPACITY[@]}"}
       if [[ "${PRINT}" == 0 ]]; then
         wait_until_active
       fi
     else
       run "${GCLOUD[@]}" tpu-vm create "${NAME}" "${LOCATION[@]}" \
-        --accelerator-type="${ACCELERATOR}" --version="${VERSION}" "${CAPACITY[@]}"
+        --accelerator-type="${ACCELERATOR}" --version="${VERSION}" \
+        ${CAPACITY[@]+"${CAPACITY[@]}"}
     fi
     ;;
   install)
@@ -187,7 +193,7 @@ case "${STEP}" in
 && python3 -m uv pip install -q --python ${VENV}/bin/python -e 'electra_jax[tpu]'"
     ;;
   train)
-    printf -v FLAGS ' %q' "${EXTRA[@]}"
+    printf -v FLAGS ' %q' ${EXTRA[@]+"${EXTRA[@]}"}
     if [[ ${#EXTRA[@]} -eq 0 ]]; then
       FLAGS=""
     fi

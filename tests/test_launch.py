@@ -195,6 +195,10 @@ def test_tpu_vm_prints_create_install_train_delete():
   assert 'tpu-vm delete pod' in sh(script, *common, 'delete').stdout
   assert 'queued-resources delete pod' in sh(script, *common, '--queued', 'delete').stdout
   assert not os.path.exists(os.path.join(REPO_ROOT, 'logs'))  # --print has no side effects.
+  # Two steps ran only the last (create skipped, exit 0): one at a time.
+  two = sh(script, *common, 'create', 'install', check=False)
+  assert two.returncode == 2 and not two.stdout
+  assert "one step at a time ('create', then 'install')" in two.stderr
 
 
 def test_slurm_prints_srun_of_the_train_module():

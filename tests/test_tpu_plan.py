@@ -240,6 +240,13 @@ def test_a_sweep_without_an_fsdp_size_dividing_the_chips_is_a_one_line_error():
                                       r'--topology=v4-8, so nothing would be compiled; use '
                                       r'some of 1,2,4$'):
     tpu_plan.run(tiny_config(), 'v4-8', ('none',), (16, 32))
+  # So did --sweep_remat= (empty); an unknown value was refused after the sweep's header.
+  said = []
+  for remats, shown in (([], ''), (['none', 'most'], 'none,most')):
+    with pytest.raises(UserError, match=rf'^--sweep_remat={shown}: give some of '
+                                        + ','.join(tpu_plan.REMATS) + '$'):
+      tpu_plan.run(tiny_config(), 'v4-8', remats, (1,), say=said.append)
+  assert not said
 
 
 def test_flop_counts_read_to_three_digits_in_the_unit_that_keeps_them_under_a_thousand():
