@@ -71,6 +71,12 @@ if [[ "${PRINT}" == 0 && -z "${SLURM_JOB_ID:-}" ]]; then
   exit 2
 fi
 
-run srun --kill-on-bad-exit=1 python -m electra_jax.train --config="${CONFIG}" \
+# Slurm 22.05 stopped passing the job's --cpus-per-task on to srun: the data loader of each
+# task would get one CPU.
+CPUS=()
+if [[ -n "${SLURM_CPUS_PER_TASK:-}" ]]; then
+  CPUS=(--cpus-per-task="${SLURM_CPUS_PER_TASK}")
+fi
+run srun --kill-on-bad-exit=1 ${CPUS[@]+"${CPUS[@]}"} python -m electra_jax.train --config="${CONFIG}" \
   --workdir="${WORKDIR}" --compilation_cache_dir="${CACHE:-${WORKDIR%/}/jax_cache}" \
   ${EXTRA[@]+"${EXTRA[@]}"}

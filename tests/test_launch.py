@@ -213,6 +213,12 @@ def test_slurm_prints_srun_of_the_train_module():
   assert '--compilation_cache_dir=/fast/c' in cached and 'jax_cache' not in cached
   missing = sh('launch/slurm_gpu.sh', '--print', check=False)
   assert missing.returncode == 2 and '--workdir' in missing.stderr
+  assert '--cpus-per-task' not in out  # Outside a job: srun's own default.
+  # In the job: its CPUs per task, which srun no longer inherits since Slurm 22.05.
+  in_job = subprocess.run(['bash', 'launch/slurm_gpu.sh', '--print', '--workdir=/shared/run'],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=True,
+                          env=dict(os.environ, SLURM_JOB_ID='', SLURM_CPUS_PER_TASK='8'))
+  assert in_job.stdout.startswith('srun --kill-on-bad-exit=1 --cpus-per-task=8 python -m ')
 
 
 def test_slurm_output_file_needs_no_directory_made_at_submission():
