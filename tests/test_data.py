@@ -122,6 +122,25 @@ def test_load_tokenizer_rejects_a_vocab_without_the_special_tokens(corpus, tmp_p
     tok.load_tokenizer(str(tmp_path / 'x.model'))
 
 
+@pytest.mark.parametrize('unk_id, unk_piece, user_defined, named', [
+    (1, '[UNK]', ['[CLS]', '[SEP]', '[MASK]'], '[CLS] [SEP] [MASK]'),
+    (5, '<unk>', ['[UNK]', '[CLS]', '[SEP]', '[MASK]'], '[UNK] [CLS] [SEP] [MASK]')])
+def test_load_tokenizer_rejects_special_tokens_raw_text_can_encode_to(
+    corpus, tmp_path, unk_id, unk_piece, user_defined, named):
+  """The right pieces at ids 0..4, but user-defined: the text '[MASK]' would be MASK_ID."""
+  import sentencepiece as spm  # pylint: disable=import-outside-toplevel
+  spm.SentencePieceTrainer.train(input=str(corpus / 'a.txt'), model_prefix=str(tmp_path / 'x'),
+                                 vocab_size=100, pad_id=0, pad_piece='[PAD]', unk_id=unk_id,
+                                 unk_piece=unk_piece, bos_id=-1, eos_id=-1,
+                                 user_defined_symbols=user_defined, minloglevel=2)
+  model = str(tmp_path / 'x.model')
+  assert tok.MASK_ID in spm.SentencePieceProcessor(model_file=model).encode('a [MASK] b')
+  with pytest.raises(UserError, match=re.escape(
+      f"vocab_file '{model}' has {named} as ordinary pieces")) as e:
+    tok.load_tokenizer(model)
+  assert str(e.value).endswith('build one with python -m electra_jax.data.build_vocab')
+
+
 def test_a_vocab_file_that_is_a_directory_is_named_as_one(tmp_path):
   with pytest.raises(UserError, match=f"vocab_file '{tmp_path}' is a directory; build one"):
     tok.load_tokenizer(str(tmp_path))

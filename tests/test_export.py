@@ -160,6 +160,7 @@ def test_exported_tokenizer_matches_ours_on_held_out_text(tmp_path):
             encoding='utf-8') as f:
     lines = [line for line in f.read().split('\n') if line.strip()]
   lines += ['  extra   spaces\tand a tab ', 'ﬁne ＦＵＬＬ width 1760, émigré 日本']
+  lines += ['the end\x85', '\x85the end']  # sentencepiece trims spaces only, not U+0085
   assert len(lines) > 500
   theirs = hf_tok(lines, add_special_tokens=False)['input_ids']
   assert theirs == ours.encode_batch(lines)

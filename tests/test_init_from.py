@@ -25,6 +25,7 @@ from electra_jax import experiment as experiment_lib
 from electra_jax import init_from
 from electra_jax import model as model_lib
 from electra_jax import saved_config
+from electra_jax.data import extend_vocab
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.data import wordpiece
 from electra_jax.errors import UserError
@@ -711,6 +712,16 @@ def test_extend_vocab_file_refuses_tokens_wordpiece_can_never_produce(tmp_path, 
   words.write_text('two words\n', encoding='utf-8')
   with pytest.raises(UserError, match='line 1'):
     prepare(tmp_path / 'w', init_from=pair['disc'], extend_vocab_file=str(words))
+
+
+@pytest.mark.parametrize('token', ['a\u200bb', 'a▁b'])
+def test_extend_vocab_file_refuses_tokens_a_sentencepiece_model_reads_as_two_words(token):
+  """nmt_nfkc maps U+200B (and '▁' is the boundary itself) to a space: '▁a▁b' spans two
+  words, so no text would ever produce it."""
+  with pytest.raises(UserError, match=re.escape(
+      f"{token!r} can never be a sentencepiece token (the model reads it as '▁a▁b'")):
+    extend_vocab.extend_sentencepiece(os.path.join(REPO_ROOT, 'data', 'demo_spm.model'),
+                                      ['Immunoglobulin', token], 'words.txt')
 
 
 def test_dry_run_plans_the_source_shapes_and_writes_nothing(tmp_path, cache_dir, pair):

@@ -116,6 +116,12 @@ def extend_sentencepiece(model_file: str, new: list[str], path: str) -> Extensio
     piece = old.processor.normalize(token)
     if not piece.startswith('▁'):
       piece = '▁' + piece
+    # The model maps some characters (U+200B, U+FFFD, '▁' itself) to a word boundary: such a
+    # piece would span two words, which sentencepiece never produces.
+    if '▁' in piece[1:]:
+      raise UserError(f"config.extend_vocab_file='{path}': {token!r} can never be a "
+                      f'sentencepiece token (the model reads it as {piece!r}, more than one '
+                      'word); list its parts')
     if piece in known:
       skipped.append(token)
       continue

@@ -1,8 +1,8 @@
 """Sentencepiece vocabularies with ELECTRA's special tokens at fixed ids 0..4; the loader.
 
 Fixed ids let the model, the masking code and exported checkpoints agree on [PAD] [CLS] [SEP]
-[MASK] without reading the vocabulary; [CLS] [SEP] [MASK] are sentencepiece *control* symbols,
-so no raw text (not even the literal string "[MASK]") can ever encode to them.
+[MASK] without reading the vocabulary; they are sentencepiece *control* symbols, so no raw text
+(not even the literal string "[MASK]") can ever encode to them, and [UNK] is its unknown piece.
 """
 import os
 import re
@@ -98,6 +98,13 @@ def _check_special_ids(processor, vocab_file: str):
   if pieces != SPECIAL_TOKENS:
     raise UserError(f"vocab_file '{vocab_file}' has {pieces} at ids 0..4, not "
                     f'{SPECIAL_TOKENS}; build one with python -m electra_jax.data.build_vocab')
+  # A user-defined (or normal) special piece matches raw text: 'a [MASK] b' would hold MASK_ID.
+  ordinary = [token for i, token in enumerate(SPECIAL_TOKENS)
+              if not (processor.is_unknown(i) if i == UNK_ID else processor.is_control(i))]
+  if ordinary:
+    raise UserError(f"vocab_file '{vocab_file}' has {' '.join(ordinary)} as ordinary pieces "
+                    "(not sentencepiece's control or unknown symbols), so raw text can encode to "
+                    'them; build one with python -m electra_jax.data.build_vocab')
 
 
 class SentencePieceTokenizer:

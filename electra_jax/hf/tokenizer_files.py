@@ -60,7 +60,10 @@ def _spm_fast_tokenizer(model_file: str):
   if spec.precompiled_charsmap:
     steps.append(normalizers.Precompiled(spec.precompiled_charsmap))
   if spec.remove_extra_whitespaces:
-    steps += [normalizers.Replace(Regex(' {2,}'), ' '), normalizers.Strip()]
+    # Only spaces are trimmed, as sentencepiece does (Strip() would drop U+0085 and the like);
+    # \A and \z: onig's ^ and $ also match at every newline.
+    steps += [normalizers.Replace(Regex(' {2,}'), ' '),
+              normalizers.Replace(Regex(r'\A +| +\z'), '')]
   if steps:
     tokenizer.normalizer = normalizers.Sequence(steps)
   scheme = 'always' if spec.add_dummy_prefix else 'never'
