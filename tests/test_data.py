@@ -122,12 +122,7 @@ def test_load_tokenizer_rejects_a_vocab_without_the_special_tokens(corpus, tmp_p
     tok.load_tokenizer(str(tmp_path / 'x.model'))
 
 
-@pytest.mark.parametrize('unk_id, unk_piece, user_defined, named', [
-    (1, '[UNK]', ['[CLS]', '[SEP]', '[MASK]'], '[CLS] [SEP] [MASK]'),
-    (5, '<unk>', ['[UNK]', '[CLS]', '[SEP]', '[MASK]'], '[UNK] [CLS] [SEP] [MASK]')])
-def test_load_tokenizer_rejects_special_tokens_raw_text_can_encode_to(
-    corpus, tmp_path, unk_id, unk_piece, user_defined, named):
-  """The right pieces at ids 0..4, but user-defined: the text '[MASK]' would be MASK_ID."""
+def _spm_with_user_defined(corpus, tmp_path, unk_id, unk_piece, user_defined) -> str:
   import sentencepiece as spm  # pylint: disable=import-outside-toplevel
   spm.SentencePieceTrainer.train(input=str(corpus / 'a.txt'), model_prefix=str(tmp_path / 'x'),
                                  vocab_size=100, pad_id=0, pad_piece='[PAD]', unk_id=unk_id,
@@ -135,10 +130,32 @@ def test_load_tokenizer_rejects_special_tokens_raw_text_can_encode_to(
                                  user_defined_symbols=user_defined, minloglevel=2)
   model = str(tmp_path / 'x.model')
   assert tok.MASK_ID in spm.SentencePieceProcessor(model_file=model).encode('a [MASK] b')
+  return model
+
+
+def test_user_defined_special_tokens_load_as_control_symbols_with_their_ids(corpus, tmp_path):
+  """spm_train --user_defined_symbols=[CLS],[SEP],[MASK] (a BERT-style recipe): the text
+  '[MASK]' encoded to MASK_ID. Loaded, they are control symbols at the same ids: a run trained
+  on such a vocabulary keeps its ids, and no raw text encodes to a special id."""
+  import sentencepiece as spm  # pylint: disable=import-outside-toplevel
+  model = _spm_with_user_defined(corpus, tmp_path, 1, '[UNK]', ['[CLS]', '[SEP]', '[MASK]'])
+  raw = spm.SentencePieceProcessor(model_file=model)
+  loaded = tok.load_tokenizer(model, raw.get_piece_size())
+  assert not set(loaded.encode('a [MASK] b [CLS] [SEP] [PAD]')) & set(loaded.special_ids)
+  text = 'It is a truth universally acknowledged.'
+  assert loaded.encode(text) == raw.encode(text)
+  assert [loaded.processor.id_to_piece(i) for i in range(5)] == list(tok.SPECIAL_TOKENS)
+
+
+def test_an_unk_that_is_not_the_unknown_piece_is_refused(corpus, tmp_path):
+  """[UNK] at id 1 as an ordinary piece and the model's unknown piece elsewhere: unknown text
+  would get the other id."""
+  model = _spm_with_user_defined(corpus, tmp_path, 5, '<unk>',
+                                 ['[UNK]', '[CLS]', '[SEP]', '[MASK]'])
   with pytest.raises(UserError, match=re.escape(
-      f"vocab_file '{model}' has {named} as ordinary pieces")) as e:
+      f"vocab_file '{model}' has [UNK] but not as sentencepiece's control (for [UNK]: unknown) "
+      'symbols; build one with python -m electra_jax.data.build_vocab')):
     tok.load_tokenizer(model)
-  assert str(e.value).endswith('build one with python -m electra_jax.data.build_vocab')
 
 
 def test_a_vocab_file_that_is_a_directory_is_named_as_one(tmp_path):

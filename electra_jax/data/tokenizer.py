@@ -92,19 +92,42 @@ def _size_error(text: str, vocab_size: int) -> UserError:
                    f"{' '.join(text.split())}")
 
 
+def _specials_as_control(model: bytes) -> bytes:
+  """The model with [PAD] [CLS] [SEP] [MASK] read as control symbols where it has them at
+  their ids as ordinary pieces (spm_train --user_defined_symbols=[CLS],[SEP],[MASK], a common
+  BERT-style recipe): same ids, but no raw text, not even "[MASK]", encodes to them."""
+  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=import-outside-toplevel
+  proto = sentencepiece_model_pb2.ModelProto()
+  try:
+    proto.ParseFromString(model)
+  except Exception:  # pylint: disable=broad-except  # Not a model: the loader's error says so.
+    return model
+  kinds = sentencepiece_model_pb2.ModelProto.SentencePiece
+  ordinary = [i for i in (PAD_ID, CLS_ID, SEP_ID, MASK_ID) if i < len(proto.pieces)
+              and proto.pieces[i].piece == SPECIAL_TOKENS[i]
+              and proto.pieces[i].type in (kinds.NORMAL, kinds.USER_DEFINED)]
+  if not ordinary:
+    return model
+  for i in ordinary:
+    proto.pieces[i].type = kinds.CONTROL
+    proto.pieces[i].score = 0.0
+  return proto.SerializeToString()
+
+
 def _check_special_ids(processor, vocab_file: str):
   pieces = tuple(processor.id_to_piece(i)
                  for i in range(min(len(SPECIAL_TOKENS), processor.get_piece_size())))
   if pieces != SPECIAL_TOKENS:
     raise UserError(f"vocab_file '{vocab_file}' has {pieces} at ids 0..4, not "
                     f'{SPECIAL_TOKENS}; build one with python -m electra_jax.data.build_vocab')
-  # A user-defined (or normal) special piece matches raw text: 'a [MASK] b' would hold MASK_ID.
-  ordinary = [token for i, token in enumerate(SPECIAL_TOKENS)
-              if not (processor.is_unknown(i) if i == UNK_ID else processor.is_control(i))]
-  if ordinary:
-    raise UserError(f"vocab_file '{vocab_file}' has {' '.join(ordinary)} as ordinary pieces "
-                    "(not sentencepiece's control or unknown symbols), so raw text can encode to "
-                    'them; build one with python -m electra_jax.data.build_vocab')
+  # Ordinary special pieces were made control ones (_specials_as_control); an [UNK] that is not
+  # the model's unknown piece would be real text's id, and the unknown piece's another.
+  odd = [token for i, token in enumerate(SPECIAL_TOKENS)
+         if not (processor.is_unknown(i) if i == UNK_ID else processor.is_control(i))]
+  if odd:
+    raise UserError(f"vocab_file '{vocab_file}' has {' '.join(odd)} but not as sentencepiece's "
+                    'control (for [UNK]: unknown) symbols; build one with python -m '
+                    'electra_jax.data.build_vocab')
 
 
 class SentencePieceTokenizer:
@@ -116,7 +139,8 @@ class SentencePieceTokenizer:
 
   def __init__(self, model_file: str):
     self.model_file = self.vocab_file = model_file
-    self.processor = spm.SentencePieceProcessor(model_proto=paths.read_bytes(model_file))
+    self.processor = spm.SentencePieceProcessor(
+        model_proto=_specials_as_control(paths.read_bytes(model_file)))
 
   @property
   def vocab_size(self) -> int:
