@@ -178,9 +178,15 @@ def find_prefix(path: str) -> str | None:
   if paths.is_file(state):
     match = re.search(r'^model_checkpoint_path:\s*"(.*)"\s*$', paths.read_text(state), re.M)
     if match:
-      for prefix in _named_prefixes(path, match.group(1)):
-        if _readable_index(prefix):
-          return prefix
+      named = match.group(1)
+      for prefix in _named_prefixes(path, named):
+        try:
+          if paths.is_file(f'{prefix}.index'):
+            return prefix
+        except UserError as e:  # Only the path as written can be elsewhere (a bucket).
+          raise UserError(f"'{state}' names {named}, which is not in {path} and cannot be "
+                          f'read there ({e}); copy that step here, or pass the prefix of the '
+                          'step to read') from None
   indexes = [name for name in paths.listdir(path) if name.endswith('.index')]
   return paths.join(path, indexes[0][:-len('.index')]) if len(indexes) == 1 else None
 
@@ -193,14 +199,3 @@ def _named_prefixes(directory: str, named: str) -> list[str]:
   if not (paths.is_remote(named) or named.startswith('/')):
     local.insert(0, paths.join(directory, named))
   return local + [named]
-
-
-def _readable_index(prefix: str) -> bool:
-  """Whether PREFIX.index exists; a remote one this machine cannot reach (no credentials, no
-  network) counts as absent."""
-  try:
-    return paths.is_file(f'{prefix}.index')
-  except UserError:
-    if paths.is_remote(prefix):
-      return False
-    raise

@@ -6,6 +6,7 @@ must return exactly what was saved, and the imported model must compute what the
 model computes, transcribed here in NumPy from google-research/electra (model/modeling.py,
 run_pretraining.py)."""
 import os
+import re
 import shutil
 
 import jax
@@ -76,8 +77,8 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_file(tmp_path):
 def test_a_copied_checkpoint_reads_its_own_files_not_the_bucket_its_checkpoint_file_names(
     tmp_path, monkeypatch):
   """A run trained on a bucket, copied here: its `checkpoint` file names gs://. The copy's own
-  files are read (the bucket was tried first: no credentials, or the bucket's files read);
-  a bucket that cannot be read counts as absent."""
+  files are read (the bucket was tried first: no credentials, or the bucket's files read).
+  Where the step it names is not here, the bucket's error says which step that is."""
   copy = shutil.copytree(FIXTURE, tmp_path / 'copy')
   (copy / 'checkpoint').write_text('model_checkpoint_path: "gs://no-such-bucket/models/tiny/'
                                    'model.ckpt-7"\n', encoding='utf-8')
@@ -95,7 +96,11 @@ def test_a_copied_checkpoint_reads_its_own_files_not_the_bucket_its_checkpoint_f
   for name in os.listdir(copy):  # The step it names is not here: the one *.index is.
     if name.startswith('model.ckpt-7'):
       os.rename(copy / name, copy / name.replace('-7', '-9'))
-  assert tf_checkpoint.find_prefix(str(copy)) == str(copy / 'model.ckpt-9')
+  with pytest.raises(UserError, match=re.escape(
+      f"'{copy / 'checkpoint'}' names gs://no-such-bucket/models/tiny/model.ckpt-7, which is not "
+      f"in {copy} and cannot be read there ('gs://no-such-bucket/models/tiny/model.ckpt-7.index"
+      "': no Google Cloud credentials); copy that step here, or pass the prefix")):
+    tf_checkpoint.find_prefix(str(copy))
   assert asked == ['gs://no-such-bucket/models/tiny/model.ckpt-7.index']
 
 
