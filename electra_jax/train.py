@@ -220,6 +220,13 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   say(f'Writing to {workdir} | objective {c.objective} | {num_params / 1e6:.2f}M parameters | '
       f'{mesh.devices.size} device(s) {jax.devices()[0].platform} | '
       f'batch {c.train_batch_size} x {c.max_seq_length} tokens', flush=True)
+  if parallel.FSDP_AXIS in mesh.axis_names:
+    unsplit = parallel.unsplit_fraction(mesh, abstract_state)
+    if unsplit > parallel.UNSPLIT_WARNING:
+      print(f'warning: fsdp_axis_size={c.fsdp_axis_size} divides no dimension of arrays '
+            f'holding {unsplit:.0%} of the parameter and optimizer bytes: they stay whole on '
+            'every device; a size that divides hidden_size (e.g. 2, 4, 8) splits them',
+            file=sys.stderr, flush=True)
 
   params_sharding = jax.tree.map(lambda x: x.sharding, abstract_state.params)
   eval_step = ts.jit_eval_step(ts.make_eval_step(exp.objective), mesh, params_sharding)

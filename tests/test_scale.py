@@ -142,6 +142,22 @@ def test_fsdp_rule_splits_the_largest_divisible_dimension():
   assert parallel.leaf_sharding(data_only, (64, 16)).spec == P()
 
 
+def test_an_fsdp_axis_dividing_no_width_leaves_most_bytes_whole():
+  """fsdp_axis_size=3 splits no array of width 1024 or 4096, only the 30,522-row embedding (Large
+  kept 91 % of its bytes whole): train warns above parallel.UNSPLIT_WARNING, where it said
+  nothing."""
+  large = {'kernel': jax.ShapeDtypeStruct((1024, 4096), jnp.float32),
+           'embedding': jax.ShapeDtypeStruct((30522, 1024), jnp.float32),
+           'bias': jax.ShapeDtypeStruct((1024,), jnp.float32)}
+  split_by = lambda k: parallel.unsplit_fraction(jax.sharding.AbstractMesh((1, k),
+                                                                           ('data', 'fsdp')), large)
+  total = 1024 * 4096 + 30522 * 1024 + 1024
+  assert split_by(2) == 0.0
+  assert split_by(3) == pytest.approx((1024 * 4096 + 1024) / total)
+  assert split_by(5) == 1.0 > parallel.UNSPLIT_WARNING
+  assert split_by(3) < parallel.UNSPLIT_WARNING  # The embedding dominates this tree.
+
+
 @pytest.mark.parametrize('overrides', [
     dict(hidden_size=256, embedding_size=128, intermediate_size=1024, num_heads=4,
          max_seq_length=128, vocab_size=4000, generator_hidden_size=0.25),
