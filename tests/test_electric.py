@@ -86,4 +86,8 @@ def test_electric_trains_counts_two_towers_and_exports_only_its_discriminator():
   export.check_exportable(c, {'discriminator': ''})
   with pytest.raises(UserError, match='electric'):
     config_lib.resolve(tiny_config(objective='electric', tie='none'))
+  # NCE adds log q of the noise: another noise distribution would make the logit wrong.
+  for other in (dict(temperature=0.5), dict(disallow_correct=True)):
+    with pytest.raises(UserError, match="'electric' samples its noise from the cloze model q"):
+      config_lib.resolve(tiny_config(objective='electric', **other))
   del model

@@ -32,6 +32,12 @@ class Electric(base.Objective):
       raise UserError(f"objective 'electric' shares the token embeddings of its cloze model and "
                       f"discriminator: set config.tie='embeddings' (is {c.tie!r}) and "
                       f'config.uniform_generator=False (is {c.uniform_generator})')
+    # NCE's logit adds log q of the noise: samples drawn from q itself, as the official code
+    # draws them (a temperature or a suppressed original token is another noise distribution).
+    if c.temperature != 1.0 or c.disallow_correct:
+      raise UserError(f"objective 'electric' samples its noise from the cloze model q itself: "
+                      f'set config.temperature=1.0 (is {c.temperature}) and '
+                      f'config.disallow_correct=False (is {c.disallow_correct})')
 
   def loss(self, s: base.Step):
     ids, m, real = s.batch['input_ids'], s.masked, s.real
