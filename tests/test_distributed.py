@@ -321,6 +321,19 @@ cli.run(main)
 '''
 
 
+def run_processes(script: str, count: int):
+  """`script` as `count` processes of one run on this host: (processes, their (stdout,
+  stderr), the time the last ended)."""
+  port = portpicker.pick_unused_port()
+  procs = [subprocess.Popen(
+      [sys.executable, '-c', script], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True, env=as_rank(dict(
+          JAX_COORDINATOR_ADDRESS=f'localhost:{port}', JAX_NUM_PROCESSES=str(count),
+          JAX_PROCESS_ID=str(i)))) for i in range(count)]
+  outputs = [p.communicate(timeout=200) for p in procs]
+  return procs, outputs, time.time()
+
+
 @pytest.mark.parametrize('failing,error', [(1, 'UserError'), (0, 'RuntimeError'),
                                            (1, 'KeyboardInterrupt')])
 def test_a_process_that_fails_stops_the_others_at_once(failing, error):
@@ -329,15 +342,7 @@ def test_a_process_that_fails_stops_the_others_at_once(failing, error):
   then in JAX's exit-time shutdown barrier, until the heartbeat timeout aborted them (100 s and
   a C++ stack dump), or both waited in that barrier for each other. So does a second Ctrl-C
   (quit at once, where the first stops every process after the step)."""
-  port = portpicker.pick_unused_port()
-  script = _FAILING_PROCESS.format(failing=failing, error=error)
-  procs = [subprocess.Popen(
-      [sys.executable, '-c', script], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE, text=True, env=as_rank(dict(
-          JAX_COORDINATOR_ADDRESS=f'localhost:{port}', JAX_NUM_PROCESSES='2',
-          JAX_PROCESS_ID=str(i)))) for i in range(2)]
-  outputs = [p.communicate(timeout=200) for p in procs]
-  ended = time.time()
+  procs, outputs, ended = run_processes(_FAILING_PROCESS.format(failing=failing, error=error), 2)
   (_, failed_err), (other_out, other_err) = outputs[failing], outputs[1 - failing]
   assert procs[failing].returncode == dict(UserError=2, KeyboardInterrupt=130).get(error, 1), \
       failed_err[-3000:]
@@ -395,14 +400,7 @@ def test_two_processes_failing_together_still_stop_the_others():
   """Processes 1 and 2 fail at once: each wrote its message to the other first, and the
   other's watch ended it before it told processes 0 and 3, which then waited in the
   collective until JAX's heartbeat timeout."""
-  port = portpicker.pick_unused_port()
-  procs = [subprocess.Popen(
-      [sys.executable, '-c', _FAILING_TOGETHER], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE, text=True, env=as_rank(dict(
-          JAX_COORDINATOR_ADDRESS=f'localhost:{port}', JAX_NUM_PROCESSES='4',
-          JAX_PROCESS_ID=str(i)))) for i in range(4)]
-  outputs = [p.communicate(timeout=200) for p in procs]
-  ended = time.time()
+  procs, outputs, ended = run_processes(_FAILING_TOGETHER, 4)
   for failed in (1, 2):  # Its own error, or the other's where that came first.
     err = outputs[failed][1]
     assert procs[failed].returncode in (1, 2), err[-3000:]
