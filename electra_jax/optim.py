@@ -11,10 +11,8 @@ import optax
 from electra_jax import objectives
 from electra_jax.objectives import base as objective_base
 
-# LayerNorm scales, and every parameter whose name holds 'bias' (offsets, the MLM output bias,
-# relative_position_bias), as the official code's `re.search('bias', name)`: never decayed.
-NO_DECAY_NAMES = ('scale',)
-NO_DECAY_PART = 'bias'
+# Parameters named like this are LayerNorm scales/offsets or biases: never weight-decayed.
+NO_DECAY_NAMES = ('bias', 'scale', 'output_bias')
 
 
 def learning_rate_schedule(peak: float, warmup_steps: int, total_steps: int,
@@ -51,8 +49,7 @@ def _power_schedule(peak, warmup_steps, total_steps, power, warmup_times_decay):
 def weight_decay_mask(params):
   """True for every parameter that gets weight decay (embeddings included)."""
   def decays(path, _):
-    name = str(getattr(path[-1], 'key', ''))
-    return name not in NO_DECAY_NAMES and NO_DECAY_PART not in name
+    return getattr(path[-1], 'key', None) not in NO_DECAY_NAMES
   return jax.tree_util.tree_map_with_path(decays, params)
 
 
