@@ -184,7 +184,8 @@ def get_config():
   c.warmup_times_decay = False
   # Peak learning rate.
   c.learning_rate = 5e-4
-  # Decoupled weight decay (AdamW); not applied to LayerNorm parameters or biases.
+  # Decoupled weight decay (AdamW); not applied to LayerNorm parameters or biases (applied to
+  # the embeddings and the relative attention table, tables by token and by position).
   c.weight_decay_rate = 0.01
   # Adam first-moment decay.
   c.adam_b1 = 0.9

@@ -11,7 +11,9 @@ import optax
 from electra_jax import objectives
 from electra_jax.objectives import base as objective_base
 
-# Parameters named like this are LayerNorm scales/offsets or biases: never weight-decayed.
+# Parameters named like this are LayerNorm scales/offsets or biases: never weight-decayed. The
+# relative attention table (relative_position_bias) is decayed, as the position embeddings are:
+# a learned table by position, not an offset (the demo's figures were measured so).
 NO_DECAY_NAMES = ('bias', 'scale', 'output_bias')
 
 

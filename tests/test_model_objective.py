@@ -219,6 +219,12 @@ def test_weight_decay_skips_layer_norm_and_biases_but_not_embeddings():
   assert not mask["['generator']['output_bias']"]
   assert mask["['discriminator']['encoder']['layer_0']['attention']['query']['kernel']"]
   assert not mask["['discriminator']['encoder']['layer_0']['attention']['query']['bias']"]
+  # The relative attention table is decayed as the position embeddings are (README: a table by
+  # position; the demo's figures were measured so).
+  _, _, params, _ = build(relative_attention_span=4)
+  mask = leaves_by_path(optim.weight_decay_mask(params))
+  relative = [k for k in mask if k.endswith("['relative_position_bias']")]
+  assert relative and all(mask[k] for k in relative)
 
 
 def test_bfloat16_compute_keeps_float32_params_and_close_loss():
