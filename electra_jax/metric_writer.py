@@ -58,7 +58,7 @@ def record_at(workdir: str, name: str, step: int) -> dict | None:
 
 
 def _tensorboardx():
-  """(tensorboardX's EventsWriter, its Event and Summary protos), imported without torch.
+  """(tensorboardX's EventsWriter, its event and Summary protos), imported without torch.
 
   tensorboardX's package imports torch whenever it is installed, only to accept torch tensors:
   2 s and a few hundred MB in every train process (benchmarks/RESULTS.md, session 16) for
@@ -73,9 +73,9 @@ def _tensorboardx():
     finally:
       del sys.modules['torch']
   from tensorboardX.event_file_writer import EventsWriter
-  from tensorboardX.proto.event_pb2 import Event
+  from tensorboardX.proto import event_pb2
   from tensorboardX.proto.summary_pb2 import Summary
-  return EventsWriter, Event, Summary
+  return EventsWriter, event_pb2, Summary
 
 
 class TensorBoardEvents:
@@ -86,7 +86,8 @@ class TensorBoardEvents:
   hung; here the failure is one line naming the directory."""
 
   def __init__(self, directory: str, interval: float = 30.0):
-    events_writer, self._event, self._summary = _tensorboardx()
+    events_writer, self._event_pb2, self._summary = _tensorboardx()
+    self._event = self._event_pb2.Event
     self.directory, self._interval = directory, interval
     with paths.storage_errors(directory, 'TensorBoard directory'):
       if not paths.is_remote(directory):
@@ -105,6 +106,14 @@ class TensorBoardEvents:
     if time.monotonic() - self._flushed_at >= self._interval:
       self.flush()
 
+  def purge_from(self, step: int):
+    """TensorBoard drops the points the directory's earlier event files hold at `step` and
+    after: a SessionLog.START event, what SummaryWriter(purge_step=...) writes for the same
+    purpose. A resumed run's re-logged steps are then shown once, not twice."""
+    start = self._event_pb2.SessionLog(status=self._event_pb2.SessionLog.START)
+    with paths.storage_errors(self.directory, 'TensorBoard directory'):
+      self._writer.write_event(self._event(wall_time=time.time(), step=step, session_log=start))
+
   def flush(self):
     with paths.storage_errors(self.directory, 'TensorBoard directory'):
       self._writer.flush()
@@ -119,7 +128,8 @@ class MetricWriter:
   """Appends records; only the chief process writes (others get a no-op writer).
 
   resume_step: the step training restarts from; records logged after it by an earlier,
-  interrupted run are removed first (TensorBoard event files are only appended to).
+  interrupted run are removed first. TensorBoard event files are only appended to: the new
+  file tells TensorBoard to drop the earlier files' points after it instead.
   """
 
   def __init__(self, workdir: str, enabled: bool = True, resume_step: int | None = None):
@@ -130,6 +140,8 @@ class MetricWriter:
         truncate_after(paths.join(self.workdir, f'{name}.jsonl'), resume_step)
     self._files = {}
     self._tb = TensorBoardEvents(paths.join(self.workdir, 'tensorboard')) if enabled else None
+    if enabled and resume_step is not None:
+      self._tb.purge_from(resume_step + 1)
 
   def write(self, name: str, step: int, record: dict):
     """name 'metrics' -> metrics.jsonl and TensorBoard tag prefix 'train/'."""

@@ -25,21 +25,25 @@ print(json.dumps(dict(torch_imported=torch_imported, torch_installed=torch_insta
 """
 
 
-def read_scalars(directory):
-  """(tag, step, value) of every scalar in the event files (TFRecord framing: length, its CRC,
-  the serialized Event, its CRC)."""
+def read_events(path):
+  """The Events of one event file (TFRecord framing: length, its CRC, the serialized Event, its
+  CRC)."""
   from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
-  scalars = []
-  for path in glob.glob(os.path.join(directory, 'events.out.tfevents.*')):
-    with open(path, 'rb') as f:
-      data = f.read()
-    position = 0
-    while position < len(data):
-      (length,) = struct.unpack('<Q', data[position:position + 8])
-      event = event_pb2.Event.FromString(data[position + 12:position + 12 + length])
-      position += 12 + length + 4
-      scalars += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
-  return scalars
+  with open(path, 'rb') as f:
+    data = f.read()
+  events, position = [], 0
+  while position < len(data):
+    (length,) = struct.unpack('<Q', data[position:position + 8])
+    events.append(event_pb2.Event.FromString(data[position + 12:position + 12 + length]))
+    position += 12 + length + 4
+  return events
+
+
+def read_scalars(directory):
+  """(tag, step, value) of every scalar in the event files."""
+  return [(v.tag, event.step, v.simple_value)
+          for path in glob.glob(os.path.join(directory, 'events.out.tfevents.*'))
+          for event in read_events(path) for v in event.summary.value]
 
 
 def test_scalars_reach_jsonl_and_tensorboard_and_torch_is_never_imported(tmp_path):
@@ -73,6 +77,31 @@ def test_writers_opened_in_the_same_second_keep_each_others_scalars(tmp_path, mo
     events.add_scalars(step, {'train/loss': float(step)})
     events.close()
   assert sorted(read_scalars(tmp_path)) == [('train/loss', 1, 1.0), ('train/loss', 2, 2.0)]
+
+
+def test_a_resumed_run_has_tensorboard_drop_the_steps_it_logs_again(tmp_path, monkeypatch):
+  """Killed after its checkpoint at 3, a run had logged 4-6; resumed from 3 it logs them again.
+  TensorBoard reads a run's event files in name order and, at a SessionLog.START event, drops
+  the points read so far at its step and after: each step is then shown once, as resumed."""
+  metric_writer.TensorBoardEvents(str(tmp_path / 'unused'))  # Imports tensorboardX.
+  from tensorboardX import event_file_writer  # pylint: disable=import-outside-toplevel
+  from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
+  for run, (resume_step, steps) in enumerate(((0, range(1, 7)), (3, range(4, 9)))):
+    # Named by the second they open in: the resumed run's file sorts after the first's.
+    monkeypatch.setattr(event_file_writer, 'time',
+                        types.SimpleNamespace(time=lambda run=run: 1.7e9 + run))
+    writer = metric_writer.MetricWriter(str(tmp_path), resume_step=resume_step)
+    for step in steps:
+      writer.write('metrics', step, {'loss': 100.0 * run + step})
+    writer.close()
+  shown = []
+  for path in sorted(glob.glob(str(tmp_path / 'tensorboard' / 'events.out.tfevents.*'))):
+    for event in read_events(path):
+      if event.session_log.status == event_pb2.SessionLog.START:
+        shown = [point for point in shown if point[1] < event.step]
+      shown += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
+  assert shown == [('train/loss', step, step + (100.0 if step > 3 else 0.0))
+                   for step in range(1, 9)]
 
 
 _FILL = """
