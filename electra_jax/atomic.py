@@ -29,6 +29,21 @@ def write_bytes(path, data: bytes):
     except BaseException:
       tmp.unlink(missing_ok=True)  # A full disk leaves no half-written file behind.
       raise
+    _sync_directory(target.parent)
+
+
+def _sync_directory(directory):
+  """The rename on disk too: a directory entry is durable once its directory is fsynced."""
+  try:
+    fd = os.open(directory, os.O_RDONLY)
+  except OSError:
+    return  # Windows cannot open a directory.
+  try:
+    os.fsync(fd)
+  except OSError:
+    pass  # Some filesystems (network mounts) refuse to fsync a directory; the rename stands.
+  finally:
+    os.close(fd)
 
 
 def write_text(path, text: str):
