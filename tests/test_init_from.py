@@ -724,6 +724,25 @@ def test_extend_vocab_file_refuses_tokens_a_sentencepiece_model_reads_as_two_wor
                                       ['Immunoglobulin', token], 'words.txt')
 
 
+def test_extend_vocab_file_adds_multi_word_pieces_to_a_model_trained_across_words(tmp_path):
+  """A model trained with split_by_whitespace=false has pieces spanning words: one more is
+  added, and the extended model encodes the two words' text as it."""
+  import sentencepiece as spm  # pylint: disable=import-outside-toplevel
+  corpus = tmp_path / 'corpus.txt'
+  corpus.write_text('the cat sat on the mat and the dog sat on the log\n' * 50, encoding='utf-8')
+  spm.SentencePieceTrainer.train(
+      input=str(corpus), model_prefix=str(tmp_path / 'x'), vocab_size=40, pad_id=0,
+      pad_piece='[PAD]', unk_id=1, unk_piece='[UNK]', bos_id=-1, eos_id=-1,
+      control_symbols=['[CLS]', '[SEP]', '[MASK]'], split_by_whitespace=False,
+      hard_vocab_limit=False, minloglevel=2)
+  extension = extend_vocab.extend_sentencepiece(str(tmp_path / 'x.model'), ['cat dog'],
+                                                'words.txt')
+  assert extension.tokens == ['▁cat▁dog']
+  (tmp_path / 'y.model').write_bytes(extension.content())
+  extended = spm.SentencePieceProcessor(model_file=str(tmp_path / 'y.model'))
+  assert extended.encode('the cat dog', out_type=str)[-1] == '▁cat▁dog'
+
+
 def test_dry_run_plans_the_source_shapes_and_writes_nothing(tmp_path, cache_dir, pair):
   """demo.py is 2 x 128 wide; the pair is 2 x 32 with 600 tokens: the plan counts the pair's."""
   workdir = tmp_path / 'never_written'

@@ -117,8 +117,9 @@ def extend_sentencepiece(model_file: str, new: list[str], path: str) -> Extensio
     if not piece.startswith('▁'):
       piece = '▁' + piece
     # The model maps some characters (U+200B, U+FFFD, '▁' itself) to a word boundary: such a
-    # piece would span two words, which sentencepiece never produces.
-    if '▁' in piece[1:]:
+    # piece spans two words, which a model trained to split by whitespace never has (it would
+    # capture the two words' text). A model trained without that split has such pieces.
+    if '▁' in piece[1:] and proto.trainer_spec.split_by_whitespace:
       raise UserError(f"config.extend_vocab_file='{path}': {token!r} can never be a "
                       f'sentencepiece token (the model reads it as {piece!r}, more than one '
                       'word); list its parts')
