@@ -161,7 +161,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   eval_corpus = None  # Opened once: every evaluation reads the files listed now.
   if c.eval_every_steps:  # A bad eval glob or split fails now, not after hours of training.
     eval_corpus = sources.open_corpus(c, 'eval')
-    eval_corpus.check_first_document('eval set')
+    eval_corpus.check_first_documents('eval set')
     note = sources.held_out_note(examples.source, eval_corpus)
     if note:
       say(f'note: {note}', flush=True)

@@ -1005,12 +1005,17 @@ def test_command_line_mistakes_are_one_line_before_anything_is_written(module, f
   assert not os.path.exists(f'{new}[1]')
 
 
-def test_an_eval_set_with_no_text_is_refused_before_training(tmp_path, small_corpus):
-  (tmp_path / 'empty.txt').write_text('\n\n')
+@pytest.mark.parametrize('bad', [b'\n\n', b'caf\xe9 au lait\n'])
+def test_an_eval_set_with_a_file_of_no_text_or_not_utf8_is_refused_before_training(
+    tmp_path, small_corpus, bad):
+  """Also after a good file: only the first file was read, and the error came at the first
+  evaluation, which also cost the checkpoint due at its step."""
+  (tmp_path / 'a.txt').write_text('A good first file.\n')
+  (tmp_path / 'b.txt').write_bytes(bad)
   proc = run_cli('electra_jax.train', '--config=configs/demo.py', *TINY_FLAGS,
                  f'--config.train_files={small_corpus}', f'--config.eval_files={tmp_path}/*.txt',
                  f'--workdir={tmp_path / "run"}', check=False)
-  assert proc.returncode == 2 and 'empty.txt' in proc.stderr, proc.stderr
+  assert proc.returncode == 2 and 'b.txt' in proc.stderr, proc.stderr
   assert 'train step' not in proc.stdout and not os.path.exists(tmp_path / 'run' / 'config.json')
 
 

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import gzip
 import io
+import itertools
 import json
 import zlib
 from typing import Callable, Collection, Iterable, Iterator, NamedTuple
@@ -385,10 +386,11 @@ class Corpus:
   source: dict  # What it is, as prepared data's metadata records it.
   _parts: Callable[[], Iterator[Iterable[list[str]]]]
 
-  def check_first_document(self, what: str):
-    """Reads up to the first document, so that an empty or unreadable first file fails now
-    (at start-up) rather than when the corpus is first read (an evaluation hours later)."""
-    if next(self.documents(), None) is None:
+  def check_first_documents(self, what: str):
+    """Reads up to the first document of every part (file), so that an empty, binary or
+    unreadable file fails now (at start-up) rather than when the corpus is first read: an
+    evaluation hours later, which then also costs the checkpoint due at its step."""
+    if not [document for part in self._parts() for document in itertools.islice(part, 1)]:
       raise UserError(f'the {what} {self.description} holds no text; point it at text files')
 
   def documents(self, part_done: Callable[[], None] = lambda: None) -> Iterator[list[str]]:
