@@ -397,6 +397,13 @@ def test_a_blank_csv_label_cell_is_a_missing_label_as_a_json_null_is(tmp_path):
   rows = tasks.complete_rows(tasks.read_rows(path), path, skip_bad_rows=True)
   task = tasks.files_task(rows, path=path)
   assert task.kind == tasks.REGRESSION and [r['text'] for r in rows] == ['a', 'c']
+  # NaN or inf is no target: it made every weight NaN, reported as a diverged seed.
+  for bad in ('NaN', 'inf'):
+    (tmp_path / 'scores.tsv').write_text(f'text\tlabel\na\t0.5\nb\t{bad}\nc\t2.25\n')
+    rows = tasks.read_rows(path)
+    with pytest.raises(UserError, match=f"scores.tsv' example 2 has label '{bad}', not a "
+                       'finite number'):
+      tasks.file_examples(tasks.files_task(rows, path=path), rows, path)
   # A file to predict with its label column left empty: unlabelled examples.
   task = tasks.named_files_task(('neg', 'pos'))
   (tmp_path / 'predict.csv').write_text('text,label\nlovely day,\ndreadful day,\n')

@@ -14,6 +14,7 @@ import csv
 import dataclasses
 import itertools
 import json
+import math
 import logging as std_logging
 import re
 
@@ -743,9 +744,11 @@ def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0
     if not labelled:
       label = None
     elif task.kind == REGRESSION:
-      if not _is_float(raw):
-        raise UserError(f"file '{path}' example {n} has label {raw!r}, not a number "
-                        '(the training labels are floats: regression)')
+      # NaN or inf would make the loss and then every weight NaN, read as a diverged seed.
+      if not (_is_float(raw) and math.isfinite(float(raw))):
+        raise UserError(f"file '{path}' example {n} has label {raw!r}, not a finite number "
+                        '(the training labels are floats: regression); give it a value or '
+                        'remove the example')
       label = float(raw) / task.label_scale
     elif raw in index:
       label = index[raw]
