@@ -161,7 +161,12 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   eval_corpus = None  # Opened once: every evaluation reads the files listed now.
   if c.eval_every_steps:  # A bad eval glob or split fails now, not after hours of training.
     eval_corpus = sources.open_corpus(c, 'eval')
-    eval_corpus.check_first_documents('eval set')
+    # Every evaluation reads the same examples: read once now, a bad file or line among them
+    # fails before training, not at the first evaluation (which also cost the checkpoint due at
+    # its step).
+    for _ in pipeline.make_eval_iterator(c, exp.tokenizer, jax.process_index(),
+                                         jax.process_count(), c.num_eval_steps, eval_corpus):
+      pass
     note = sources.held_out_note(examples.source, eval_corpus)
     if note:
       say(f'note: {note}', flush=True)

@@ -1005,11 +1005,12 @@ def test_command_line_mistakes_are_one_line_before_anything_is_written(module, f
   assert not os.path.exists(f'{new}[1]')
 
 
-@pytest.mark.parametrize('bad', [b'\n\n', b'caf\xe9 au lait\n'])
-def test_an_eval_set_with_a_file_of_no_text_or_not_utf8_is_refused_before_training(
+@pytest.mark.parametrize('bad', [b'\n\n', b'caf\xe9 au lait\n',
+                                 b'A good document.\n\nAnother one.\ncaf\xe9 au lait\n'])
+def test_an_eval_set_with_a_file_of_no_text_or_a_line_not_utf8_is_refused_before_training(
     tmp_path, small_corpus, bad):
-  """Also after a good file: only the first file was read, and the error came at the first
-  evaluation, which also cost the checkpoint due at its step."""
+  """Also after a good file, or a good document: only the first document was read, and the
+  error came at the first evaluation, which also cost the checkpoint due at its step."""
   (tmp_path / 'a.txt').write_text('A good first file.\n')
   (tmp_path / 'b.txt').write_bytes(bad)
   proc = run_cli('electra_jax.train', '--config=configs/demo.py', *TINY_FLAGS,

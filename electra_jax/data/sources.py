@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import gzip
 import io
-import itertools
 import json
 import zlib
 from typing import Callable, Collection, Iterable, Iterator, NamedTuple
@@ -385,13 +384,6 @@ class Corpus:
   num_parts: int
   source: dict  # What it is, as prepared data's metadata records it.
   _parts: Callable[[], Iterator[Iterable[list[str]]]]
-
-  def check_first_documents(self, what: str):
-    """Reads up to the first document of every part (file), so that an empty, binary or
-    unreadable file fails now (at start-up) rather than when the corpus is first read: an
-    evaluation hours later, which then also costs the checkpoint due at its step."""
-    if not [document for part in self._parts() for document in itertools.islice(part, 1)]:
-      raise UserError(f'the {what} {self.description} holds no text; point it at text files')
 
   def documents(self, part_done: Callable[[], None] = lambda: None) -> Iterator[list[str]]:
     """Every document in order; `part_done()` after each part's."""
