@@ -939,7 +939,7 @@ def test_a_folder_of_prepared_data_or_a_comparison_is_no_workdir_and_is_left_as_
   prepared, comparison = str(tmp_path / 'prepared'), str(tmp_path / 'comparison')
   prepare.prepare(tiny_config(vocab_size=8000, train_files=small_corpus), prepared,
                   progress=False)
-  compare.prepare_output(comparison, {'configs': []})
+  compare.prepare_output(comparison, {'configs': []}, [])
   holds = {prepared: 'prepared training data (python -m electra_jax.data.prepare); train on it '
                      f'with --config.train_data_dir={prepared}',
            comparison: 'a comparison (python -m electra_jax.experiments.compare); its runs are '
