@@ -397,6 +397,9 @@ def run(main, keys_file: str = 'configs/base_config.py'):
         os._exit(141)
       error = e if isinstance(e, UserError) else paths.user_error('', e)
       several = _in_distributed_run()
+      if several and error is None:
+        from electra_jax import distributed  # pylint: disable=import-outside-toplevel
+        distributed.stop_if_another_failed()
       if error is None or flags.FLAGS.verbose:
         if not several:
           raise

@@ -358,6 +358,24 @@ def report_failure(message: str):
   _let_the_others_leave_first(state.process_id)
 
 
+def stop_if_another_failed():
+  """Ends this process as its watch would if another left it a failure message: a collective
+  that fails because that process exited (Gloo's "Connection reset by peer") is reported as the
+  other's failure, not as this process's own (the watch thread may not have run yet)."""
+  state = _joined()
+  if state.client is None or _watch is None:
+    return
+  try:  # The message is written before the failed process exits; allow a loaded store time.
+    message = state.client.blocking_key_value_get(STOP_KEY.format(state.process_id), 2000)
+  except Exception:  # pylint: disable=broad-except  # None left: this process's own error.
+    return
+  if message:
+    print(f'error: {message}; this process stops too', file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    _let_the_others_leave_first(state.process_id)
+    os._exit(1)  # pylint: disable=protected-access
+
+
 def _let_the_others_leave_first(process_id: int):
   """Before a failed run's process exits: process 0 holds the coordination service, whose end
   aborts every process still running (JAX's error polling), so it waits a second for the

@@ -256,12 +256,6 @@ def test_bioes_encoding_keeps_the_chunks_as_the_official_tagging_code_trains_the
   with pytest.raises(UserError, match=r"pos.txt' has \['NNP', 'VBD'\]; use tag_encoding='file'"):
     c.train_file = str(tmp_path / 'pos.txt')
     loop.load_data(c, tasks.get_task('tagging'), None)
-  # CoNLL-2003 is TFDS's: files given to it were ignored without a word.
-  for name in ('conll2003', 'conll2003_pos'):
-    with pytest.raises(UserError, match=f'config.task={name} reads TFDS.s CoNLL-2003, not '
-                       'train_file / eval_file; for your own CoNLL-format files use '
-                       '--config.task=tagging'):
-      loop.read_examples(c, tasks.get_task(name))
 
 
 def test_chunks_and_their_f1_are_counted_as_conlleval_counts_them():

@@ -95,11 +95,6 @@ def load_data(c, task, tokenizer) -> Data:
 def read_examples(c, task) -> tuple:
   """(task, train examples, [(eval prefix, eval examples)]): the task's data read, before any
   tokenizer (a file task's labels come from its train file)."""
-  if task.kind == tasks_lib.TAGGING and task.name != 'tagging' and (c.train_file or
-                                                                     c.eval_file):
-    raise UserError(f'config.task={task.name} reads TFDS\'s CoNLL-2003, not train_file / '
-                    'eval_file; for your own CoNLL-format files use --config.task=tagging (its '
-                    'tags are the training file\'s)')
   from_files = reads_files(c, task)
   for key in ('train_file', 'eval_file') if from_files else ():
     if not c[key]:
