@@ -314,9 +314,7 @@ def _watch_for_a_failed_process():
         if 'DEADLINE_EXCEEDED' not in str(e):
           return  # jax.distributed shut down, or the coordinator is gone (JAX reports that).
     if message and not _reporting.is_set():
-      print(f'error: {message}; this process stops too', file=sys.stderr, flush=True)
-      _let_the_others_leave_first(index)
-      os._exit(1)  # pylint: disable=protected-access
+      _stop_for(message, index)
 
   thread = threading.Thread(target=watch, name='failed-process-watch', daemon=True)
   thread.start()
@@ -370,10 +368,15 @@ def stop_if_another_failed():
   except Exception:  # pylint: disable=broad-except  # None left: this process's own error.
     return
   if message:
-    print(f'error: {message}; this process stops too', file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    _let_the_others_leave_first(state.process_id)
-    os._exit(1)  # pylint: disable=protected-access
+    _stop_for(message, state.process_id)
+
+
+def _stop_for(message: str, process_id: int):
+  """Ends this process on another's failure `message` (report_failure's)."""
+  print(f'error: {message}; this process stops too', file=sys.stderr, flush=True)
+  sys.stdout.flush()
+  _let_the_others_leave_first(process_id)
+  os._exit(1)  # pylint: disable=protected-access
 
 
 def _let_the_others_leave_first(process_id: int):

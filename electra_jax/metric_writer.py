@@ -87,7 +87,6 @@ class TensorBoardEvents:
 
   def __init__(self, directory: str, interval: float = 30.0):
     events_writer, self._event_pb2, self._summary = _tensorboardx()
-    self._event = self._event_pb2.Event
     self.directory, self._interval = directory, interval
     with paths.storage_errors(directory, 'TensorBoard directory'):
       if not paths.is_remote(directory):
@@ -101,8 +100,8 @@ class TensorBoardEvents:
   def add_scalars(self, step: int, scalars: dict):
     values = [self._summary.Value(tag=tag, simple_value=value) for tag, value in scalars.items()]
     with paths.storage_errors(self.directory, 'TensorBoard directory'):
-      self._writer.write_event(self._event(wall_time=time.time(), step=step,
-                                           summary=self._summary(value=values)))
+      self._writer.write_event(self._event_pb2.Event(wall_time=time.time(), step=step,
+                                                     summary=self._summary(value=values)))
     if time.monotonic() - self._flushed_at >= self._interval:
       self.flush()
 
@@ -112,7 +111,8 @@ class TensorBoardEvents:
     purpose. A resumed run's re-logged steps are then shown once, not twice."""
     start = self._event_pb2.SessionLog(status=self._event_pb2.SessionLog.START)
     with paths.storage_errors(self.directory, 'TensorBoard directory'):
-      self._writer.write_event(self._event(wall_time=time.time(), step=step, session_log=start))
+      self._writer.write_event(self._event_pb2.Event(wall_time=time.time(), step=step,
+                                                     session_log=start))
 
   def flush(self):
     with paths.storage_errors(self.directory, 'TensorBoard directory'):
@@ -135,12 +135,11 @@ class MetricWriter:
   def __init__(self, workdir: str, enabled: bool = True, resume_step: int | None = None):
     self.enabled = enabled
     self.workdir = paths.absolute(workdir)
-    if enabled and resume_step is not None:
-      for name in NAMES:
-        truncate_after(paths.join(self.workdir, f'{name}.jsonl'), resume_step)
     self._files = {}
     self._tb = TensorBoardEvents(paths.join(self.workdir, 'tensorboard')) if enabled else None
     if enabled and resume_step is not None:
+      for name in NAMES:
+        truncate_after(paths.join(self.workdir, f'{name}.jsonl'), resume_step)
       self._tb.purge_from(resume_step + 1)
 
   def write(self, name: str, step: int, record: dict):

@@ -14,8 +14,8 @@ import csv
 import dataclasses
 import itertools
 import json
-import math
 import logging as std_logging
+import math
 import re
 
 from absl import logging
