@@ -164,7 +164,7 @@ def test_overrides_parse_as_the_train_command_parses_them(tmp_path):
   assert compare.finetune_config('acceptability') == (
       os.path.join(REPO_ROOT, 'configs', 'finetune', 'acceptability.py'), 'files')
   assert compare.finetune_config('conll2003_chunk') == (
-      os.path.join(REPO_ROOT, 'configs', 'finetune', 'tagging.py'), 'conll2003_chunk')
+      os.path.join(REPO_ROOT, 'configs', 'finetune', 'conll2003.py'), 'conll2003_chunk')
 
 
 def test_config_file_mistakes_name_the_file_and_each_file_is_its_own(tmp_path):

@@ -107,7 +107,7 @@ def _finetune(argv, ctx) -> Plan:
   from electra_jax.finetune import tasks  # pylint: disable=import-outside-toplevel
   config = _flag(argv, 'config') or ''
   task = tasks.TASKS.get(_flag(argv, 'config.task') or '')
-  if config.endswith(('glue.py', 'squad.py')) or (task and task.tfds_name):
+  if config.endswith(('glue.py', 'squad.py', 'conll2003.py')) or (task and task.tfds_name):
     return Plan('finetune (TFDS task: up to loading the dataset)',
                 ['--config.tfds_download=false', f'--config.tfds_data_dir={ctx["tmp"]}/no_tfds'],
                 expect_error='TFDS dataset')

@@ -452,6 +452,28 @@ def test_a_tagger_fine_tunes_predicts_and_exports_as_transformers_token_classifi
     assert theirs == tags
 
 
+def test_conll2003_refuses_files_it_would_ignore_and_its_config_gives_none():
+  """tagging.py's bundled files under task=conll2003 (TFDS's data) are refused, naming the
+  config that reads TFDS; conll2003.py, README's command, resolves."""
+  # pylint: disable-next=import-outside-toplevel
+  from configs.finetune import conll2003, tagging
+  from electra_jax.finetune import settings  # pylint: disable=import-outside-toplevel
+  for name in ('conll2003', 'conll2003_chunk', 'conll2003_pos'):
+    c = tagging.get_config()
+    c.task = name
+    with pytest.raises(UserError, match=rf"config.task={name} reads TFDS's conll2003, not files "
+                                        r"\(config.train_file='.*austen_names/train.txt', "
+                                        r"config.eval_file=.*configs/finetune/conll2003.py"):
+      settings.resolve(c, tasks.get_task(name), 256)
+    c.train_file = ''
+    with pytest.raises(UserError, match=r"not files \(config.eval_file="):
+      settings.resolve(c, tasks.get_task(name), 256)
+  c = conll2003.get_config()
+  assert settings.resolve(c, tasks.get_task(c.task), 256).task == 'conll2003'
+  tagged = tagging.get_config()  # Files are what task=tagging reads.
+  assert settings.resolve(tagged, tasks.get_task('tagging'), 256).train_file
+
+
 @pytest.mark.parametrize('encoding,tag_head', [('file', 'transformers'), ('bioes', 'official')])
 def test_conll2003_tags_come_from_tfds_and_are_scored_on_dev_and_test(tmp_path, encoding,
                                                                       tag_head):

@@ -50,7 +50,7 @@ def finetune_config(task: str) -> tuple[str, str]:
   if task == 'acceptability':  # The bundled CoLA-like set: files.py's task on its own config.
     return os.path.join(_FINETUNE_DIR, 'acceptability.py'), 'files'
   if tasks.TASKS.get(task) and tasks.TASKS[task].tfds_name == 'conll2003':
-    return os.path.join(_FINETUNE_DIR, 'tagging.py'), task
+    return os.path.join(_FINETUNE_DIR, 'conll2003.py'), task
   if family == 'glue' and name in glue:
     return os.path.join(_FINETUNE_DIR, 'glue.py'), name
   if family == 'squad' and name in _SQUAD:

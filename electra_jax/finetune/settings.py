@@ -91,6 +91,12 @@ def validate(c, task):
   config_lib.check(columns.label not in columns.text,
                    f'config.text_columns={c.text_columns!r} names the label column '
                    f'{columns.label!r} (config.label_column); pick the text columns')
+  # A TFDS tagging task reads no files; tagging.py's default files would otherwise be ignored.
+  given = [f'{key}={c[key]!r}' for key in ('train_file', 'eval_file') if c[key]]
+  config_lib.check(not (task.kind == tasks_lib.TAGGING and task.tfds_name and given),
+                   f'config.task={task.name} reads TFDS\'s {task.tfds_name}, not files '
+                   f'(config.{", config.".join(given)}): use --config=configs/finetune/'
+                   'conll2003.py, or --config.task=tagging for your own CoNLL-format files')
   config_lib.check(c.model_size in config_lib.MODEL_SIZES,
                    f'config.model_size={c.model_size!r} must be one of '
                    f'{sorted(config_lib.MODEL_SIZES)}')
