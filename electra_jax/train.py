@@ -350,6 +350,9 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
         eval_step, abstract_state.params,
         lambda: eval_loop.eval_batches(c, exp.tokenizer, mesh, 1, eval_corpus))
     on_error.insert(0, eval_ahead.wait)  # Last: after pending saves finish.
+  if (c.eval_every_steps and latest and latest < c.num_train_steps
+      and latest % c.eval_every_steps == 0 and last_eval_step != latest):
+    run_eval()  # Due at the checkpoint's step, after its save: stopped or failed before it.
   # Calls of a length not run before compile (the first call, then shorter calls at a log,
   # save or resume): their time and steps are left out of their window's throughput.
   call_lengths, compile_seconds, compile_steps = set(), 0.0, 0
@@ -436,11 +439,14 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
         window, window_start, window_steps = None, time.time(), 0
         compile_seconds, compile_steps = 0.0, 0
 
-    if c.eval_every_steps and step % c.eval_every_steps == 0:
-      run_eval()
+    # The save first: an evaluation that fails (out of memory, say) costs no training, and a
+    # preemption's save waits for none (its evaluation runs when the run resumes).
     if step % c.save_checkpoints_steps == 0 or step == c.num_train_steps or preempted:
       too_many_nonfinite.check_now()
       save()
+    notice = preempted and not budget_spent and step < c.num_train_steps
+    if c.eval_every_steps and step % c.eval_every_steps == 0 and not notice:
+      run_eval()
     if preempted and step < c.num_train_steps:
       return stop_now(f'signal {stop.signal}' if stop.signal is not None else
                       '--stop_after_steps' if budget_spent else 'preemption notice')

@@ -183,6 +183,36 @@ def test_a_failing_run_reports_its_own_error_after_every_cleanup_ran(tmp_path, m
   assert raised.value.__context__ is None  # Not "during handling of ... OSError".
 
 
+def test_an_evaluation_that_fails_costs_no_training_and_the_rerun_evaluates_its_step(
+    tmp_path, small_corpus, monkeypatch):
+  """A save and an evaluation due at one step: the save comes first, so an evaluation that
+  fails (out of memory, say) leaves that step's checkpoint; the re-run evaluates the step
+  before training on, and its rows and state are an uninterrupted run's."""
+  from electra_jax import eval_loop, train  # pylint: disable=import-outside-toplevel
+  config = lambda: tiny_config(train_files=small_corpus, eval_files=small_corpus, vocab_size=8000,
+                               num_layers=1, num_train_steps=8, num_warmup_steps=2,
+                               log_every_steps=2, eval_every_steps=4, num_eval_steps=1,
+                               save_checkpoints_steps=4, progress_bar=False)
+  reference = str(tmp_path / 'reference')
+  train.train_and_evaluate(config(), reference)
+  workdir = str(tmp_path / 'w')
+  evaluate = eval_loop.evaluate_params
+  def out_of_memory(*args, **kwargs):
+    del args, kwargs
+    raise RuntimeError('RESOURCE_EXHAUSTED: out of memory while evaluating')
+  monkeypatch.setattr(eval_loop, 'evaluate_params', out_of_memory)
+  with pytest.raises(RuntimeError, match='RESOURCE_EXHAUSTED'):
+    train.train_and_evaluate(config(), workdir)
+  assert checkpoint.steps(workdir) == [4]
+  assert not os.path.exists(os.path.join(workdir, 'eval_metrics.jsonl'))
+  monkeypatch.setattr(eval_loop, 'evaluate_params', evaluate)
+  summary = train.train_and_evaluate(config(), workdir)
+  assert summary['status'] == 'completed'
+  assert [r['step'] for r in read_jsonl(os.path.join(workdir, 'eval_metrics.jsonl'))] == [4, 8]
+  assert_same_metrics(workdir, reference)
+  assert_same_state(workdir, reference, 8)
+
+
 def test_ctrl_c_in_one_of_two_processes_stops_both_at_one_saved_step(tmp_path, cache_dir,
                                                                      small_corpus):
   """With several processes Ctrl-C raised KeyboardInterrupt in its process alone: no
