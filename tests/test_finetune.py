@@ -992,11 +992,11 @@ def _write_sentiment(path, n, seed):
   path.write_text('\n'.join(lines) + '\n')
 
 
-def run_cli(*flags, check=True):
+def run_cli(*flags, check=True, timeout=600):
   env = dict(os.environ, PYTHONUNBUFFERED='1', JAX_PLATFORMS='cpu',
              PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
   proc = subprocess.run([sys.executable, '-m', 'electra_jax.finetune', *flags], cwd=REPO_ROOT,
-                        env=env, capture_output=True, text=True, timeout=600)
+                        env=env, capture_output=True, text=True, timeout=timeout)
   if check and proc.returncode != 0:
     raise AssertionError(f'finetune failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}')
   return proc

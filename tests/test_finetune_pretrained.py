@@ -21,6 +21,9 @@ FLAGS = ['--config=configs/finetune/acceptability.py', '--config.num_seeds=3',
          '--config.save_best_checkpoint=false', '--config.progress_bar=false']
 # Three standard errors of an accuracy near 0.5 on 1,000 sentences: a win beyond seed noise.
 MARGIN = 0.05
+# Each command's limit: the demo pretrains in 5-11 minutes on CI's 2 cores, longer beside
+# other jobs (600 s timed out under load).
+TIMEOUT = 1800
 
 
 @pytest.mark.slow
@@ -33,11 +36,11 @@ def test_finetuning_a_pretrained_demo_model_beats_random_init(tmp_path, monkeypa
   if not workdir:
     workdir = str(tmp_path / 'pretrain')
     run_module('electra_jax.train', '--config=configs/demo.py', f'--workdir={workdir}',
-               '--config.progress_bar=false')
+               '--config.progress_bar=false', timeout=TIMEOUT)
   summaries = {}
   for name, extra in (('pretrained', []), ('random', ['--config.random_init=true'])):
     proc = run_cli(*FLAGS, *extra, f'--config.init_checkpoint={workdir}',
-                   f'--workdir={tmp_path / name}')
+                   f'--workdir={tmp_path / name}', timeout=TIMEOUT)
     summaries[name] = json.loads(proc.stdout.strip().splitlines()[-1])
   pretrained, random = summaries['pretrained'], summaries['random']
   assert random['random_init'] and not pretrained['random_init']

@@ -35,10 +35,10 @@ TINY_FLAGS = [
 ]
 
 
-def run_cli(module, *flags, check=True, env=None):
+def run_cli(module, *flags, check=True, env=None, timeout=600):
   env = dict(env or os.environ, PYTHONUNBUFFERED='1', JAX_PLATFORMS='cpu')
   proc = subprocess.run([sys.executable, '-m', module, *flags], cwd=REPO_ROOT, env=env,
-                        capture_output=True, text=True, timeout=600)
+                        capture_output=True, text=True, timeout=timeout)
   if check and proc.returncode != 0:
     raise AssertionError(f'{module} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}')
   return proc
