@@ -352,7 +352,9 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     on_error.insert(0, eval_ahead.wait)  # Last: after pending saves finish.
   if (c.eval_every_steps and latest and latest < c.num_train_steps
       and latest % c.eval_every_steps == 0 and last_eval_step != latest):
-    run_eval()  # Due at the checkpoint's step, after its save: stopped or failed before it.
+    evaluating = time.time()  # Due at the checkpoint's step, after its save: it never ran.
+    run_eval()
+    loop_start += time.time() - evaluating  # Not the first call's time.
   # Calls of a length not run before compile (the first call, then shorter calls at a log,
   # save or resume): their time and steps are left out of their window's throughput.
   call_lengths, compile_seconds, compile_steps = set(), 0.0, 0
