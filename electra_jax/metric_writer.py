@@ -9,9 +9,9 @@ the checkpoint step" stays exact. TensorBoard event files go straight to the buc
 import importlib
 import json
 import math
+import os
 import sys
 import time
-import uuid
 
 from electra_jax import atomic
 from electra_jax import cli
@@ -91,10 +91,11 @@ class TensorBoardEvents:
     with paths.storage_errors(directory, 'TensorBoard directory'):
       if not paths.is_remote(directory):
         paths.make_dirs(directory)
-      # The file is named by the second it opens in: a suffix of its own keeps a writer
-      # opened in the same second (a quick resume) from replacing the first one's file.
+      # The file is named by the second it opens in. TensorBoard reads a directory's files in
+      # name order, so a writer opened in the same second (a quick resume) needs a suffix
+      # that sorts after the first one's, not one that replaces or precedes its file.
       self._writer = events_writer(paths.join(directory, 'events'),
-                                   filename_suffix=f'.{uuid.uuid4().hex[:8]}')
+                                   filename_suffix=f'.{time.time_ns():020d}.{os.getpid()}')
     self._flushed_at = time.monotonic()
 
   def add_scalars(self, step: int, scalars: dict):

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import types
 
+import pytest
+
 from electra_jax import metric_writer
 from tests.conftest import REPO_ROOT
 
@@ -79,29 +81,34 @@ def test_writers_opened_in_the_same_second_keep_each_others_scalars(tmp_path, mo
   assert sorted(read_scalars(tmp_path)) == [('train/loss', 1, 1.0), ('train/loss', 2, 2.0)]
 
 
-def test_a_resumed_run_has_tensorboard_drop_the_steps_it_logs_again(tmp_path, monkeypatch):
+@pytest.mark.parametrize('seconds_apart', [1, 0])
+def test_a_resumed_run_has_tensorboard_drop_the_steps_it_logs_again(tmp_path, monkeypatch,
+                                                                     seconds_apart):
   """Killed after its checkpoint at 3, a run had logged 4-6; resumed from 3 it logs them again.
   TensorBoard reads a run's event files in name order and, at a SessionLog.START event, drops
-  the points read so far at its step and after: each step is then shown once, as resumed."""
+  the points read so far at its step and after: each step is then shown once, as resumed.
+  Files are named by the second they open in; a resume within the same second must sort after
+  the first run's file too (a random suffix put it first half the time: 8 tries)."""
   metric_writer.TensorBoardEvents(str(tmp_path / 'unused'))  # Imports tensorboardX.
   from tensorboardX import event_file_writer  # pylint: disable=import-outside-toplevel
   from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
-  for run, (resume_step, steps) in enumerate(((0, range(1, 7)), (3, range(4, 9)))):
-    # Named by the second they open in: the resumed run's file sorts after the first's.
-    monkeypatch.setattr(event_file_writer, 'time',
-                        types.SimpleNamespace(time=lambda run=run: 1.7e9 + run))
-    writer = metric_writer.MetricWriter(str(tmp_path), resume_step=resume_step)
-    for step in steps:
-      writer.write('metrics', step, {'loss': 100.0 * run + step})
-    writer.close()
-  shown = []
-  for path in sorted(glob.glob(str(tmp_path / 'tensorboard' / 'events.out.tfevents.*'))):
-    for event in read_events(path):
-      if event.session_log.status == event_pb2.SessionLog.START:
-        shown = [point for point in shown if point[1] < event.step]
-      shown += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
-  assert shown == [('train/loss', step, step + (100.0 if step > 3 else 0.0))
-                   for step in range(1, 9)]
+  for attempt in range(8 if seconds_apart == 0 else 1):
+    workdir = tmp_path / str(attempt)
+    for run, (resume_step, steps) in enumerate(((0, range(1, 7)), (3, range(4, 9)))):
+      monkeypatch.setattr(event_file_writer, 'time', types.SimpleNamespace(
+          time=lambda run=run: 1.7e9 + seconds_apart * run))
+      writer = metric_writer.MetricWriter(str(workdir), resume_step=resume_step)
+      for step in steps:
+        writer.write('metrics', step, {'loss': 100.0 * run + step})
+      writer.close()
+    shown = []
+    for path in sorted(glob.glob(str(workdir / 'tensorboard' / 'events.out.tfevents.*'))):
+      for event in read_events(path):
+        if event.session_log.status == event_pb2.SessionLog.START:
+          shown = [point for point in shown if point[1] < event.step]
+        shown += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
+    assert shown == [('train/loss', step, step + (100.0 if step > 3 else 0.0))
+                     for step in range(1, 9)], attempt
 
 
 _FILL = """
