@@ -131,9 +131,7 @@ def _networks_params(c, discriminator: dict, generator: Callable[[], dict] | Non
                  f"{c.objective!r}'s two-tower cloze generator: it starts from random weights")
     generator = None
   if generator is not None and not layout.generator:
-    notes.append(f"the source's generator is left out: objective {c.objective!r}"
-                 + (' with uniform_generator' if c.get('uniform_generator') else '')
-                 + ' has no generator network')
+    notes.append(_generator_left_out(c))
     generator = None
   if generator is not None:
     theirs = hf_weights.hf_to_params(generator(), c, 'generator')
@@ -151,6 +149,12 @@ def _networks_params(c, discriminator: dict, generator: Callable[[], dict] | Non
                    f"the discriminator's (tie={c.tie!r} shares one set; --config.tie=none or "
                    "'gdes' keeps both)")
   return params, notes
+
+
+def _generator_left_out(c) -> str:
+  return (f"the source's generator is left out: objective {c.objective!r}"
+          + (' with uniform_generator' if c.get('uniform_generator') else '')
+          + ' has no generator network')
 
 
 def _official_source(path: str, prefix: str, config, overridden) -> Source:
@@ -187,8 +191,11 @@ def _workdir_source(path: str, workdir: str, step: int | None) -> Source:
   keys = {k: saved[k] for k in SOURCE_KEYS if k not in ('vocab_file', 'do_lower_case')}
 
   def read_params(c):
-    del c
     params, _ = checkpoint.read_params(workdir, step)
+    if 'generator' in params and not objectives.get(c.objective).layout_for(c).generator:
+      # The same objective (a source key) with uniform_generator: as the other sources do.
+      params = {k: v for k, v in params.items() if k not in ('generator', 'generator_embeddings')}
+      return params, [_generator_left_out(c)]
     return params, []
 
   # A run from before runs kept their vocabulary may name a file since gone: then it must be

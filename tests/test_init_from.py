@@ -29,6 +29,7 @@ from electra_jax.data import extend_vocab
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.data import wordpiece
 from electra_jax.errors import UserError
+from electra_jax.finetune import pretrained as finetune_pretrained
 from electra_jax.hf import configs as hf_configs
 from electra_jax.hf import files as hf_files
 from tests import hf_pair
@@ -467,6 +468,34 @@ def test_damaged_transformers_files_are_one_line_naming_the_file(tmp_path, pair)
   source = damaged('config.json', edit(3))
   with pytest.raises(UserError, match=re.escape(f"'{source}/config.json' has architectures=3")):
     prepare(tmp_path / 'w', init_from=source)
+  # A null number was a TypeError from numpy.
+  source = damaged('config.json', lambda p: json.dumps(
+      dict(json.loads(p.read_text()), layer_norm_eps=None)).encode())
+  with pytest.raises(UserError, match=re.escape(f"'{source}/config.json' has "
+                                                'layer_norm_eps=None, not a number')):
+    prepare(tmp_path / 'w', init_from=source)
+  assert not (tmp_path / 'w').exists()
+
+
+def test_a_transformers_directory_this_reader_cannot_take_says_why(tmp_path, pair):
+  """Sharded weights, or another model type, were taken for a workdir "not written by train",
+  with advice to pass --config.init_from=DIR, what the user had passed."""
+  sharded = tmp_path / 'sharded'
+  shutil.copytree(pair['disc'], sharded)
+  os.rename(sharded / 'model.safetensors', sharded / 'model-00001-of-00001.safetensors')
+  (sharded / 'model.safetensors.index.json').write_text('{"metadata": {}, "weight_map": {}}')
+  bert = tmp_path / 'bert'
+  shutil.copytree(pair['disc'], bert)
+  (bert / 'config.json').write_text(json.dumps(
+      dict(json.loads((bert / 'config.json').read_text()), model_type='bert')))
+  for source, message in ((sharded, f"'{sharded}' has neither model.safetensors nor "
+                                    'pytorch_model.bin (sharded checkpoints'),
+                          (bert, f"'{bert}/config.json' has model_type='bert'; pass an ELECTRA")):
+    with pytest.raises(UserError, match=re.escape(message)):
+      prepare(tmp_path / 'w', init_from=str(source))
+    with pytest.raises(UserError, match=re.escape(message)):  # Fine-tuning's reader too.
+      finetune_pretrained.pretraining_config(str(source))
+  assert not (tmp_path / 'w').exists()
 
 
 def test_without_a_generator_directory_the_generator_is_random_and_the_run_says_so(tmp_path,
@@ -492,6 +521,16 @@ def test_a_workdir_or_one_of_its_checkpoints_is_a_source(tmp_path, trained):
     saved, _ = checkpoint.read_params(trained['workdir'], step)
     jax.tree.map(np.testing.assert_array_equal, params, saved)
     assert f'(step {step})' in notes[-1]
+  # With uniform_generator the run has no generator: the source's is left out, as the other
+  # sources do (it was refused as "parameters this config has no place for").
+  start = prepare(tmp_path / 'uniform', init_from=trained['workdir'], uniform_generator=True)
+  params, notes = start_params(tmp_path / 'uniform', start)
+  assert "the source's generator is left out: objective 'electra' with uniform_generator" in (
+      ' '.join(notes))
+  saved, _ = checkpoint.read_params(trained['workdir'], STEPS)
+  assert 'generator' in saved and set(params) == set(saved) - {'generator'}
+  jax.tree.map(np.testing.assert_array_equal, params,
+               {k: v for k, v in saved.items() if k != 'generator'})
 
 
 def test_a_model_saved_in_bfloat16_or_float16_reads_as_its_values_in_float32(tmp_path, pair):

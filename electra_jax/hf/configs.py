@@ -55,6 +55,11 @@ def check_hf_config(hf: dict, where: str):
   if hf.get('position_embedding_type', 'absolute') != 'absolute':
     raise UserError(f"{where} uses position_embedding_type="
                     f"{hf.get('position_embedding_type')!r}; only 'absolute' converts")
+  for key in ('layer_norm_eps', 'hidden_dropout_prob', 'attention_probs_dropout_prob'):
+    value = hf.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+      raise UserError(f'{where} has {key}={value!r}, not a number; repair it or save the '
+                      'model again')
   eps = hf.get('layer_norm_eps', model_lib.LAYER_NORM_EPS)
   if not np.isclose(eps, model_lib.LAYER_NORM_EPS, rtol=1e-3, atol=0):
     raise UserError(f'{where} has layer_norm_eps={eps}; our model uses '

@@ -39,14 +39,28 @@ def read_json(path) -> dict:
 
 
 def is_hf_dir(path) -> bool:
-  """A transformers ELECTRA directory: config.json with model_type 'electra' plus weights."""
+  """A transformers model directory: config.json naming a model_type (a workdir's never
+  does). One this reader cannot take (another model type, sharded or TF/Flax-only weights) is
+  a one-line error saying so here: treated as no transformers directory, it was refused as a
+  workdir "not written by train", with advice to pass what the user had passed."""
   directory = paths.get(path)
+  config_file = directory / 'config.json'
   try:
-    model_type = read_json(directory / 'config.json').get('model_type')
+    record = read_json(config_file)
   except OSError:  # No config.json; a damaged one is read_json's one-line error.
     return False
-  return model_type == 'electra' and any((directory / name).exists()
-                                         for name in (SAFETENSORS_FILE, TORCH_FILE))
+  if 'model_type' not in record:
+    return False
+  configs.check_hf_config(record, f"'{config_file}'")
+  if not any((directory / name).exists() for name in (SAFETENSORS_FILE, TORCH_FILE)):
+    raise _no_weights(path)
+  return True
+
+
+def _no_weights(directory) -> UserError:
+  return UserError(f"'{directory}' has neither {SAFETENSORS_FILE} nor {TORCH_FILE} (sharded "
+                   'checkpoints and TF/Flax-only weights are not read); re-save it in one file '
+                   'with save_pretrained(..., max_shard_size="100GB")')
 
 
 def read_config(directory) -> dict:
@@ -101,8 +115,7 @@ def read_dir(directory) -> tuple[dict, dict[str, np.ndarray]]:
       raise UserError(f"'{torch_file}' holds a {type(loaded).__name__}, not a state dict (names "
                       'to tensors); save the model with save_pretrained')
     return hf_config, {k: v.float().numpy() for k, v in loaded.items()}
-  raise UserError(f"'{directory}' has neither {SAFETENSORS_FILE} nor {TORCH_FILE} "
-                  '(sharded checkpoints are not supported); re-save it with save_pretrained')
+  raise _no_weights(directory)
 
 
 def write_dir(directory, hf_config: dict, state: dict):
