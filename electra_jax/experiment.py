@@ -120,22 +120,24 @@ def check_saved_config_matches(
 # Keys that change only logging, evaluation, checkpoint bookkeeping, memory use, how many steps
 # one call runs, which kernel computes the same values or which processes read the same
 # batches, never what is trained (the weights at most to float rounding): they may differ on
-# resume without being listed in allow_config_change. The init_* keys only choose a new run's
-# starting weights; a resumed run ignores them.
+# resume without being listed in allow_config_change. STARTING_KEYS only choose a new run's
+# starting weights: a resumed run ignores them, but a finished run's weights depend on them.
+STARTING_KEYS = ('init_from', 'init_generator_from', 'extend_vocab_file')
 HARMLESS_KEYS = ('log_every_steps', 'eval_every_steps', 'eval_batch_size', 'num_eval_steps',
                  'eval_files', 'tfds_eval_split', 'save_checkpoints_steps', 'keep_checkpoint_max',
                  'progress_bar', 'max_consecutive_nonfinite', 'allow_config_change', 'remat',
                  'steps_per_execution', 'attention_implementation', 'num_data_workers',
-                 'fsdp_axis_size',
-                 'init_from', 'init_generator_from', 'extend_vocab_file')
+                 'fsdp_axis_size', *STARTING_KEYS)
 
 
 def weight_changing_differences(saved: dict, c) -> list[str]:
   """Keys whose value in resolved config `c` differs from `saved` (a run's config.json) and may
-  change the trained weights: neither HARMLESS_KEYS nor keys c's objective never reads. For
-  reusing a finished run's weights; resuming also needs the same optimizer state, so it checks
-  every key."""
-  skip = set(HARMLESS_KEYS) | set(objectives.get(c.objective).unread_keys(c))
+  change the trained weights: neither HARMLESS_KEYS (but STARTING_KEYS: a run started from
+  other weights is no run from scratch) nor keys c's objective never reads. For reusing a
+  finished run's weights; resuming also needs the same optimizer state, so it checks every
+  key."""
+  skip = ((set(HARMLESS_KEYS) - set(STARTING_KEYS))
+          | set(objectives.get(c.objective).unread_keys(c)))
   planned = c.to_dict()
   saved_vocab = saved.get('vocab_file')
   if saved_vocab and paths.same_file(paths.resolve(saved_vocab),

@@ -496,6 +496,20 @@ def test_pretrained_reuses_a_finished_run_read_only_and_refuses_another_config(s
     assert not bad.exists()
 
 
+@pytest.mark.parametrize('override, set_by', [
+    ('init_checkpoint=/elsewhere', 'the budget point'),
+    ('init_step=3', "the budget point's step"),
+    ('random_init=true', "the budget point's checkpoint")])
+def test_a_fine_tuning_override_of_the_budget_points_weights_is_refused(override, set_by):
+  """random_init=true fine-tuned random weights under each config's name (results.md showed
+  them as its pretraining's score); init_step failed only after the pretraining."""
+  from electra_jax.experiments import compare  # pylint: disable=import-outside-toplevel
+  key = override.partition('=')[0]
+  with pytest.raises(UserError, match=re.escape(
+      f"--finetune_override={override!r}: {key} is set by {set_by}; drop it")):
+    compare.finetune_args('files', [override])
+
+
 def test_bad_config_path_and_too_small_budget_are_one_line_errors(tmp_path):
   out = tmp_path / 'out'
   cases = [(['--configs=configs/demo.py,configs/nope.py', '--flops_budget=1e15'],

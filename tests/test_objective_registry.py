@@ -145,3 +145,5 @@ def test_keys_an_objective_never_reads_do_not_stop_reusing_its_run():
   assert differences('mlm', learning_rate=3e-3) == ['learning_rate']
   assert differences('electra', generator_lr_multiplier=1.0) == ['generator_lr_multiplier']
   assert differences('electra', generator_lr_multiplier=0.25, log_every_steps=7) == []
+  # A run started from other weights is no run from scratch (resuming ignores init_from).
+  assert differences('electra', generator_lr_multiplier=0.25, init_from='/a/run') == ['init_from']

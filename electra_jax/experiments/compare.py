@@ -36,7 +36,8 @@ _FINETUNE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), 'configs', 'finetune')
 _SQUAD = {'v1.1': 'squad_v1', 'v1': 'squad_v1', 'v2.0': 'squad_v2', 'v2': 'squad_v2'}
 # Fine-tuning keys the comparison sets itself.
-_FINETUNE_MANAGED = {'init_checkpoint': 'the budget point', 'num_seeds': '--num_seeds',
+_FINETUNE_MANAGED = {'init_checkpoint': 'the budget point', 'init_step': "the budget point's step",
+                     'random_init': "the budget point's checkpoint", 'num_seeds': '--num_seeds',
                      'task': '--finetune_task'}
 
 
