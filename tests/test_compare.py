@@ -395,8 +395,26 @@ def test_a_spec_matches_the_same_files_however_its_paths_were_written(tmp_path, 
   assert compare.prepare_output(output, spec(train_files='mine/*.txt'), []) == output
   assert compare.prepare_output(output, spec(train_files='mine/*.txt'), []) == output  # A re-run.
   assert compare.prepare_output(output, spec(train_files=str(tmp_path / 'mine' / '*.txt')), [])
+  (tmp_path / 'out' / 'pretrain' / 'demo').mkdir(parents=True)  # Its first run started.
   with pytest.raises(UserError, match=r'holds a comparison with different configs \(demo\)'):
     compare.prepare_output(output, spec(train_files='data/demo_corpus/train/*.txt'), [])
+
+
+def test_an_output_whose_comparison_ran_nothing_takes_a_corrected_command(tmp_path, capsys):
+  """A mistyped train_files failed the first train command before it wrote anything; the
+  corrected command was refused for good as "a comparison with different configs"."""
+  from configs import demo  # pylint: disable=import-outside-toplevel
+  from electra_jax.experiments import compare  # pylint: disable=import-outside-toplevel
+  spec = lambda files: {'configs': [{'name': 'demo', 'config': dict(demo.get_config().to_dict(),
+                                                                    train_files=files)}]}
+  output = str(tmp_path / 'out')
+  compare.prepare_output(output, spec('data/demo_corpus/train/*.tx'), [])
+  (tmp_path / 'out' / 'logs').mkdir()  # The failed command's log.
+  assert compare.prepare_output(output, spec('data/demo_corpus/train/*.txt'), []) == output
+  assert 'ran nothing of its earlier comparison (configs (demo) differed)' in (
+      capsys.readouterr().out)
+  with open(tmp_path / 'out' / 'compare.json', encoding='utf-8') as f:
+    assert json.load(f) == spec('data/demo_corpus/train/*.txt')
 
 
 def test_other_fine_tuning_on_the_same_output_is_refused_naming_the_runs_to_reuse(sweep):

@@ -145,6 +145,10 @@ def comparison_spec(plans, task_args, pretrained: dict) -> dict:
   return _normalized(spec)
 
 
+# What a comparison's runs write under its --output; compare.json and logs/ alone mean nothing ran.
+RUN_FOLDERS = ('pretrain', 'points', 'finetune')
+
+
 def prepare_output(output: str, spec: dict, plans) -> str:
   """Creates the output folder with its spec, or checks that an existing one holds the same
   comparison (UserError naming what differs, and the --pretrained flags that reuse its
@@ -163,6 +167,13 @@ def prepare_output(output: str, spec: dict, plans) -> str:
       now = {c['name']: c for c in spec['configs']}
       changed = sorted(n for n in set(before) | set(now) if before.get(n) != now.get(n))
       differ[differ.index('configs')] = f"configs ({', '.join(changed) or 'their order'})"
+    if differ and not any(paths.exists(paths.join(output, folder)) for folder in RUN_FOLDERS):
+      # Nothing ran yet (its first train command failed, e.g. on a mistyped train_files): a
+      # corrected command would otherwise be refused here for good.
+      print(f"--output '{output}' ran nothing of its earlier comparison ({', '.join(differ)} "
+            'differed): planning this one instead', flush=True)
+      atomic.write_json(spec_path, spec)
+      return output
     if differ:
       reuse = ''
       if set(differ) <= {'num_seeds', 'finetune_task', 'finetune_args'}:
