@@ -1,5 +1,7 @@
 """The official release's generator options: disallow_correct, uniform_generator,
 generator_layers, each against its formula in google-research/electra's run_pretraining.py."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,6 +65,17 @@ def test_uniform_generator_has_no_network_a_constant_mlm_loss_and_uniform_sample
   assert not [k for k in flops.forward_flops(tiny_config(
       num_layers=2, vocab_size=32, uniform_generator=True)) if k.startswith('generator')]
   assert [k for k in full if k.startswith('generator')]
+
+
+@pytest.mark.parametrize('tie', ['none', 'all'])
+def test_a_tie_that_means_nothing_without_a_generator_is_refused(tie):
+  """uniform_generator has no generator network to tie: tie='none' or 'all' trained the same
+  weights as 'embeddings' without a word (objective 'mlm' refuses them the same way)."""
+  sizes = dict(generator_hidden_size=1.0, generator_layers=1.0)  # What tie='all' needs.
+  with pytest.raises(UserError, match=re.escape(
+      f"config.tie={tie!r} means nothing with config.uniform_generator=True")):
+    config_lib.resolve(tiny_config(uniform_generator=True, tie=tie, **sizes))
+  config_lib.resolve(tiny_config(uniform_generator=False, tie=tie, **sizes))
 
 
 def test_generator_layers_is_the_official_fraction_of_the_discriminator_depth():
