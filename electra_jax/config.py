@@ -205,6 +205,10 @@ def _validate_objective(c, training: bool):
          f"objective 'electra' or 'electra_15' with a learned generator, not objective "
          f'{c.objective!r} (uniform_generator={c.uniform_generator}); pick one of them or '
          'another tie')
+  # As objective 'mlm' refuses it: without a generator network there is nothing to tie.
+  check(not (training and c.uniform_generator and c.tie in ('none', 'all')),
+        f'config.tie={c.tie!r} means nothing with config.uniform_generator=True (no generator '
+        "network); leave config.tie='embeddings'")
   objectives.get(c.objective).validate(c)
 
 

@@ -70,12 +70,14 @@ def test_uniform_generator_has_no_network_a_constant_mlm_loss_and_uniform_sample
 @pytest.mark.parametrize('tie', ['none', 'all'])
 def test_a_tie_that_means_nothing_without_a_generator_is_refused(tie):
   """uniform_generator has no generator network to tie: tie='none' or 'all' trained the same
-  weights as 'embeddings' without a word (objective 'mlm' refuses them the same way)."""
+  weights as 'embeddings' without a word (objective 'mlm' refuses them the same way). A run
+  that trained so still loads (evaluate, export, fine-tuning: training=False)."""
   sizes = dict(generator_hidden_size=1.0, generator_layers=1.0)  # What tie='all' needs.
   with pytest.raises(UserError, match=re.escape(
       f"config.tie={tie!r} means nothing with config.uniform_generator=True")):
-    config_lib.resolve(tiny_config(uniform_generator=True, tie=tie, **sizes))
-  config_lib.resolve(tiny_config(uniform_generator=False, tie=tie, **sizes))
+    config_lib.resolve(tiny_config(uniform_generator=True, tie=tie, **sizes), training=True)
+  config_lib.resolve(tiny_config(uniform_generator=True, tie=tie, **sizes))
+  config_lib.resolve(tiny_config(uniform_generator=False, tie=tie, **sizes), training=True)
 
 
 def test_generator_layers_is_the_official_fraction_of_the_discriminator_depth():

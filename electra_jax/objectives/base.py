@@ -117,9 +117,6 @@ class Objective:
       if c[key] and not cls.layout.generator:
         raise UserError(f'config.{key}=True needs a generator; objective {cls.name!r} has '
                         'none')
-    if c.uniform_generator and c.tie in ('none', 'all'):  # As 'mlm' refuses it: no generator.
-      raise UserError(f'config.tie={c.tie!r} means nothing with config.uniform_generator=True '
-                      "(no generator network); leave config.tie='embeddings'")
     if c.two_stage_generator_steps != 0:
       raise UserError(f'config.two_stage_generator_steps={c.two_stage_generator_steps} is only '
                       f"used by objective 'two_stage' (objective is {cls.name!r}); leave it 0")
