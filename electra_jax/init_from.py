@@ -40,6 +40,7 @@ from electra_jax.hf import configs as hf_configs
 from electra_jax.hf import files as hf_files
 from electra_jax.hf import tokenizer_files
 from electra_jax.hf import weights as hf_weights
+from electra_jax.objectives import base as objective_base
 
 SIZE_KEYS = ('embedding_size', 'hidden_size', 'num_layers', 'num_heads', 'intermediate_size')
 # The config keys a source can fix: parameter shapes and the vocabulary.
@@ -194,7 +195,7 @@ def _workdir_source(path: str, workdir: str, step: int | None) -> Source:
     params, _ = checkpoint.read_params(workdir, step)
     if 'generator' in params and not objectives.get(c.objective).layout_for(c).generator:
       # The same objective (a source key) with uniform_generator: as the other sources do.
-      params = {k: v for k, v in params.items() if k not in ('generator', 'generator_embeddings')}
+      params = {k: v for k, v in params.items() if not objective_base.is_generator(k)}
       return params, [_generator_left_out(c)]
     return params, []
 
