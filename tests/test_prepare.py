@@ -302,6 +302,41 @@ def test_a_damaged_copy_of_prepared_data_is_one_error_line_naming_the_file(corpu
     pipeline.open_train_examples(config_for(corpus, train_data_dir=str(copy)), tokenizer)
 
 
+READ_ALL_SHARDS = """
+import resource, sys
+from electra_jax.data import shards
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[2]), int(sys.argv[3])))
+examples = shards.PreparedExamples(sys.argv[1], shards.read_metadata(sys.argv[1]))
+print(len(examples.examples(range(len(examples)))))
+"""
+
+
+def test_more_shards_than_the_soft_limit_on_open_files_are_read(corpus, tmp_path):
+  """ArrayRecord keeps each shard open: thousands (C4) passed `ulimit -n` 1024 and training died
+  of 'Too many open files'. The soft limit is raised to fit; a hard limit too low is one line."""
+  import resource  # pylint: disable=import-outside-toplevel
+  hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+  out = str(tmp_path / 'many')
+  summary = prepare.prepare(config_for(corpus), out, examples_per_shard=4, progress=False)
+  num_shards = len(shards.read_metadata(out)['shards'])
+  assert num_shards > 150
+
+  def read_all(soft, hard):
+    return subprocess.run([sys.executable, '-c', READ_ALL_SHARDS, out, str(soft), str(hard)],
+                          env=dict(os.environ, PYTHONPATH=REPO_ROOT, JAX_PLATFORMS='cpu'),
+                          capture_output=True, text=True, timeout=300)
+  proc = read_all(100, hard)
+  assert proc.returncode == 0, proc.stderr
+  assert int(proc.stdout) == summary['num_examples']
+  proc = read_all(100, num_shards)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1] == (
+      f"electra_jax.errors.UserError: train_data_dir '{out}' has {num_shards} shards, which "
+      f'ArrayRecord keeps open, but this process may open at most {num_shards} files; raise the '
+      f'limit (ulimit -n {num_shards + 1024}, as root or in limits.conf) or re-run prepare with '
+      'a larger --examples_per_shard')
+
+
 def run_prepare(*flags):
   env = dict(os.environ, PYTHONPATH=REPO_ROOT, JAX_PLATFORMS='cpu')
   return subprocess.run([sys.executable, '-m', 'electra_jax.data.prepare', *flags],

@@ -31,6 +31,7 @@ FORMAT_VERSION = 1
 SHARD_NAME = '{split}-{index:05d}.array_record'
 # group_size:1 keeps every record individually addressable: random access for shuffling.
 WRITER_OPTIONS = 'group_size:1'
+_SPARE_OPEN_FILES = 64  # The fewest open files a training needs beside its shards.
 
 
 def metadata_path(data_dir: str, split: str = 'train') -> str:
@@ -194,6 +195,26 @@ def _damaged_shard(grain, local_dir: str, files: list[str]) -> str:
   return ''
 
 
+def _allow_open_files(num_shards: int, data_dir: str) -> None:
+  """Raises this process's soft limit on open files to fit every shard: ArrayRecord keeps each
+  shard it reads open, and a big corpus (thousands of shards) passes the usual 1,024."""
+  import resource  # pylint: disable=import-outside-toplevel
+  soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+  unlimited = resource.RLIM_INFINITY
+  if hard != unlimited and hard < num_shards + _SPARE_OPEN_FILES:
+    raise UserError(f"train_data_dir '{data_dir}' has {num_shards} shards, which ArrayRecord "
+                    f'keeps open, but this process may open at most {hard} files; raise the '
+                    f'limit (ulimit -n {num_shards + 1024}, as root or in limits.conf) or re-run '
+                    'prepare with a larger --examples_per_shard')
+  wanted = num_shards + 1024  # Room for libraries, logs, checkpoints and sockets too.
+  if soft != unlimited and soft < wanted:
+    try:
+      resource.setrlimit(resource.RLIMIT_NOFILE, (wanted if hard == unlimited else
+                                                  min(wanted, hard), hard))
+    except (ValueError, OSError):  # A system cap below `hard` (macOS): reads may still fit.
+      pass
+
+
 class PreparedExamples:
   """Random access to prepared examples: `gather(indices)` -> int32 feature arrays.
 
@@ -203,6 +224,7 @@ class PreparedExamples:
   def __init__(self, data_dir: str, metadata: dict):
     import grain  # pylint: disable=import-outside-toplevel
     files = [s['file'] for s in metadata['shards']]
+    _allow_open_files(len(files), data_dir)
     local_dir = paths.local_copy(data_dir, files)
     try:
       self._source = grain.sources.ArrayRecordDataSource(
