@@ -337,10 +337,32 @@ def test_more_shards_than_the_soft_limit_on_open_files_are_read(corpus, tmp_path
       'a larger --examples_per_shard')
 
 
-def run_prepare(*flags):
+def run_prepare(*flags, preexec_fn=None):
   env = dict(os.environ, PYTHONPATH=REPO_ROOT, JAX_PLATFORMS='cpu')
   return subprocess.run([sys.executable, '-m', 'electra_jax.data.prepare', *flags],
-                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+                        preexec_fn=preexec_fn)
+
+
+def test_a_full_disk_under_a_shard_is_one_error_line_and_leaves_no_folder(corpus, tmp_path):
+  """ArrayRecord reports a failed write as a RuntimeError: it was a traceback (exit 1). A file
+  size limit (EFBIG; Python ignores SIGXFSZ) fails the shard's write as a full disk would."""
+  import resource  # pylint: disable=import-outside-toplevel
+  out = tmp_path / 'new' / 'out'
+  proc = run_prepare('--config=configs/demo.py', f'--config.train_files={corpus}',
+                     f'--config.max_seq_length={SEQ}', f'--output={out}',
+                     '--examples_per_shard=100000', preexec_fn=lambda: resource.setrlimit(
+                         resource.RLIMIT_FSIZE, (16_000, 16_000)))
+  assert proc.returncode == 2, proc.stderr
+  assert proc.stderr.strip().splitlines()[-1] == (
+      f"error: writing --output '{out}' failed (File too large); free disk space (or raise the "
+      'quota or file size limit), then re-run the same command')
+  assert not (tmp_path / 'new').exists()
+  (tmp_path / 'latin1.txt').write_bytes('caf\xe9 au lait\n'.encode('latin-1'))
+  proc = run_prepare('--config=configs/demo.py', f'--config.train_files={tmp_path}/latin1.txt',
+                     f'--output={out}')
+  assert proc.returncode == 2  # The progress bar is closed first: the error is a line alone.
+  assert proc.stderr.splitlines()[-1].startswith(f"error: '{tmp_path}/latin1.txt' is not UTF-8")
 
 
 def test_prepare_cli_ends_with_json_and_bad_input_is_one_error_line(corpus, prepared, tmp_path):

@@ -45,11 +45,12 @@ def _write(corpus, tokenizer, c, output: str, writer: shards.ShardWriter,
   bar = tqdm.tqdm(total=corpus.num_parts, unit=f' {corpus.unit}', file=sys.stderr,
                   disable=not progress, mininterval=1.0 if sys.stderr.isatty() else 30.0,
                   dynamic_ncols=True)
-  for tokens, num_first in pipeline.corpus_examples(corpus, tokenizer, c, 'train', bar.update):
-    writer.write(tokens, num_first)
-    if writer.num_examples % 10_000 == 0:
-      bar.set_postfix(examples=writer.num_examples, refresh=False)
-  bar.close()
+  with bar:  # Closed on failure too: the error line starts a line of its own.
+    for tokens, num_first in pipeline.corpus_examples(corpus, tokenizer, c, 'train',
+                                                      bar.update):
+      writer.write(tokens, num_first)
+      if writer.num_examples % 10_000 == 0:
+        bar.set_postfix(examples=writer.num_examples, refresh=False)
   if not writer.num_examples:
     raise UserError(f'{corpus.description} produced no examples; check it contains text')
   return writer.finish(dict(

@@ -10,6 +10,7 @@ Keeping corpus order means a run on prepared shards sees exactly the batches the
 streaming the raw text would.
 """
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -87,18 +88,36 @@ class ShardWriter:
     if self._writer is None or self._count == self._per_shard:
       self._close_shard()
       name = SHARD_NAME.format(split=self._split, index=len(self._shards))
-      self._writer = array_record_module.ArrayRecordWriter(
-          os.path.join(self._local, name + '.tmp'), WRITER_OPTIONS)
+      with self._array_record_errors():
+        self._writer = array_record_module.ArrayRecordWriter(
+            os.path.join(self._local, name + '.tmp'), WRITER_OPTIONS)
       self._shards.append({'file': name, 'num_examples': 0})
-    self._writer.write(encode_example(tokens, num_first, self._dtype))
+    with self._array_record_errors():
+      self._writer.write(encode_example(tokens, num_first, self._dtype))
     self._count += 1
     self._shards[-1]['num_examples'] += 1
     self.num_examples += 1
     self.num_tokens += len(tokens)
 
+  @contextlib.contextmanager
+  def _array_record_errors(self):
+    """ArrayRecord's storage faults (a RuntimeError whose text holds the strerror, e.g. a
+    full disk) become paths.user_error's one line."""
+    try:
+      yield
+    except RuntimeError as e:
+      code = next((c for c in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES,
+                               errno.EROFS) if os.strerror(c) in str(e)), None)
+      error = code and paths.user_error(self._local, OSError(code, os.strerror(code)),
+                                        '--output' if self._local == self._dir else '')
+      if error is None:
+        raise
+      raise error from None
+
   def _close_shard(self):
     if self._writer is not None:
-      self._writer.close()
+      with self._array_record_errors():
+        self._writer.close()
       if self._local != self._dir:
         local = os.path.join(self._local, self._shards[-1]['file'] + '.tmp')
         with open(local, 'rb') as f, paths.storage_errors(self._dir):
