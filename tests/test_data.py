@@ -13,6 +13,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from electra_jax import atomic
 from electra_jax import paths
 from electra_jax.data import pipeline
 from electra_jax.data import sources
@@ -839,6 +840,47 @@ def test_build_vocab_cli_writes_the_model_and_ends_with_a_json_line(corpus, tmp_
   proc = run_build_vocab(*again, '--overwrite')
   assert proc.returncode == 0, proc.stderr
   assert tok.load_tokenizer(summary['model']).vocab_size == 120
+
+
+def test_a_build_vocab_failed_at_the_model_leaves_no_vocab_file_to_refuse_its_rerun(
+    corpus, tmp_path, monkeypatch):
+  """The .vocab is written first: a full disk at the .model left it, and the re-run that the
+  error line advises was refused as overwriting it."""
+  write_bytes = atomic.write_bytes
+
+  def full_at_the_model(path, data):
+    if path.endswith('.model'):
+      raise UserError(f"writing '{path}' failed (No space left on device)")
+    write_bytes(path, data)
+  monkeypatch.setattr(atomic, 'write_bytes', full_at_the_model)
+
+  def lines():
+    return sources.vocabulary_lines([str(corpus / 'a.txt')])
+  with pytest.raises(UserError, match='No space left'):
+    tok.train_sentencepiece(lines(), 250, str(tmp_path / 'spm'), num_threads=1)
+  assert not os.listdir(tmp_path)
+  (tmp_path / 'spm.vocab').write_text('an earlier one')  # Not this run's: kept.
+  with pytest.raises(UserError, match='No space left'):
+    tok.train_sentencepiece(lines(), 250, str(tmp_path / 'spm'), num_threads=1)
+  assert os.listdir(tmp_path) == ['spm.vocab']
+
+
+def test_a_full_temporary_folder_under_sentencepiece_is_one_error_line(corpus, tmp_path):
+  """Sentencepiece writes its model to a temporary folder and reports no failure: a cut model
+  was a traceback ('could not parse ModelProto'). A file size limit cuts it as a full disk."""
+  import resource  # pylint: disable=import-outside-toplevel
+  flags = (f'--input={corpus}/a.txt,{corpus}/b.txt', '--vocab_size=250',
+           f'--output={tmp_path}/new/spm')
+  env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+  proc = subprocess.run([sys.executable, '-m', 'electra_jax.data.build_vocab', *flags],
+                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120,
+                        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE,
+                                                              (5_000, 5_000)))
+  assert proc.returncode == 2, proc.stderr
+  assert re.fullmatch(r"error: sentencepiece's model in the temporary folder '.*' is unreadable "
+                      r'\(a full disk there\?\); free space there or set TMPDIR to a folder with '
+                      r'room, then re-run the same command', proc.stderr.strip().splitlines()[-1])
+  assert not (tmp_path / 'new').exists()
 
 
 def test_build_vocab_output_names_a_file_a_prefix_or_a_folder(tmp_path):

@@ -69,11 +69,25 @@ def train_sentencepiece(lines: Iterable[str], vocab_size: int, output_prefix: st
       if failures:
         raise failures[0] from None
       raise _size_error(str(e), vocab_size) from None
-    _check_special_ids(spm.SentencePieceProcessor(model_file=local_prefix + '.model'),
-                       output_prefix + '.model')
-    for suffix in ('.vocab', '.model'):  # The model last: its presence means done.
-      with open(local_prefix + suffix, 'rb') as f:
-        atomic.write_bytes(output_prefix + suffix, f.read())
+    try:
+      trained = spm.SentencePieceProcessor(model_file=local_prefix + '.model')
+    except RuntimeError:  # Sentencepiece does not report its failed write (a full disk).
+      raise UserError(f"sentencepiece's model in the temporary folder '{tmp}' is unreadable "
+                      '(a full disk there?); free space there or set TMPDIR to a folder with '
+                      'room, then re-run the same command') from None
+    _check_special_ids(trained, output_prefix + '.model')
+    created = []  # Removed if the model's write fails: a re-run would take them for a vocabulary.
+    try:
+      for suffix in ('.vocab', '.model'):  # The model last: its presence means done.
+        existed = paths.exists(output_prefix + suffix)
+        with open(local_prefix + suffix, 'rb') as f:
+          atomic.write_bytes(output_prefix + suffix, f.read())
+        if not existed:
+          created.append(output_prefix + suffix)
+    except BaseException:
+      for path in created:
+        paths.remove_file(path)
+      raise
   return output_prefix + '.model'
 
 
