@@ -48,19 +48,20 @@ class Experiment:
     read_vocab=False builds the same program without the vocabulary file (tokenizer None,
     special ids of the sentencepiece layout): any vocab_size, for synthetic data and plans.
     vocab_file: where to read config.vocab_file's content while that is not written yet
-    (init_from.Start.readable_vocab_file). training=False (evaluate): the train batch need not
-    divide these devices, nor the run's fsdp_axis_size (the mesh's fsdp axis is the largest
-    size dividing both: a run trained on 8 devices evaluates on 2)."""
+    (init_from.Start.readable_vocab_file). training=False (evaluate): the train and eval batches
+    need not divide these devices (eval_loop fills its batches up), nor the run's
+    fsdp_axis_size (the mesh's fsdp axis is the largest size dividing both: a run trained on 8
+    devices evaluates on 2 or 3)."""
     c = config_lib.resolve(config)
     tokenizer = (tokenizer_lib.load_tokenizer(vocab_file or c.vocab_file, c.vocab_size,
                                               c.do_lower_case) if read_vocab else None)
     fsdp_axis_size = c.fsdp_axis_size if training else math.gcd(
         c.fsdp_axis_size, len(devices) if devices is not None else jax.device_count())
     mesh = parallel.make_mesh(devices, fsdp_axis_size)
-    if training:
-      parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size',
+    if training:  # Evaluate fills its batches up to a multiple of the devices (eval_loop).
+      parallel.check_batch_divides(c.train_batch_size, mesh, 'config.train_batch_size',
                                    c.grad_accum_steps)
-    parallel.check_batch_divides(c.eval_batch_size, mesh, 'eval_batch_size')
+      parallel.check_batch_divides(c.eval_batch_size, mesh, 'config.eval_batch_size')
     model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
     if tokenizer is None:  # The sentencepiece layout's ids; words of a stand-in vocabulary.
       layout = tokenizer_lib.SentencePieceTokenizer

@@ -82,15 +82,16 @@ def tree_shardings(mesh: Mesh, abstract_tree):
   return jax.tree.map(lambda x: leaf_sharding(mesh, x.shape), abstract_tree)
 
 
-def check_batch_divides(global_batch: int, mesh: Mesh, key: str, grad_accum_steps: int = 1):
-  """A global batch must split evenly over devices x accumulation steps (and so over hosts)."""
+def check_batch_divides(global_batch: int, mesh: Mesh, name: str, grad_accum_steps: int = 1):
+  """A global batch must split evenly over devices x accumulation steps (and so over hosts).
+  `name`: the batch as the user sets it, e.g. 'config.train_batch_size' or '--batch_size'."""
   num_devices = mesh.devices.size
   if global_batch % (num_devices * grad_accum_steps):
     what = f'{num_devices} devices'
     if grad_accum_steps > 1:
       what += f' x config.grad_accum_steps={grad_accum_steps}'
     multiple = num_devices * grad_accum_steps
-    raise UserError(f'config.{key}={global_batch} is not divisible by the {what}; use a '
+    raise UserError(f'{name}={global_batch} is not divisible by the {what}; use a '
                     f'multiple of {multiple}')
 
 

@@ -39,8 +39,8 @@ def _define_flags():
                       'of a GLUE task writes its leaderboard files (MNLI: MNLI-m, MNLI-mm, AX).')
   flags.DEFINE_integer('seed', None, "The run whose best epoch predicts (default: the seed "
                        'that scored best).')
-  flags.DEFINE_integer('batch_size', None, 'Examples per call (default: the run\'s '
-                       'eval_batch_size).')
+  flags.DEFINE_integer('batch_size', None, 'Examples per call, a multiple of the devices '
+                       "(default: the run's eval_batch_size, rounded up to one).")
   flags.DEFINE_integer('max_examples', 0, 'Predict at most this many examples of each input '
                        '(0: all); for quick checks.')
   flags.DEFINE_bool('overwrite', False, 'Replace prediction files already in --output.')

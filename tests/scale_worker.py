@@ -36,7 +36,8 @@ model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
 objective = objectives.build(model, c, (0, 2, 3, 4), 4)
 tx, _ = optim.make_optimizer(c)
 mesh = parallel.make_mesh(fsdp_axis_size=c.fsdp_axis_size)
-parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size', c.grad_accum_steps)
+parallel.check_batch_divides(c.train_batch_size, mesh, 'config.train_batch_size',
+                             c.grad_accum_steps)
 abstract = ts.abstract_state(mesh, model, tx, c.max_seq_length, c.max_predictions_per_seq)
 sharding = jax.tree.map(lambda x: x.sharding, abstract)
 step_fn = ts.jit_train_step(ts.make_train_step(objective, tx, c.grad_accum_steps, mesh),

@@ -109,9 +109,9 @@ def test_checkpoint_from_8_devices_restores_on_other_topologies(runs, name):
 
 def test_batch_not_divisible_by_devices_times_accumulation_is_one_clear_error():
   mesh = parallel.make_mesh()
-  parallel.check_batch_divides(12, mesh, 'train_batch_size', 4)
+  parallel.check_batch_divides(12, mesh, 'config.train_batch_size', 4)
   with pytest.raises(UserError, match=r'train_batch_size=10 .*grad_accum_steps=4.*multiple'):
-    parallel.check_batch_divides(10, mesh, 'train_batch_size', 4)
+    parallel.check_batch_divides(10, mesh, 'config.train_batch_size', 4)
   n = jax.device_count() + 1
   with pytest.raises(UserError, match=f'fsdp_axis_size={n} does not divide'):
     parallel.make_mesh(fsdp_axis_size=n)

@@ -510,6 +510,16 @@ def test_evaluate_restores_the_latest_checkpoint_and_reports_json(trained):
                             f'--workdir={trained["resumed"]}', *trained['flags'][2:],
                             '--num_batches=3').stdout)
   assert again['loss'] == result['loss']
+  # On devices that do not divide eval_batch_size (8 on 3) it refused to run; all-zero rows
+  # now fill each batch up: the same examples with the same masks, so training's metrics.
+  three = last_json(run_cli('electra_jax.evaluate', f'--workdir={trained["resumed"]}',
+                            '--num_batches=2', '--cpu_devices=3').stdout)
+  at_training = read_jsonl(os.path.join(trained['resumed'], 'eval_metrics.jsonl'))[-1]
+  assert at_training['step'] == three['step'] == 8
+  for key in ('num_tokens', 'disc_accuracy', 'mlm_accuracy', 'disc_precision', 'disc_recall'):
+    assert three[key] == at_training[key], key
+  for key in ('loss', 'mlm_loss', 'disc_loss', 'disc_auc'):  # Float sums in another order.
+    assert three[key] == pytest.approx(at_training[key], rel=1e-5), key
   # A --config with another optimizer (no clipping: another state tree) is named as the cause.
   proc = run_cli('electra_jax.evaluate', '--config=configs/demo.py',
                  f'--workdir={trained["resumed"]}', *trained['flags'][2:],

@@ -373,19 +373,22 @@ def make_train_iterator(config, tokenizer, process_index: int = 0, process_count
 
 
 def make_eval_iterator(config, tokenizer, process_index: int = 0, process_count: int = 1,
-                       num_batches: int | None = None,
-                       corpus: sources.Corpus | None = None) -> Iterator[dict[str, np.ndarray]]:
+                       num_batches: int | None = None, corpus: sources.Corpus | None = None,
+                       rows_per_batch: int | None = None) -> Iterator[dict[str, np.ndarray]]:
   """The eval set in file order: this host's slice of each global batch of eval_batch_size.
 
   The same examples every call (no shuffle, short_seq_prob 0, fixed seed). The last batch is
   filled with all-zero rows (input_mask 0) so shapes stay static; `num_batches` (None or 0:
   all) stops early, and only what it needs is tokenized. `corpus`: the eval set, if already
-  opened (default: the config's, opened now).
+  opened (default: the config's, opened now). `rows_per_batch` (default eval_batch_size): more
+  rows, all-zero after the eval_batch_size examples, so the batch splits over more devices.
   """
-  local_batch = _local_batch_size(config, 'eval_batch_size', process_index, process_count)
+  rows = _local_batch_size(
+      dict(eval_batch_size=rows_per_batch or config.eval_batch_size), 'eval_batch_size',
+      process_index, process_count)
   # A bad glob fails here, not at next().
   corpus = sources.open_corpus(config, 'eval') if corpus is None else corpus
-  return _eval_batches(corpus, tokenizer, config, local_batch, process_index, num_batches)
+  return _eval_batches(corpus, tokenizer, config, rows, process_index, num_batches)
 
 
 def _eval_batches(corpus, tokenizer, config, local_batch, process_index, num_batches):

@@ -462,8 +462,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   init_step = progress.init_step(workdir, c, resuming)
   params = _pretrained_params(c, init_step)
   mesh = parallel.make_mesh()
-  parallel.check_batch_divides(c.train_batch_size, mesh, 'train_batch_size', c.grad_accum_steps)
-  parallel.check_batch_divides(c.eval_batch_size, mesh, 'eval_batch_size')
+  parallel.check_batch_divides(c.train_batch_size, mesh, 'config.train_batch_size',
+                               c.grad_accum_steps)
+  parallel.check_batch_divides(c.eval_batch_size, mesh, 'config.eval_batch_size')
   data = load_data(c, task, tokenizer)
   task = data.task
   segment = max(int(f['segment_ids'].max(initial=0))

@@ -204,10 +204,15 @@ def check_output(output: str, task, parts: list, overwrite: bool, workdir: str) 
 class Predictor:
   """The run's model at one seed's best epoch, jitted over the mesh."""
 
-  def __init__(self, run: saved_run_lib.FinetunedRun, seed: int, batch_size: int):
-    self.run, self.batch_size = run, batch_size
+  def __init__(self, run: saved_run_lib.FinetunedRun, seed: int, batch_size: int | None):
+    """batch_size None: the run's eval_batch_size, rounded up to a multiple of the devices
+    (predictions do not depend on the batch)."""
     self.mesh = parallel.make_mesh()
+    if batch_size is None:
+      num_devices = self.mesh.devices.size
+      batch_size = -(-run.config.eval_batch_size // num_devices) * num_devices
     parallel.check_batch_divides(batch_size, self.mesh, '--batch_size')
+    self.run, self.batch_size = run, batch_size
     model = loop.make_model(run.task, run.model_config, run.config.classifier_pooling,
                             run.config.head_init, run.config.span_head, run.config.tag_head)
     params, self.step = run.read_params(seed)
@@ -299,7 +304,7 @@ def predict(run: saved_run_lib.FinetunedRun, parts: list, output: str, seed: int
 def _predict(run, parts, output, seed, batch_size, say) -> dict:
   task = run.task
   seed = run.best_seed() if seed is None else seed
-  predictor = Predictor(run, seed, batch_size or run.config.eval_batch_size)
+  predictor = Predictor(run, seed, batch_size)
   say(f'Predicting with {run.workdir} (task {task.name}, seed {seed}, step {predictor.step}) '
       f'into {output}', flush=True)
   results = []
