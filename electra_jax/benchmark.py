@@ -365,6 +365,7 @@ def main(argv):
 
 
 def run():
+  """Console entry point (electra-benchmark)."""
   _define_flags()
   flags.mark_flags_as_required(['config'])
   cli.run(main)

@@ -145,6 +145,7 @@ def _define_flags():
 
 
 def run():
+  """Console entry point (electra-detect)."""
   _define_flags()
   cli.run(main)
 
