@@ -220,12 +220,12 @@ def _allow_open_files(num_shards: int, data_dir: str) -> None:
   import resource  # pylint: disable=import-outside-toplevel
   soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
   unlimited = resource.RLIM_INFINITY
+  wanted = num_shards + 1024  # Room for libraries, logs, checkpoints and sockets too.
   if hard != unlimited and hard < num_shards + _SPARE_OPEN_FILES:
     raise UserError(f"train_data_dir '{data_dir}' has {num_shards} shards, which ArrayRecord "
                     f'keeps open, but this process may open at most {hard} files; raise the '
-                    f'limit (ulimit -n {num_shards + 1024}, as root or in limits.conf) or re-run '
-                    'prepare with a larger --examples_per_shard')
-  wanted = num_shards + 1024  # Room for libraries, logs, checkpoints and sockets too.
+                    f'limit (ulimit -n {wanted}, as root or in limits.conf) or re-run prepare '
+                    'with a larger --examples_per_shard')
   if soft != unlimited and soft < wanted:
     try:
       resource.setrlimit(resource.RLIMIT_NOFILE, (wanted if hard == unlimited else
