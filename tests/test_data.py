@@ -868,14 +868,12 @@ def test_a_build_vocab_failed_at_the_model_leaves_no_vocab_file_to_refuse_its_re
 def test_a_full_temporary_folder_under_sentencepiece_is_one_error_line(corpus, tmp_path):
   """Sentencepiece writes its model to a temporary folder and reports no failure: a cut model
   was a traceback ('could not parse ModelProto'). A file size limit cuts it as a full disk."""
-  import resource  # pylint: disable=import-outside-toplevel
   flags = (f'--input={corpus}/a.txt,{corpus}/b.txt', '--vocab_size=250',
            f'--output={tmp_path}/new/spm')
   env = dict(os.environ, PYTHONPATH=REPO_ROOT)
-  proc = subprocess.run([sys.executable, '-m', 'electra_jax.data.build_vocab', *flags],
-                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120,
-                        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE,
-                                                              (5_000, 5_000)))
+  proc = subprocess.run(['bash', '-c', 'ulimit -f 5 && exec "$@"', '-', sys.executable, '-m',
+                         'electra_jax.data.build_vocab', *flags],  # Files of 5 KiB at most.
+                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 2, proc.stderr
   assert re.fullmatch(r"error: sentencepiece's model in the temporary folder '.*' is unreadable "
                       r'\(a full disk there\?\); free space there or set TMPDIR to a folder with '

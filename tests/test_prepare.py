@@ -337,22 +337,22 @@ def test_more_shards_than_the_soft_limit_on_open_files_are_read(corpus, tmp_path
       'a larger --examples_per_shard')
 
 
-def run_prepare(*flags, preexec_fn=None):
+def run_prepare(*flags, ulimit=()):
+  """`ulimit`: bash's ulimit flags for the command, e.g. ('-f', '16') (a preexec_fn would fork
+  this multithreaded process)."""
   env = dict(os.environ, PYTHONPATH=REPO_ROOT, JAX_PLATFORMS='cpu')
-  return subprocess.run([sys.executable, '-m', 'electra_jax.data.prepare', *flags],
-                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
-                        preexec_fn=preexec_fn)
+  limits = ['bash', '-c', f'ulimit {" ".join(ulimit)} && exec "$@"', '-'] if ulimit else []
+  return subprocess.run([*limits, sys.executable, '-m', 'electra_jax.data.prepare', *flags],
+                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_a_full_disk_under_a_shard_is_one_error_line_and_leaves_no_folder(corpus, tmp_path):
   """ArrayRecord reports a failed write as a RuntimeError: it was a traceback (exit 1). A file
   size limit (EFBIG; Python ignores SIGXFSZ) fails the shard's write as a full disk would."""
-  import resource  # pylint: disable=import-outside-toplevel
   out = tmp_path / 'new' / 'out'
   proc = run_prepare('--config=configs/demo.py', f'--config.train_files={corpus}',
                      f'--config.max_seq_length={SEQ}', f'--output={out}',
-                     '--examples_per_shard=100000', preexec_fn=lambda: resource.setrlimit(
-                         resource.RLIMIT_FSIZE, (16_000, 16_000)))
+                     '--examples_per_shard=100000', ulimit=('-f', '16'))  # 16 KiB.
   assert proc.returncode == 2, proc.stderr
   assert proc.stderr.strip().splitlines()[-1] == (
       f"error: writing --output '{out}' failed (File too large); free disk space (or raise the "
