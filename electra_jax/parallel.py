@@ -82,6 +82,13 @@ def tree_shardings(mesh: Mesh, abstract_tree):
   return jax.tree.map(lambda x: leaf_sharding(mesh, x.shape), abstract_tree)
 
 
+def fill_up_to_devices(batch_size: int, mesh: Mesh) -> int:
+  """The smallest multiple of the mesh's devices holding `batch_size` rows: a batch that
+  cannot change the result (evaluation, prediction) is filled up with empty rows to split."""
+  num_devices = mesh.devices.size
+  return -(-batch_size // num_devices) * num_devices
+
+
 def check_batch_divides(global_batch: int, mesh: Mesh, name: str, grad_accum_steps: int = 1):
   """A global batch must split evenly over devices x accumulation steps (and so over hosts).
   `name`: the batch as the user sets it, e.g. 'config.train_batch_size' or '--batch_size'."""

@@ -40,6 +40,12 @@ def library_temp_files(tmp_path_factory):
     yield root
 
 
+def under_ulimit(*flags) -> list[str]:
+  """A command prefix that runs the command under bash's `ulimit FLAGS` (e.g. '-f', '16'); a
+  preexec_fn would fork the multithreaded pytest process."""
+  return ['bash', '-c', f'ulimit {" ".join(flags)} && exec "$@"', '-']
+
+
 def xla_flags_with(*flags):
   """XLA_FLAGS for a test's subprocess: the suite's flags plus `flags` (e.g. a device count)."""
   return ' '.join([os.environ['XLA_FLAGS'], *flags])

@@ -19,7 +19,7 @@ from electra_jax.data import pipeline
 from electra_jax.data import sources
 from electra_jax.data import tokenizer as tok
 from electra_jax.errors import UserError
-from tests.conftest import REPO_ROOT, tiny_config
+from tests.conftest import REPO_ROOT, tiny_config, under_ulimit
 
 DEMO_MODEL = os.path.join(REPO_ROOT, 'data', 'demo_spm.model')
 PERSUASION = os.path.join(REPO_ROOT, 'data', 'demo_corpus', 'eval', 'persuasion.txt')
@@ -871,8 +871,8 @@ def test_a_full_temporary_folder_under_sentencepiece_is_one_error_line(corpus, t
   flags = (f'--input={corpus}/a.txt,{corpus}/b.txt', '--vocab_size=250',
            f'--output={tmp_path}/new/spm')
   env = dict(os.environ, PYTHONPATH=REPO_ROOT)
-  proc = subprocess.run(['bash', '-c', 'ulimit -f 5 && exec "$@"', '-', sys.executable, '-m',
-                         'electra_jax.data.build_vocab', *flags],  # Files of 5 KiB at most.
+  proc = subprocess.run([*under_ulimit('-f', '5'), sys.executable, '-m',  # Files <= 5 KiB.
+                         'electra_jax.data.build_vocab', *flags],
                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 2, proc.stderr
   assert re.fullmatch(r"error: sentencepiece's model in the temporary folder '.*' is unreadable "

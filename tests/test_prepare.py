@@ -20,7 +20,7 @@ from electra_jax.data import shards
 from electra_jax.data import sources
 from electra_jax.data import tokenizer as tok
 from electra_jax.errors import UserError
-from tests.conftest import REPO_ROOT, tiny_config
+from tests.conftest import REPO_ROOT, tiny_config, under_ulimit
 from tests.test_data import assert_well_formed, build_examples, held_out_note
 
 DEMO_MODEL = os.path.join(REPO_ROOT, 'data', 'demo_spm.model')
@@ -338,10 +338,9 @@ def test_more_shards_than_the_soft_limit_on_open_files_are_read(corpus, tmp_path
 
 
 def run_prepare(*flags, ulimit=()):
-  """`ulimit`: bash's ulimit flags for the command, e.g. ('-f', '16') (a preexec_fn would fork
-  this multithreaded process)."""
+  """`ulimit`: bash's ulimit flags for the command, e.g. ('-f', '16')."""
   env = dict(os.environ, PYTHONPATH=REPO_ROOT, JAX_PLATFORMS='cpu')
-  limits = ['bash', '-c', f'ulimit {" ".join(ulimit)} && exec "$@"', '-'] if ulimit else []
+  limits = under_ulimit(*ulimit) if ulimit else []
   return subprocess.run([*limits, sys.executable, '-m', 'electra_jax.data.prepare', *flags],
                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
 

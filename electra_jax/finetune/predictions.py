@@ -209,8 +209,7 @@ class Predictor:
     (predictions do not depend on the batch)."""
     self.mesh = parallel.make_mesh()
     if batch_size is None:
-      num_devices = self.mesh.devices.size
-      batch_size = -(-run.config.eval_batch_size // num_devices) * num_devices
+      batch_size = parallel.fill_up_to_devices(run.config.eval_batch_size, self.mesh)
     parallel.check_batch_divides(batch_size, self.mesh, '--batch_size')
     self.run, self.batch_size = run, batch_size
     model = loop.make_model(run.task, run.model_config, run.config.classifier_pooling,
