@@ -35,6 +35,7 @@ from electra_jax import tf_checkpoint
 from electra_jax import train_state as ts
 from electra_jax import paths
 from electra_jax.data import extend_vocab
+from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
 from electra_jax.hf import configs as hf_configs
 from electra_jax.hf import files as hf_files
@@ -273,6 +274,8 @@ def _vocabulary(config, source: Source, overridden) -> tokenizer_files.Vocabular
     if vocab.file is None and vocab.tokens is None:
       raise tokenizer_files.missing_vocabulary_error(config.init_from)
     return vocab
+  # The one loader's checks: a missing or unreadable file is a UserError naming it.
+  tokenizer_lib.load_tokenizer(config.vocab_file, do_lower_case=vocab.do_lower_case)
   given = tokenizer_files.Vocabulary(config.vocab_file, None, vocab.do_lower_case)
   if vocab.file is not None or vocab.tokens is not None:
     ours, theirs = given.token_list(), vocab.token_list()

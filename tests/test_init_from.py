@@ -337,6 +337,14 @@ def test_vocab_file_is_used_when_it_matches_and_refused_when_it_does_not(tmp_pat
     prepare(tmp_path / 'other', init_from=pair['disc'], vocab_file=str(other))
   with pytest.raises(UserError, match='do_lower_case=False conflicts'):
     prepare(tmp_path / 'cased', init_from=pair['disc'], do_lower_case=False)
+  # A typo, a directory or a file that is no vocabulary: the loader's one line, nothing written.
+  for bad, state in ((tmp_path / 'missing.txt', 'not found'), (tmp_path, 'is a directory'),
+                     (other.with_suffix('.model'), 'is not a sentencepiece model')):
+    if bad.suffix == '.model':
+      bad.write_text('not a model', encoding='utf-8')
+    with pytest.raises(UserError, match=re.escape(f"vocab_file '{bad}' {state}")):
+      prepare(tmp_path / 'typo', init_from=pair['disc'], vocab_file=str(bad))
+    assert not (tmp_path / 'typo').exists()
 
 
 @pytest.mark.parametrize('setting, message', [
