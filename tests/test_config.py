@@ -209,7 +209,11 @@ def test_an_edited_config_json_of_the_wrong_shape_is_one_line_naming_it(tmp_path
   for contents, message in [
       (dict(saved, mask_prob='0.15'), f"'{target}': mask_prob=\"0.15\" does not fit the key"),
       (None, f"'{target}' holds null, not a JSON object of config keys"),
-      ([saved], f"'{target}' holds an array, not a JSON object of config keys")]:
+      ([saved], f"'{target}' holds an array, not a JSON object of config keys"),
+      # ConfigDict takes null into any key; resolve then compared None with an int.
+      (dict(saved, num_train_steps=None), f"'{target}': num_train_steps=null does not fit the "
+       'key (num_train_steps has no unset value; its default is 1000000)'),
+      (dict(saved, vocab_size=None), f"'{target}': vocab_size=null does not fit")]:
     target.write_text(json.dumps(contents))
     with pytest.raises(UserError, match=re.escape(message)):
       saved_config.load(str(tmp_path))
@@ -217,6 +221,9 @@ def test_an_edited_config_json_of_the_wrong_shape_is_one_line_naming_it(tmp_path
   target.write_text(json.dumps(finetuning))
   with pytest.raises(UserError, match=re.escape(f"'{target}': num_epochs=\"3\" does not fit")):
     saved_config.load_finetuning(str(tmp_path))
+  # A key finetune leaves unset may stay null.
+  target.write_text(json.dumps(dict(finetuning, num_epochs=3, eval_file=None)))
+  assert saved_config.load_finetuning(str(tmp_path)).eval_file is None
 
 
 def test_resolved_config_is_locked_against_typos():
