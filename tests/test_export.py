@@ -2,6 +2,7 @@
 round trips, the CLI. Starting a run from transformers weights: tests/test_init_from.py."""
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -191,6 +192,34 @@ def test_exported_bpe_sentencepiece_tokenizer_matches_ours(tmp_path):
   lines = lines_of('eval')[:300] + ['  extra   spaces\tand a tab ', 'zzzqqq xylophone',
                                     'ﬁne ＦＵＬＬ width 1760, émigré 日本']
   assert hf_tok(lines, add_special_tokens=False)['input_ids'] == ours.encode_batch(lines)
+
+
+def test_exported_tokenizer_keeps_pieces_across_words_and_refuses_suffix_spaces(tmp_path):
+  """split_by_whitespace=false: the export split at spaces anyway, so the model read ids it
+  never trained on; treat_whitespace_as_suffix it cannot express at all."""
+  import sentencepiece as spm  # pylint: disable=import-outside-toplevel
+  corpus = tmp_path / 'corpus.txt'
+  corpus.write_text('of the house of the\nthe cat sat on the mat of the house\n' * 50,
+                    encoding='utf-8')
+  for name, setting in (('across', 'split_by_whitespace'),
+                        ('suffix', 'treat_whitespace_as_suffix')):
+    spm.SentencePieceTrainer.train(
+        input=str(corpus), model_prefix=str(tmp_path / name), vocab_size=40, pad_id=0,
+        pad_piece='[PAD]', unk_id=1, unk_piece='[UNK]', bos_id=-1, eos_id=-1,
+        control_symbols=['[CLS]', '[SEP]', '[MASK]'], hard_vocab_limit=False, minloglevel=2,
+        **{setting: setting == 'treat_whitespace_as_suffix'})
+    (tmp_path / name / 'hf').mkdir(parents=True)
+  model, out = str(tmp_path / 'across.model'), tmp_path / 'across' / 'hf'
+  tokenizer_files.write_tokenizer(model, str(out), 128)
+  ours = tokenizer_lib.load_tokenizer(model)
+  lines = ['of the house of the', 'the cat sat on the mat', 'a house, of the cat']
+  assert any('▁' in ours.id_to_piece(i)[1:] for i in ours.encode(lines[0]))  # spans words
+  hf_tok = transformers.AutoTokenizer.from_pretrained(str(out))
+  assert hf_tok(lines, add_special_tokens=False)['input_ids'] == ours.encode_batch(lines)
+  with pytest.raises(UserError, match=re.escape(
+      f"vocab_file '{tmp_path / 'suffix.model'}' was trained with treat_whitespace_as_suffix")):
+    tokenizer_files.write_tokenizer(str(tmp_path / 'suffix.model'),
+                                    str(tmp_path / 'suffix' / 'hf'), 128)
 
 
 def test_wordpiece_vocab_exports_as_an_electra_tokenizer(tmp_path):

@@ -23,8 +23,9 @@ FAST_TOKENIZER_FILE = 'tokenizer.json'
 TOKENIZER_CONFIG_FILE = 'tokenizer_config.json'
 
 
-def _spm_fast_tokenizer(model_file: str):
-  """A `tokenizers` pipeline equal to sentencepiece's for our vocabularies.
+def _spm_fast_tokenizer(model_file: str, name: str):
+  """A `tokenizers` pipeline equal to sentencepiece's for our vocabularies (`name`: the
+  vocab_file as the user gave it, for errors).
 
   Sentencepiece's normaliser (the precompiled NFKC map, whitespace folding, the dummy '▁'
   prefix) is rebuilt from the model proto; the pieces and scores are copied. Known
@@ -53,8 +54,12 @@ def _spm_fast_tokenizer(model_file: str):
                                      fuse_unk=True,
                                      byte_fallback=proto.trainer_spec.byte_fallback))
   else:
-    raise UserError(f"vocab_file '{model_file}' is a sentencepiece model of type {model_type}; "
+    raise UserError(f"vocab_file '{name}' is a sentencepiece model of type {model_type}; "
                     'only unigram and bpe models export')
+  if proto.trainer_spec.treat_whitespace_as_suffix:
+    raise UserError(f"vocab_file '{name}' was trained with treat_whitespace_as_suffix, "
+                    "which transformers' tokenizers cannot follow; export a model trained "
+                    'without it')
   spec = proto.normalizer_spec
   steps = []
   if spec.precompiled_charsmap:
@@ -67,7 +72,9 @@ def _spm_fast_tokenizer(model_file: str):
   if steps:
     tokenizer.normalizer = normalizers.Sequence(steps)
   scheme = 'always' if spec.add_dummy_prefix else 'never'
-  tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement='▁', prepend_scheme=scheme)
+  # A model trained with split_by_whitespace=false has pieces spanning words.
+  tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(
+      replacement='▁', prepend_scheme=scheme, split=proto.trainer_spec.split_by_whitespace)
   tokenizer.decoder = decoders.Metaspace(replacement='▁', prepend_scheme=scheme)
   cls, sep = tokenizer_lib.SPECIAL_TOKENS[tokenizer_lib.CLS_ID], tokenizer_lib.SPECIAL_TOKENS[
       tokenizer_lib.SEP_ID]
@@ -108,7 +115,8 @@ def write_tokenizer(vocab_file: str, directory: str, model_max_length: int,
     with open(local_model, 'wb') as f:
       f.write(paths.read_bytes(path))
     tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=_spm_fast_tokenizer(local_model), model_max_length=model_max_length,
+        tokenizer_object=_spm_fast_tokenizer(local_model, vocab_file),
+        model_max_length=model_max_length,
         model_input_names=['input_ids', 'token_type_ids', 'attention_mask'], **names)
   tokenizer.save_pretrained(directory)
   # transformers 5 records its internal backend class; name the public one 4.x also loads.
