@@ -483,6 +483,15 @@ def test_damaged_transformers_files_are_one_line_naming_the_file(tmp_path, pair)
                                                 'layer_norm_eps=None, not a number')):
     prepare(tmp_path / 'w', init_from=source)
   assert not (tmp_path / 'w').exists()
+  # A size as text, a fraction or null: a TypeError from ConfigDict or a comparison.
+  for key, value in (('hidden_size', '32'), ('max_position_embeddings', 1.5),
+                     ('vocab_size', None)):
+    source = damaged('config.json', lambda p, key=key, value=value: json.dumps(
+        dict(json.loads(p.read_text()), **{key: value})).encode())
+    with pytest.raises(UserError, match=re.escape(f"'{source}/config.json' has {key}={value!r}, "
+                                                  'not a whole number')):
+      prepare(tmp_path / 'w', init_from=source)
+    assert not (tmp_path / 'w').exists()
 
 
 def test_a_transformers_directory_this_reader_cannot_take_says_why(tmp_path, pair):

@@ -60,6 +60,11 @@ def check_hf_config(hf: dict, where: str):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
       raise UserError(f'{where} has {key}={value!r}, not a number; repair it or save the '
                       'model again')
+  for key in HF_SIZE_DEFAULTS:
+    value = hf.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+      raise UserError(f'{where} has {key}={value!r}, not a whole number; repair it or save the '
+                      'model again')
   eps = hf.get('layer_norm_eps', model_lib.LAYER_NORM_EPS)
   if not np.isclose(eps, model_lib.LAYER_NORM_EPS, rtol=1e-3, atol=0):
     raise UserError(f'{where} has layer_norm_eps={eps}; our model uses '
