@@ -125,8 +125,21 @@ def test_files_task_errors_are_one_clear_line(tmp_path):
   (tmp_path / 'trailing.tsv').write_text('text\tlabel\na\tx\t\n')
   assert tasks.read_rows(str(tmp_path / 'trailing.tsv')) == [dict(text='a', label='x')]
   task = tasks.files_task(tasks.read_rows(str(tmp_path / 'train.tsv')))
-  with pytest.raises(UserError, match="label 'z', which the training file never uses"):
+  with pytest.raises(UserError, match="label 'z', which the training file never uses .*; the "
+                                      'model cannot predict it: remove such examples or add'):
     tasks.file_examples(task, tasks.read_rows(str(tmp_path / 'eval.tsv')), 'eval.tsv')
+  # A space after a CSV comma is no class of its own (it made a binary task three classes).
+  (tmp_path / 'spaced.csv').write_text('text,label\nhappy day,good\nsad day,bad\n'
+                                       'nice day, good\n')
+  rows = tasks.read_rows(str(tmp_path / 'spaced.csv'))
+  spaced = tasks.files_task(rows)
+  assert spaced.label_names == ('bad', 'good') and 'mcc' in spaced.metric_names
+  assert [e['label'] for e in tasks.file_examples(spaced, rows, 'spaced.csv')] == [1, 0, 1]
+  # A GLUE class id must be ASCII digits: '²'.isdigit(), but int('²') is a ValueError.
+  sst2 = tasks.get_task('sst2')
+  with pytest.raises(UserError, match="example 1 has label '²', which the training file"):
+    tasks.file_examples(sst2, [dict(text='a', label='²')], 'sst2.tsv')
+  assert tasks.file_examples(sst2, [dict(text='a', label=' 1')], 'sst2.tsv')[0]['label'] == 1
   with pytest.raises(UserError, match="config.task='nope' is not a task"):
     tasks.get_task('nope')
 

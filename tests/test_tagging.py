@@ -51,8 +51,15 @@ def test_conll_files_read_as_sentences_of_words_and_tag_ids(tmp_path):
                                       r'first word has 2'):
     tasks.read_conll(str(tmp_path / 'mixed.txt'))
   (tmp_path / 'eval.txt').write_text('Emma B-LOC\n')
-  with pytest.raises(UserError, match=r"sentence 1 uses tag\(s\) \['B-LOC'\] the training"):
+  with pytest.raises(UserError, match=r"sentence 1 uses tag\(s\) \['B-LOC'\] the training.*; "
+                                      'the model cannot predict them: remove such sentences'):
     tasks.tagging_examples(task, tasks.read_conll(str(tmp_path / 'eval.txt')), 'eval.txt')
+  # Lines end at \n, \r\n or \r; a form feed or U+2028 within one is space, not a line end
+  # (splitlines() cut the sentence in two and shifted every later sentence's index).
+  (tmp_path / 'breaks.txt').write_bytes(
+      'Mr. O\r\nDarcy B-PER\u2028\rsaid O\x0c\n\nEmma B-PER\n'.encode('utf-8'))
+  assert tasks.read_conll(str(tmp_path / 'breaks.txt')) == [
+      (['Mr.', 'Darcy', 'said'], ['O', 'B-PER', 'O'], 0), (['Emma'], ['B-PER'], 1)]
   from electra_jax.finetune import loop  # pylint: disable=import-outside-toplevel
   from tests.test_finetune import ft_config  # pylint: disable=import-outside-toplevel
   with pytest.raises(UserError, match=r'config.task=tagging needs --config.train_file=PATH '

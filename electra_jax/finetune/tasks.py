@@ -641,7 +641,8 @@ def _label_value(row: dict, column: str) -> str | None:
   """A row's label, None where it has none: absent, null, or blank (a CSV/TSV cannot write
   null, so an empty cell is its missing value, not a class named '')."""
   value = row.get(column)
-  return None if value is None or not value.strip() else value
+  # Stripped: 'good' and ' good' (a space after a CSV comma) are one class.
+  return None if value is None or not value.strip() else value.strip()
 
 
 def complete_rows(rows: list[dict], path: str, columns: FileColumns = FileColumns(),
@@ -752,11 +753,12 @@ def file_examples(task: Task, rows: list[dict], path: str, max_examples: int = 0
       label = float(raw) / task.label_scale
     elif raw in index:
       label = index[raw]
-    elif task.name != 'files' and raw.strip().isdigit() and int(raw) < len(index):
+    elif task.name != 'files' and re.fullmatch('[0-9]+', raw) and int(raw) < len(index):
       label = int(raw)  # A GLUE file's class id (GLUE's own TSVs write 0/1).
     else:
       raise UserError(f"file '{path}' example {n} has label {raw!r}, which the training file "
-                      f'never uses (its labels: {list(task.label_names)})')
+                      f'never uses (its labels: {list(task.label_names)}); the model cannot '
+                      'predict it: remove such examples or add some to the training file')
     examples.append(dict(text_a=row[text_a], text_b=row.get(text_b) if text_b else None,
                          label=label, index=n - 1))
   return examples
@@ -787,7 +789,9 @@ def read_conll(path: str, need_label: bool = True,
                     'per line, a blank line between sentences)')
   sentences, words, tags, width, bad, skipped, number = [], [], [], None, False, 0, 0
   text = ''.join(sources.read_lines(resolved, flags=None))  # UTF-8, or an error naming the file
-  for n, line in enumerate(text.splitlines() + [''], 1):
+  # Lines end at \n, \r\n or \r only: splitlines() also ends one at a form feed or U+2028,
+  # which would cut a sentence in two and shift every later sentence's index.
+  for n, line in enumerate(re.split(r'\r\n|\r|\n', text) + [''], 1):
     columns = line.split()
     if columns and columns[0] == '-DOCSTART-':
       continue
@@ -946,7 +950,8 @@ def tagging_examples(task: Task, sentences: list, path: str,
     unknown = sorted({t for t in tags or () if t not in ids})
     if unknown:
       raise UserError(f"file '{path}' sentence {index + 1} uses tag(s) {unknown} the training "
-                      f'file never uses (its tags: {list(task.label_names)})')
+                      f'file never uses (its tags: {list(task.label_names)}); the model cannot '
+                      'predict them: remove such sentences or add some to the training file')
     examples.append(dict(words=list(words), label=None if tags is None else
                          [ids[t] for t in tags], index=index))
   return examples
