@@ -149,9 +149,15 @@ def _kind(saved: dict) -> str:
   return 'fine-tuning' if 'task' in saved else 'pretraining' if 'model_size' in saved else 'other'
 
 
+def kind(workdir) -> str:
+  """Who wrote `workdir`'s config.json (it must exist): 'fine-tuning', 'pretraining' or
+  'other' (e.g. a transformers model directory)."""
+  return _kind(_read(workdir, 'training', 'train'))
+
+
 def is_finetuning(workdir) -> bool:
   """`workdir` holds a fine-tuning config."""
-  return exists(workdir) and _kind(_read(workdir, 'training', 'train')) == 'fine-tuning'
+  return exists(workdir) and kind(workdir) == 'fine-tuning'
 
 
 def _not_pretraining(workdir, kind: str) -> str:

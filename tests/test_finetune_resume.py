@@ -4,6 +4,7 @@ results, metrics rows and best checkpoints of a run never interrupted; SIGTERM s
 import json
 import os
 import signal
+import re
 import subprocess
 import sys
 import time
@@ -228,6 +229,15 @@ def test_a_pretraining_workdir_is_never_overwritten(tmp_path):
   with pytest.raises(UserError, match='holds a pretraining run; fine-tune into a new'):
     loop.finetune(config(), str(workdir))
   assert (workdir / 'config.json').read_text() == '{"model_size": "demo"}\n'
+  # Someone else's config.json was called a pretraining run, with advice that would fail.
+  other = tmp_path / 'bert'
+  other.mkdir()
+  (other / 'config.json').write_text('{"architectures": ["BertModel"]}\n')
+  with pytest.raises(UserError, match=re.escape(
+      f"--workdir '{other}' holds a config.json that python -m electra_jax.finetune did not "
+      'write (a transformers model directory?')):
+    loop.finetune(config(), str(other))
+  assert (other / 'config.json').read_text() == '{"architectures": ["BertModel"]}\n'
 
 
 def test_sigterm_saves_exits_0_and_the_same_command_finishes(tmp_path):

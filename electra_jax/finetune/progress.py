@@ -45,7 +45,13 @@ def open_workdir(workdir: str, c) -> tuple[str, bool]:
       raise UserError(f"--workdir '{workdir}' holds seed_* directories but no config.json; "
                       'pass a new --workdir')
     return workdir, False
-  if checkpoint.has_steps(workdir) or not saved_config.is_finetuning(workdir):
+  written_by = saved_config.kind(workdir)
+  if written_by == 'other':
+    raise UserError(f"--workdir '{workdir}' holds a {saved_config.FILE_NAME} that python -m "
+                    'electra_jax.finetune did not write (a transformers model directory? '
+                    f'start from it with --config.init_checkpoint={workdir}); pass a new '
+                    '--workdir')
+  if checkpoint.has_steps(workdir) or written_by != 'fine-tuning':
     raise UserError(f"--workdir '{workdir}' holds a pretraining run; fine-tune into a new "
                     f'--workdir (--config.init_checkpoint={workdir} starts from it)')
   if not _has_progress(workdir):
