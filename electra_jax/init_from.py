@@ -171,14 +171,17 @@ def _official_source(path: str, prefix: str, config, overridden) -> Source:
   if hf_configs.preset_name(keys):
     keys['model_size'] = hf_configs.preset_name(keys)
   vocab = tokenizer_files.Vocabulary(official.vocab_file(), None, config.do_lower_case)
+  misfit = official.generator_misfit(keys)
 
   def read_params(c):
-    generator = (lambda: official.hf_state('generator')) if official.has_generator else None
+    generator = (lambda: official.hf_state('generator')) if (
+        official.has_generator and not misfit) else None
     return _networks_params(c, official.hf_state('discriminator'), generator)
 
   return Source(f"init_from '{prefix}' (official checkpoint)", keys, vocab,
                 copy_vocabulary=True, read_params=read_params,
-                generator_hint=' (the checkpoint holds no generator)')
+                generator_hint=f' ({misfit})' if misfit else
+                ' (the checkpoint holds no generator)')
 
 
 def _workdir_source(path: str, workdir: str, step: int | None) -> Source:

@@ -71,7 +71,8 @@ class Checkpoint:
                 for m in [_LAYER.search(n)] if m})
 
   def keys(self, num_heads: int | None = None) -> dict:
-    """Our shape keys; num_heads None takes the official hidden_size // 64."""
+    """Our shape keys; num_heads None takes the official hidden_size // 64. The generator's
+    fractions only where ours can hold the checkpoint's generator (generator_misfit)."""
     shape = self.reader.shape
     vocab_size, embedding_size = shape('electra/embeddings/word_embeddings')
     hidden = shape(_QUERY.format(scope='electra'))[0]
@@ -83,20 +84,35 @@ class Checkpoint:
                 type_vocab_size=shape('electra/embeddings/token_type_embeddings')[0],
                 relative_attention_span=0,
                 tie='none' if _OWN_EMBEDDINGS in self.names else 'embeddings')
-    if keys['tie'] == 'none' and shape(_OWN_EMBEDDINGS)[1] != embedding_size:
-      raise UserError(f"the generator of '{self.prefix}' has embeddings of its own "
-                      f'{shape(_OWN_EMBEDDINGS)[1]} wide (untied_generator_embeddings), the '
-                      f"discriminator's {embedding_size}; our tie='none' generator has tables "
-                      "as wide as the discriminator's, so it cannot hold them")
-    if not self.has_generator:
+    if not self.has_generator or self.generator_misfit(keys):
       return keys
+    return config_lib.with_generator(keys, self._generator_sizes(), f"'{self.prefix}'")
+
+  def _generator_sizes(self) -> dict:
     # The official generator: 4 x its width wide, width // 64 heads, whatever the
-    # discriminator's overrides; ours scales the discriminator's, so the two must agree.
-    width = shape(_QUERY.format(scope='generator'))[0]
-    return config_lib.with_generator(keys, dict(
-        hidden_size=width, intermediate_size=shape(_FFN.format(scope='generator'))[1],
-        num_heads=official_heads(width), num_layers=self._layers('generator')),
-        f"'{self.prefix}'")
+    # discriminator's overrides.
+    width = self.reader.shape(_QUERY.format(scope='generator'))[0]
+    return dict(hidden_size=width,
+                intermediate_size=self.reader.shape(_FFN.format(scope='generator'))[1],
+                num_heads=official_heads(width), num_layers=self._layers('generator'))
+
+  def generator_misfit(self, keys: dict) -> str | None:
+    """Why our generator, the discriminator of `keys` scaled by one fraction, cannot hold the
+    checkpoint's (e.g. --config.num_heads scales to other generator heads than the official
+    width // 64); None where it can. Such a generator starts from random weights: fine-tuning
+    and the discriminator need none of it."""
+    if not self.has_generator:
+      return None
+    own = _OWN_EMBEDDINGS in self.names and self.reader.shape(_OWN_EMBEDDINGS)[1]
+    if own and own != keys['embedding_size']:
+      return (f'its generator has embeddings of its own {own} wide '
+              f"(untied_generator_embeddings), the discriminator's {keys['embedding_size']}; "
+              "our tie='none' generator has tables as wide as the discriminator's")
+    try:
+      config_lib.with_generator(keys, self._generator_sizes(), 'the checkpoint')
+    except UserError as e:
+      return str(e)
+    return None
 
   def vocab_file(self) -> str | None:
     """The vocab.txt beside the checkpoint, else the official layout's DATA_DIR/vocab.txt
