@@ -167,11 +167,15 @@ class Reader:
 def find_prefix(path: str) -> str | None:
   """The checkpoint prefix `path` names: a prefix itself (PREFIX.index exists), or a directory
   with TF's `checkpoint` file (its model_checkpoint_path, looked for in this directory by its
-  name first: a run copied from elsewhere reads its own files) or holding exactly one *.index.
-  None otherwise."""
+  name first: a run copied from elsewhere reads its own files) or holding exactly one *.index
+  (several: a UserError naming them). One of a prefix's own files names the prefix. None
+  otherwise."""
   path = paths.absolute(path)
   if paths.is_file(f'{path}.index'):
     return path
+  own_file = re.fullmatch(r'(.+)\.(index|data-\d+-of-\d+)', path)
+  if own_file and paths.is_file(f'{own_file.group(1)}.index'):
+    return own_file.group(1)
   if not paths.is_dir(path):
     return None
   state = paths.join(path, 'checkpoint')
@@ -187,8 +191,14 @@ def find_prefix(path: str) -> str | None:
           raise UserError(f"'{state}' names {named}, which is not in {path} and cannot be "
                           f'read there ({e}); copy that step here, or pass the prefix of the '
                           'step to read') from None
-  indexes = [name for name in paths.listdir(path) if name.endswith('.index')]
-  return paths.join(path, indexes[0][:-len('.index')]) if len(indexes) == 1 else None
+  prefixes = sorted((name[:-len('.index')] for name in paths.listdir(path)
+                     if name.endswith('.index')),
+                    key=lambda p: [int(x) if x.isdigit() else x for x in re.split(r'(\d+)', p)])
+  if len(prefixes) > 1:
+    raise UserError(f"'{path}' holds {len(prefixes)} checkpoints ({', '.join(prefixes)}) and no "
+                    "'checkpoint' file naming one; pass the prefix of the step to read, e.g. "
+                    f"'{paths.join(path, prefixes[-1])}'")
+  return paths.join(path, prefixes[0]) if prefixes else None
 
 
 def _named_prefixes(directory: str, named: str) -> list[str]:

@@ -54,6 +54,23 @@ def test_a_prefix_is_found_however_it_is_named(tmp_path):
   assert tf_checkpoint.find_prefix(str(copy)) == str(copy / 'model.ckpt-7')
   assert tf_checkpoint.find_prefix(str(tmp_path / 'missing')) is None
   assert tf_checkpoint.find_prefix(str(tmp_path)) is None
+  # One of the prefix's own files (a common slip) names it.
+  for name in os.listdir(copy):
+    if name.startswith('model.ckpt-7.'):
+      assert tf_checkpoint.find_prefix(str(copy / name)) == str(copy / 'model.ckpt-7'), name
+  # Several steps without a `checkpoint` file (gsutil cp 'model.ckpt-*'): no guess, the steps
+  # named (it was "not a checkpoint").
+  for name in os.listdir(FIXTURE):
+    if name.startswith('model.ckpt-7.'):
+      for step in (9, 10):
+        shutil.copy(os.path.join(FIXTURE, name), copy / name.replace('-7.', f'-{step}.'))
+  with pytest.raises(UserError, match=re.escape(
+      f"'{copy}' holds 3 checkpoints (model.ckpt-7, model.ckpt-9, model.ckpt-10) and no "
+      f"'checkpoint' file naming one; pass the prefix of the step to read, e.g. "
+      f"'{copy / 'model.ckpt-10'}'")):
+    tf_checkpoint.find_prefix(str(copy))
+  shutil.copy(os.path.join(FIXTURE, 'checkpoint'), copy / 'checkpoint')
+  assert tf_checkpoint.find_prefix(str(copy)) == str(copy / 'model.ckpt-7')
 
 
 def test_a_damaged_checkpoint_is_one_line_naming_the_file(tmp_path):
