@@ -160,6 +160,21 @@ def test_one_cjk_ideograph_can_be_added_to_a_wordpiece_vocabulary():
     extend_vocab.extend_wordpiece(tokens, True, ['中国'], 'words.txt')
 
 
+def test_a_new_continuation_starts_from_the_pieces_it_had_inside_a_word():
+  """'##ness' in 'goodness' was '##ne' '##ss'; it took the word-initial 'ne' '##ss' (or a word
+  'ness' itself) for its embedding row's mean."""
+  from electra_jax.data import extend_vocab  # pylint: disable=import-outside-toplevel
+  tokens = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'good', 'ne', 'ss', '##ne', '##ss',
+            'ness']
+  old = wordpiece.WordPieceTokenizer('<tokens>', tokens=tokens)
+  assert old.encode('goodness') == [5, 8, 9]
+  extension = extend_vocab.extend_wordpiece(tokens, True, ['##ness', '##nezz', 'nessy'],
+                                            'words.txt')
+  assert extension.tokens == ['##ness', '##nezz', 'nessy']
+  assert extension.pieces == [[8, 9], [1], old.encode('nessy')]  # [UNK]: as WordPiece reads it
+  assert old.encode('goodnezz') == [1]
+
+
 @pytest.mark.parametrize('token', ['##.', '##中', '##' + 'b' * 100, 'c' * 101])
 def test_extending_a_wordpiece_vocabulary_refuses_tokens_no_text_produces(token):
   """A continuation of punctuation or a CJK ideograph (each starts a word of its own), or a word

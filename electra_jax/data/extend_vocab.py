@@ -94,12 +94,28 @@ def extend_wordpiece(old_tokens: list[str], lower_case: bool, new: list[str],
       continue
     known.add(prefix + word)
     added.append(prefix + word)
-    pieces.append(old.encode(word))
+    pieces.append(_continuation_ids(word, old_tokens) if prefix else old.encode(word))
 
   def content():
     return ''.join(t + '\n' for t in old_tokens + added).encode('utf-8')
 
   return Extension(added, pieces, skipped, len(old_tokens), content)
+
+
+def _continuation_ids(word: str, old_tokens: list[str]) -> list[int]:
+  """The old ids of `word` inside a word, as WordPiece splits it there: greedy longest match
+  over ## pieces only ([UNK] where none matches). old.encode(word) would split it as a word
+  start: '##ness' from 'ne' '##ss', not '##ne' '##ss'."""
+  ids = {token: i for i, token in enumerate(old_tokens)}  # A repeated token: its later id.
+  found, start = [], 0
+  while start < len(word):
+    end = next((end for end in range(len(word), start, -1) if f'##{word[start:end]}' in ids),
+               None)
+    if end is None:
+      return [ids.get('[UNK]', tokenizer_lib.UNK_ID)]  # As WordPiece reads the whole word.
+    found.append(ids[f'##{word[start:end]}'])
+    start = end
+  return found
 
 
 def extend_sentencepiece(model_file: str, new: list[str], path: str) -> Extension:
