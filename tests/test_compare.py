@@ -528,6 +528,19 @@ def test_a_fine_tuning_override_of_the_budget_points_weights_is_refused(override
     compare.finetune_args('files', [override])
 
 
+@pytest.mark.parametrize('points', [1, 2])
+def test_the_budget_a_too_small_budget_asks_for_is_enough(points):
+  """The figure was the cost rounded to 4 digits, often below it: the advice was refused."""
+  from electra_jax.experiments import budget  # pylint: disable=import-outside-toplevel
+  for batch in (8, 10, 14):
+    overrides = [f'train_batch_size={batch}']
+    with pytest.raises(UserError, match='raise the budget to at least') as error:
+      budget.plan_all(['configs/demo.py'], overrides, 1e9, points)
+    suggested = float(re.search(r'at least ([0-9.e+]+)$', str(error.value)).group(1))
+    plan, = budget.plan_all(['configs/demo.py'], overrides, suggested, points)
+    assert plan.num_train_steps == points
+
+
 def test_bad_config_path_and_too_small_budget_are_one_line_errors(tmp_path):
   out = tmp_path / 'out'
   cases = [(['--configs=configs/demo.py,configs/nope.py', '--flops_budget=1e15'],

@@ -128,17 +128,18 @@ def _scaled_config(c, objective, steps: int) -> tuple[ml_collections.ConfigDict,
   return run, scaled
 
 
+def run_flops(c, steps: int) -> float:
+  """The model FLOPs of `c` run for `steps` steps, keys counted in steps scaled with them."""
+  objective = objectives.get(c.objective)
+  run, _ = _scaled_config(c, objective, steps)
+  return flops.flops_to_step(objective.flops_stages(run, flops.forward_flops(c)), steps)
+
+
 def steps_for_budget(c, flops_budget: float) -> int:
   """The most steps whose model FLOPs fit the budget, keys counted in steps scaled with them:
   a step count from the config's average FLOPs per step, then moved a step at a time while
   the scaled run's total says so (rounding the scaled keys moves it a few steps at most)."""
-  objective = objectives.get(c.objective)
-  parts = flops.forward_flops(c)
-
-  def total(steps):
-    run, _ = _scaled_config(c, objective, steps)
-    return flops.flops_to_step(objective.flops_stages(run, parts), steps)
-
+  total = lambda steps: run_flops(c, steps)
   steps = flops.step_at_flops(
       [(0, total(c.num_train_steps) / c.num_train_steps)], flops_budget)
   while steps > 0 and total(steps) > flops_budget:
@@ -162,9 +163,12 @@ def plan_config(spec: str, overrides: list[str], flops_budget: float,
   per_step = flops.model_flops_per_step(resolved)
   if steps < num_points:
     need = 'one step' if num_points == 1 else f'{num_points} steps (--budget_points)'
+    # Rounded up: the figure printed must itself be enough.
+    needed = run_flops(resolved, num_points)
+    unit = 10.0 ** (math.floor(math.log10(needed)) - 3)
     raise UserError(f'--flops_budget={flops_budget:.4g} is too small for config {name}: one '
                     f'step costs {per_step:.4g} FLOPs, and it needs at least {need}; raise '
-                    f'the budget to at least {per_step * num_points:.4g}')
+                    f'the budget to at least {math.ceil(needed / unit) * unit:.4g}')
   config_warmup = c.num_warmup_steps
   run, scaled = _scaled_config(c, objectives.get(resolved.objective), steps)
   # A tenth of the run at most, and what its schedule holds (two_stage: its shorter stage), as
