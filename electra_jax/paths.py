@@ -224,6 +224,18 @@ def read_text(path) -> str:
   return read_bytes(path).decode('utf-8')
 
 
+def read_json(path, fix: str = 'repair it or copy it again') -> dict:
+  """A JSON object file; a damaged one (cut short, hand-edited) is one line naming it and
+  `fix`, what to do."""
+  try:
+    record = json.loads(read_text(path))
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise UserError(f"'{path}' is not valid JSON ({e}); {fix}") from None
+  if not isinstance(record, dict):
+    raise UserError(f"'{path}' holds a JSON {type(record).__name__}, not an object; {fix}")
+  return record
+
+
 def open_binary(path):
   """A readable binary file object (remote files are streamed, not downloaded whole)."""
   with storage_errors(path):

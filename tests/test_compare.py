@@ -434,7 +434,8 @@ def test_the_advised_reuse_works_after_rotation_and_is_not_advised_in_vain(sweep
   advised --pretrained=NAME=OUTPUT/pretrain/NAME then reads the point's kept copy
   (OUTPUT/points/NAME/STEP). Without that copy either, no --pretrained is advised."""
   # pylint: disable=import-outside-toplevel
-  from electra_jax.experiments import compare, runs
+  from electra_jax import paths
+  from electra_jax.experiments import compare
   old = tmp_path / 'old'  # A copy: other tests read the sweep's own checkpoints.
   old.mkdir()
   shutil.copy(os.path.join(sweep['out'], 'compare.json'), old)
@@ -445,7 +446,7 @@ def test_the_advised_reuse_works_after_rotation_and_is_not_advised_in_vain(sweep
   configs = [f for f in sweep['flags'] if f.startswith('--configs')][0].split('=')[1].split(',')
   overrides = [f.split('=', 1)[1] for f in sweep['flags'] if f.startswith('--override=')]
   plans = budget.plan_all(configs, overrides, 2.3e8, 1)
-  spec = dict(runs.read_json(str(old / 'compare.json')), num_seeds=1)
+  spec = dict(paths.read_json(str(old / 'compare.json')), num_seeds=1)
   with pytest.raises(UserError) as e:
     compare.prepare_output(str(old), spec, plans)
   advice = re.findall(r'--pretrained=\S+', str(e.value))
@@ -459,7 +460,7 @@ def test_the_advised_reuse_works_after_rotation_and_is_not_advised_in_vain(sweep
   assert f"step 5 in {old / 'points' / 'gen_quarter' / '5'} (--pretrained)" in proc.stdout
   with open(tmp_path / 'new' / 'points' / 'gen_quarter' / '5' / 'point.json',
             encoding='utf-8') as f:
-    assert json.load(f) == runs.read_json(str(old / 'points' / 'gen_quarter' / '5' / 'point.json'))
+    assert json.load(f) == paths.read_json(str(old / 'points' / 'gen_quarter' / '5' / 'point.json'))
   shutil.rmtree(old / 'points' / 'gen_half')  # Its point is gone too: nothing to reuse.
   with pytest.raises(UserError, match=re.escape(
       "or pass a new --output (its pretraining cannot be reused: --pretrained='gen_half=")) as e:
@@ -526,6 +527,19 @@ def test_a_fine_tuning_override_of_the_budget_points_weights_is_refused(override
   with pytest.raises(UserError, match=re.escape(
       f"--finetune_override={override!r}: {key} is set by {set_by}; drop it")):
     compare.finetune_args('files', [override])
+
+
+def test_a_damaged_record_in_the_output_is_one_line_naming_it(tmp_path):
+  """A hand-edited compare.json (or point.json, results.json) was a JSONDecodeError traceback."""
+  from electra_jax.experiments import compare  # pylint: disable=import-outside-toplevel
+  spec_path = tmp_path / 'compare.json'
+  for content, problem in (('{"configs": [\n', 'is not valid JSON (Expecting value'),
+                           ('[]', 'holds a JSON list, not an object')):
+    spec_path.write_text(content)
+    with pytest.raises(UserError, match=re.escape(f"'{spec_path}' {problem}") + '.*; pass a new '
+                       '--output$'):
+      compare.prepare_output(str(tmp_path), dict(configs=[]), [])
+    assert spec_path.read_text() == content
 
 
 @pytest.mark.parametrize('points', [1, 2])

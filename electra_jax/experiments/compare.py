@@ -158,7 +158,7 @@ def prepare_output(output: str, spec: dict, plans) -> str:
   if paths.is_file(output):
     raise UserError(f"--output '{output}' is a file; pass a folder")
   if paths.is_file(spec_path):
-    saved = runs.read_json(spec_path)
+    saved = paths.read_json(spec_path, 'pass a new --output')
     for entry in [*saved.get('configs', []), *spec['configs']]:  # Paths however written.
       config_lib.paths_as_found(entry.get('config', {}))
     differ = [k for k in {**spec, **saved} if saved.get(k) != spec.get(k)]

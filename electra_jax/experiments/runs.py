@@ -35,8 +35,8 @@ def _say(message: str):
   print(message, flush=True)
 
 
-def read_json(path: str):
-  return json.loads(paths.read_text(path))
+# What to do about a damaged record of a comparison (one a hand edit left unreadable).
+_DAMAGED = 'delete it to redo that run, or pass a new --output'
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -176,7 +176,7 @@ def pretrain(plan, user_overrides: list[str], output: str, workdir: str, counter
     if paths.is_file(done):
       _say(f'{label} ({where}): already done, skipped')
       counter['pretrain_skipped'] += 1
-      records.append(read_json(done))
+      records.append(paths.read_json(done, _DAMAGED))
       continue
     if not train:
       source = step_source(workdir, step)
@@ -228,7 +228,7 @@ def finetune(plan, step: int, task_args: list[str], num_seeds: int, output: str,
   if paths.is_file(results_path):
     _say(f'{label}: already done, skipped')
     counter['finetune_skipped'] += 1
-    return read_json(results_path)
+    return paths.read_json(results_path, _DAMAGED)
   resuming = 'resuming ' if paths.exists(workdir) else ''
   _say(f'{label}: {resuming}{num_seeds} seed(s) -> {workdir}')
   counter['finetune_run'] += 1
@@ -241,7 +241,7 @@ def finetune(plan, step: int, task_args: list[str], num_seeds: int, output: str,
                        paths.join(output, 'logs', f'finetune_{plan.name}_{step}.log'), label)
   if result.get('status') == 'interrupted':  # It alone got SIGTERM: its state is saved.
     raise UserError(f'{label} was stopped; re-run the same command to resume the comparison')
-  return read_json(results_path)
+  return paths.read_json(results_path, _DAMAGED)
 
 
 def finetune_score(results: dict) -> dict:

@@ -3,7 +3,6 @@
 Weights are read from model.safetensors; a pickle-based pytorch_model.bin only through
 torch.load(weights_only=True), so a downloaded checkpoint cannot run code.
 """
-import json
 
 import ml_dtypes
 import numpy as np
@@ -26,18 +25,6 @@ _SAFETENSORS_DTYPES = {
     'BOOL': np.bool_}
 
 
-def read_json(path) -> dict:
-  """A JSON object file; a damaged one (cut short, hand-edited) is one line naming it."""
-  try:
-    record = json.loads(paths.read_text(path))
-  except (UnicodeDecodeError, json.JSONDecodeError) as e:
-    raise UserError(f"'{path}' is not valid JSON ({e}); repair it or copy it again") from None
-  if not isinstance(record, dict):
-    raise UserError(f"'{path}' holds a JSON {type(record).__name__}, not an object; repair it "
-                    'or copy it again')
-  return record
-
-
 def is_hf_dir(path) -> bool:
   """A transformers model directory: config.json naming a model_type (a workdir's never
   does). One this reader cannot take (another model type, sharded or TF/Flax-only weights) is
@@ -46,7 +33,7 @@ def is_hf_dir(path) -> bool:
   directory = paths.get(path)
   config_file = directory / 'config.json'
   try:
-    record = read_json(config_file)
+    record = paths.read_json(config_file)
   except OSError:  # No config.json; a damaged one is read_json's one-line error.
     return False
   if 'model_type' not in record:
@@ -69,7 +56,7 @@ def read_config(directory) -> dict:
   if not path.exists():
     raise UserError(f"'{directory}' has no config.json; pass a transformers checkpoint "
                     f'directory (config.json + {SAFETENSORS_FILE} or {TORCH_FILE})')
-  return read_json(path)
+  return paths.read_json(path)
 
 
 def read_dir(directory) -> tuple[dict, dict[str, np.ndarray]]:

@@ -121,7 +121,7 @@ def write_tokenizer(vocab_file: str, directory: str, model_max_length: int,
   tokenizer.save_pretrained(directory)
   # transformers 5 records its internal backend class; name the public one 4.x also loads.
   config_file = os.path.join(directory, TOKENIZER_CONFIG_FILE)
-  tokenizer_config = files.read_json(config_file)
+  tokenizer_config = paths.read_json(config_file)
   tokenizer_config['tokenizer_class'] = 'ElectraTokenizer' if is_wordpiece else (
       'PreTrainedTokenizerFast')
   if is_wordpiece:
@@ -155,7 +155,7 @@ def _do_lower_case(directory, fast: dict | None) -> bool:
   """tokenizer_config.json's do_lower_case, else tokenizer.json's normaliser, else True (BERT's
   default); accent stripping must follow it, as it does in BERT's tokenizer."""
   config_file = directory / TOKENIZER_CONFIG_FILE
-  tokenizer_config = files.read_json(config_file) if config_file.exists() else {}
+  tokenizer_config = paths.read_json(config_file) if config_file.exists() else {}
   normalizer = (fast or {}).get('normalizer') or {}
   lower = tokenizer_config.get('do_lower_case', normalizer.get('lowercase', True))
   strip = tokenizer_config.get('strip_accents', normalizer.get('strip_accents'))
@@ -175,7 +175,7 @@ def read_vocabulary(directory) -> Vocabulary:
   and tokens both None when it has none of them)."""
   directory = paths.get(directory)
   fast_file = directory / FAST_TOKENIZER_FILE
-  fast = files.read_json(fast_file) if fast_file.exists() else None
+  fast = paths.read_json(fast_file) if fast_file.exists() else None
   lower = _do_lower_case(directory, fast)
   for name in (SPM_FILE, WORDPIECE_FILE):
     if (directory / name).exists():
