@@ -464,6 +464,16 @@ def test_damaged_transformers_files_are_one_line_naming_the_file(tmp_path, pair)
   torch.save([torch.zeros(2)], os.path.join(source, 'pytorch_model.bin'))
   with pytest.raises(UserError, match=r"pytorch_model.bin' holds a list, not a state dict"):
     hf_files.read_dir(source)
+  # A clone made without git-lfs: pointer files (the .bin one was "convert it to
+  # model.safetensors with a tool you trust").
+  pointer = (b'version https://git-lfs.github.com/spec/v1\noid sha256:' + b'0' * 64
+             + b'\nsize 1234\n')
+  for name in ('pytorch_model.bin', 'model.safetensors'):
+    with open(os.path.join(source, name), 'wb') as f:
+      f.write(pointer)
+    with pytest.raises(UserError, match=re.escape(
+        f"'{source}/{name}' is a Git LFS pointer, not the weights; fetch them")):
+      hf_files.read_dir(source)
   for name in ('config.json', 'tokenizer_config.json', 'tokenizer.json'):
     source = damaged(name, lambda p: p.read_bytes()[:20])
     with pytest.raises(UserError, match=re.escape(f"'{source}/{name}' is not valid JSON (")):

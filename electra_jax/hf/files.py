@@ -59,12 +59,24 @@ def read_config(directory) -> dict:
   return paths.read_json(path)
 
 
+_LFS_POINTER = b'version https://git-lfs.github.com/spec/'
+
+
+def _check_not_lfs_pointer(weights_file):
+  """A clone made without git-lfs holds ~130-byte pointer files where the weights belong."""
+  with weights_file.open('rb') as f:
+    if f.read(len(_LFS_POINTER)) == _LFS_POINTER:
+      raise UserError(f"'{weights_file}' is a Git LFS pointer, not the weights; fetch them "
+                      '(git lfs install, then git lfs pull in that clone) and run again')
+
+
 def read_dir(directory) -> tuple[dict, dict[str, np.ndarray]]:
   """(config.json as a dict, float32 numpy state dict) of a transformers checkpoint directory."""
   hf_config = read_config(directory)
   safetensors_file = paths.get(directory) / SAFETENSORS_FILE
   torch_file = paths.get(directory) / TORCH_FILE
   if safetensors_file.exists():
+    _check_not_lfs_pointer(safetensors_file)
     try:
       # pylint: disable-next=import-outside-toplevel
       from safetensors import SafetensorError, deserialize
@@ -86,6 +98,7 @@ def read_dir(directory) -> tuple[dict, dict[str, np.ndarray]]:
           np.float32)
     return hf_config, state
   if torch_file.exists():
+    _check_not_lfs_pointer(torch_file)
     try:
       import torch  # pylint: disable=import-outside-toplevel
     except ImportError as e:
