@@ -134,7 +134,8 @@ def _filled(c: ml_collections.ConfigDict, saved: dict, workdir) -> ml_collection
     if key in c:
       try:
         if value is None and c[key] is not None:  # ConfigDict lets None into any key
-          raise TypeError(f'{key} has no unset value; its default is {json.dumps(c[key], default=str)}')
+          default = json.dumps(c[key], default=str)
+          raise TypeError(f'{key} has no unset value; its default is {default}')
         c.update({key: value})
       except (TypeError, ValueError) as e:
         raise UserError(f"'{path(workdir)}': {key}={json.dumps(value)} does not fit the key "

@@ -128,18 +128,21 @@ def _scaled_config(c, objective, steps: int) -> tuple[ml_collections.ConfigDict,
   return run, scaled
 
 
-def run_flops(c, steps: int) -> float:
-  """The model FLOPs of `c` run for `steps` steps, keys counted in steps scaled with them."""
+def run_flops(c, steps: int, parts: dict | None = None) -> float:
+  """The model FLOPs of `c` run for `steps` steps, keys counted in steps scaled with them
+  (`parts`: flops.forward_flops(c), where the caller has it: it resolves the config)."""
   objective = objectives.get(c.objective)
   run, _ = _scaled_config(c, objective, steps)
-  return flops.flops_to_step(objective.flops_stages(run, flops.forward_flops(c)), steps)
+  parts = flops.forward_flops(c) if parts is None else parts
+  return flops.flops_to_step(objective.flops_stages(run, parts), steps)
 
 
 def steps_for_budget(c, flops_budget: float) -> int:
   """The most steps whose model FLOPs fit the budget, keys counted in steps scaled with them:
   a step count from the config's average FLOPs per step, then moved a step at a time while
   the scaled run's total says so (rounding the scaled keys moves it a few steps at most)."""
-  total = lambda steps: run_flops(c, steps)
+  parts = flops.forward_flops(c)
+  total = lambda steps: run_flops(c, steps, parts)
   steps = flops.step_at_flops(
       [(0, total(c.num_train_steps) / c.num_train_steps)], flops_budget)
   while steps > 0 and total(steps) > flops_budget:
