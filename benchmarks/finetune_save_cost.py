@@ -3,9 +3,14 @@ AdamW moments, 30,522-token vocabulary), saved synchronously 4 times, as run_see
 epoch end. From the repository root:
 
   PYTHONPATH=. python benchmarks/finetune_save_cost.py small|base|large [DIR]
+
+It saves into a new temporary folder inside the local DIR (default: the system's temporary
+directory, e.g. a disk's mount point to time that disk) and removes only that folder.
 """
+import os
 import shutil
 import sys
+import tempfile
 import time
 
 import jax
@@ -33,19 +38,20 @@ def main(size: str, directory: str):
   trainer = loop.make_trainer(c, task, model, model_config, sample, 100, mesh)
   params = loop.init_params(model, rows, jax.random.key(0))
   state = trainer.init_state(jax.device_put(params, parallel.replicated(mesh)))
-  shutil.rmtree(directory, ignore_errors=True)
-  ckpt = checkpoint.Checkpointer(directory, keep=1, async_save=False)
+  os.makedirs(directory, exist_ok=True)
+  scratch = tempfile.mkdtemp(prefix='finetune_save_cost_', dir=directory)
+  ckpt = checkpoint.Checkpointer(scratch, keep=1, async_save=False)
   seconds = []
   for step in range(1, 5):
     start = time.time()
     ckpt.save(step, state, force=True, loop_state={'epoch': step})
     seconds.append(time.time() - start)
   ckpt.close()
-  shutil.rmtree(directory, ignore_errors=True)
+  shutil.rmtree(scratch, ignore_errors=True)
   count = sum(x.size for x in jax.tree.leaves(state.params))
   print(f'{size}: {count / 1e6:.1f}M parameters, state {checkpoint.size_bytes(state) / 2**20:.0f} '
         f'MiB, seconds a save: ' + ', '.join(f'{s:.2f}' for s in seconds))
 
 
 if __name__ == '__main__':
-  main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else '/tmp/finetune_save_cost')
+  main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else tempfile.gettempdir())

@@ -114,9 +114,10 @@ class JaxStep:
     # XLA counts a loop's body once: the steps_per_execution loop's, so this is one step's
     # count, and the grad_accum_steps micro-batch loop's, so one micro-batch's: times k for the
     # step's (as tpu_plan.roofline; the optimizer update outside that loop, a small part, is
-    # then counted k times too).
-    self.xla_flops = (float(cost['flops']) * c.grad_accum_steps if cost and 'flops' in cost
-                      else None)
+    # then counted k times too). And it counts one device's partition of the SPMD program:
+    # times the devices for the whole step's.
+    self.xla_flops = (float(cost['flops']) * c.grad_accum_steps * exp.mesh.devices.size
+                      if cost and 'flops' in cost else None)
     # Host seconds a call took to return, per step (JAX dispatches asynchronously, so this is
     # the host's share of a step; near the step time, the step is bound by the host).
     self.dispatch_s = []
@@ -242,6 +243,7 @@ def run_benchmark(config, steps: int, warmup: int, compare=(), data: str = 'synt
     print(f'note: --steps={steps} rounded up to {whole_calls(steps, per_call)}, whole calls '
           f'of config.steps_per_execution={per_call}', flush=True)
     steps = whole_calls(steps, per_call)
+  warmup = whole_calls(warmup, per_call)  # As run (and reported): whole calls too.
   devices = exp.mesh.devices.size
   device = jax.devices()[0]
   model_flops = flops_lib.model_flops_per_step(c)

@@ -177,6 +177,8 @@ def _local_match(pattern: str) -> tuple[str, list[str]]:
                 [os.path.abspath(pattern), os.path.join(REPO_ROOT, pattern)])
   for candidate in candidates:
     files = [m for m in glob_lib.glob(candidate, recursive=True) if os.path.isfile(m)]
+    if not files and os.path.isfile(candidate):  # 'wiki [2023].txt' names itself.
+      files = [candidate]
     if files:
       return candidate, files
   return pattern, []

@@ -40,7 +40,7 @@ Options:
   --version=VERSION      TPU software version (default $TPU_VERSION, else the accelerator's:
                          v6e v2-alpha-tpuv6e, v5p v2-alpha-tpuv5, v5litepod v2-alpha-tpuv5-lite,
                          v2-v4 tpu-ubuntu2204-base)
-  --project=PROJECT      GCP project (default: gcloud's configured project)
+  --project=PROJECT      GCP project (default $TPU_PROJECT, else gcloud's configured project)
   --config=FILE          experiment config (default configs/large.py)
   --workdir=DIR          training workdir, a gs:// path shared by all workers (default
                          $WORKDIR); train needs one
@@ -150,8 +150,9 @@ if [[ -n "${WAIT}" && ! "${WAIT}" =~ ^[0-9]+$ ]]; then
   echo "error: --wait=${WAIT} must be a whole number of minutes, e.g. --wait=120" >&2
   exit 2
 fi
-# Google's software version for each TPU generation (cloud.google.com/tpu/docs/runtimes).
-if [[ -z "${VERSION}" ]]; then
+# Google's software version for each TPU generation (cloud.google.com/tpu/docs/runtimes):
+# only create names one.
+if [[ -z "${VERSION}" && "${STEP}" == create ]]; then
   case "${ACCELERATOR}" in
     v6e-*) VERSION="v2-alpha-tpuv6e" ;;
     v5p-*) VERSION="v2-alpha-tpuv5" ;;

@@ -266,6 +266,16 @@ def test_xla_flops_are_the_whole_steps_under_gradient_accumulation():
   assert counts[2] == pytest.approx(counts[1], rel=0.05), counts
 
 
+def test_xla_flops_are_the_whole_steps_on_several_devices_and_warmup_is_reported_as_run():
+  """XLA counts one device's partition of the SPMD program: the benchmark sums the devices'."""
+  results = [last_json(run_cli('electra_jax.benchmark', *BENCH_FLAGS, f'--cpu_devices={n}',
+                               '--config.steps_per_execution=2').stdout) for n in (1, 2)]
+  assert [r['device_count'] for r in results] == [1, 2]
+  assert results[1]['xla_flops_per_step'] == pytest.approx(results[0]['xla_flops_per_step'],
+                                                           rel=0.1), results
+  assert [r['warmup'] for r in results] == [2, 2]  # --warmup=1 is one call of 2 steps.
+
+
 def test_benchmark_cli_rejects_an_unknown_reference():
   proc = run_cli('electra_jax.benchmark', *BENCH_FLAGS, '--compare=pytorch', check=False)
   assert proc.returncode == 2 and 'error: --compare=pytorch' in proc.stderr

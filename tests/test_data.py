@@ -239,9 +239,39 @@ def test_binary_file_error_names_the_file(tmp_path):
     list(sources.read_documents([str(tmp_path / 'data.bin')]))
 
 
+@pytest.mark.parametrize('skip_bad_lines', [False, True])
+def test_a_compressed_file_read_as_text_is_named_as_such_even_when_skipping_bad_lines(
+    tmp_path, skip_bad_lines):
+  """Read as lines, skip_bad_lines would drop its text and keep fragments of junk."""
+  import bz2  # pylint: disable=import-outside-toplevel
+  text = 'It is a truth universally acknowledged.\n' * 200
+  (tmp_path / 'a.txt.bz2').write_bytes(bz2.compress(text.encode()))
+  (tmp_path / 'b.txt').write_bytes(gzip.compress(text.encode()))
+  with pytest.raises(UserError, match=re.escape(
+      f"'{tmp_path}/a.txt.bz2' is bzip2-compressed, not text; decompress it")):
+    list(sources.read_lines(str(tmp_path / 'a.txt.bz2'), skip_bad_lines))
+  with pytest.raises(UserError, match=re.escape(
+      f"'{tmp_path}/b.txt' is gzip-compressed, not text; rename it to end in .gz")):
+    list(sources.read_lines(str(tmp_path / 'b.txt'), skip_bad_lines))
+  (tmp_path / 'b.txt').rename(tmp_path / 'b.txt.gz')
+  assert ''.join(sources.read_lines(str(tmp_path / 'b.txt.gz'), skip_bad_lines)) == text
+
+
 def test_glob_matching_nothing_names_the_pattern(tmp_path):
   with pytest.raises(UserError, match="no files match 'nowhere/\\*.txt'"):
     sources.list_files('nowhere/*.txt')
+
+
+def test_a_file_named_like_a_glob_or_with_a_comma_names_itself_and_a_directory_is_explained(
+    tmp_path):
+  for name in ('wiki [2023].txt', 'a,b.txt'):
+    (tmp_path / name).write_text('x\n')
+  assert sources.list_files(f'{tmp_path}/wiki [2023].txt') == [f'{tmp_path}/wiki [2023].txt']
+  assert sources.list_files(f'{tmp_path}/a,b.txt') == [f'{tmp_path}/a,b.txt']
+  with pytest.raises(UserError, match=re.escape(
+      f"'{tmp_path}' is a directory; pass a glob of its files, e.g. '{tmp_path}/*.txt', or "
+      f"'{tmp_path}/**/*.txt' to include subdirectories")):
+    sources.list_files(str(tmp_path))
 
 
 def test_comma_separated_globs_are_sorted_and_deduplicated(tmp_path):

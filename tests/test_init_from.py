@@ -790,6 +790,18 @@ def test_extend_vocab_file_refuses_tokens_a_sentencepiece_model_reads_as_two_wor
                                       ['Immunoglobulin', token], 'words.txt')
 
 
+@pytest.mark.parametrize('token', ['##\u200b', '##\u0301', '\u200b'])
+def test_extend_vocab_file_refuses_a_token_that_normalises_to_no_text(token):
+  """A zero-width space or a lone accent (uncased) is no text: no old pieces to average."""
+  vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'a', '##b']
+  with pytest.raises(UserError, match=re.escape(f'{token!r} normalises to no text')):
+    extend_vocab.extend_wordpiece(vocab, True, ['a', token], 'words.txt')
+  if not token.startswith('##'):
+    with pytest.raises(UserError, match=re.escape(f'{token!r} normalises to no text')):
+      extend_vocab.extend_sentencepiece(os.path.join(REPO_ROOT, 'data', 'demo_spm.model'),
+                                        [token], 'words.txt')
+
+
 def test_extend_vocab_file_adds_multi_word_pieces_to_a_model_trained_across_words(tmp_path):
   """A model trained with split_by_whitespace=false has pieces spanning words: one more is
   added, and the extended model encodes the two words' text as it."""

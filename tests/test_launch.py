@@ -203,6 +203,18 @@ def test_tpu_vm_prints_create_install_train_delete():
   assert "one step at a time ('create', then 'install')" in two.stderr
 
 
+def test_tpu_vm_needs_a_software_version_only_to_create():
+  """An accelerator the version table does not know: create asks for --version, the other
+  steps (which name none) run."""
+  common = ['--print', '--accelerator=tpu7x-8']
+  create = sh('launch/tpu_vm.sh', *common, 'create', check=False)
+  assert create.returncode == 2 and '--version=VERSION' in create.stderr
+  assert '--version=v2-alpha-tpu7x' in sh('launch/tpu_vm.sh', *common, '--version=v2-alpha-tpu7x',
+                                         'create').stdout
+  assert 'tpu-vm delete electra-large' in sh('launch/tpu_vm.sh', *common, 'delete').stdout
+  assert 'tpu-vm scp' in sh('launch/tpu_vm.sh', *common, 'install').stdout
+
+
 def test_slurm_prints_srun_of_the_train_module():
   out = sh('launch/slurm_gpu.sh', '--print', '--workdir=/shared/run', '--config=configs/base.py',
            '--', '--config.fsdp_axis_size=2').stdout

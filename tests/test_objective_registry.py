@@ -15,6 +15,7 @@ from electra_jax import model as model_lib
 from electra_jax import objectives
 from electra_jax import parallel
 from electra_jax.objectives import base
+from electra_jax.objectives import metrics as objective_metrics
 from electra_jax.objectives import sampling
 from tests.conftest import tiny_config, tiny_trainer
 from tests.test_model_objective import toy_batch
@@ -93,6 +94,24 @@ def test_each_objective_is_its_formula_written_out(overrides):
     got, _ = objective(params, batch, rng, deterministic=True)
     want = reference_loss(c.objective, c, model, params, batch, rng, step)
     np.testing.assert_allclose(got, want, rtol=2e-5, err_msg=str(step))
+
+
+def test_replaced_fraction_is_of_the_real_tokens_also_where_the_discriminator_sees_the_masked():
+  """electra_15's discriminator loss covers only the masked positions; the share of tokens
+  replaced is still over every real token: the same as electra's on the same batch."""
+  got = {}
+  for name in ('electra', 'electra_15'):
+    c = config_lib.resolve(tiny_config(objective=name, num_layers=1, vocab_size=32))
+    model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
+    params = model_lib.init_params(model, jax.random.key(0), c.max_seq_length,
+                                   c.max_predictions_per_seq)
+    batch, rng = toy_batch(c), jax.random.key(3)
+    _, sums = objectives.build(model, c, SPECIAL, MASK)(params, batch, rng, deterministic=True)
+    got[name] = objective_metrics.summarize(jax.device_get(sums), c.gen_weight, c.disc_weight)
+    _, m = masked_by_hand(c, batch, rng)
+    real = float(np.sum(batch['input_mask']))
+    assert 0 < got[name]['replaced_fraction'] <= float(np.sum(m.masked_weights)) / real
+  assert got['electra_15']['replaced_fraction'] == got['electra']['replaced_fraction']
 
 
 class GeneratorOnly(base.Objective):

@@ -7,6 +7,7 @@ Writes PREFIX.model and PREFIX.vocab with [PAD] [UNK] [CLS] [SEP] [MASK] at ids 
 stdout line is a JSON summary. Point --config.vocab_file at PREFIX.model and set
 --config.vocab_size to the same N.
 """
+import shlex
 import time
 
 from absl import flags
@@ -92,7 +93,7 @@ def main(argv):
           'sentences or paragraphs, one a line', flush=True)
   vocab_size = tokenizer_lib.load_tokenizer(model_file).vocab_size
   print(f'Wrote {model_file} ({vocab_size} tokens) from {num_lines} lines in '
-        f'{time.time() - start:.1f}s; use --config.vocab_file={model_file} '
+        f'{time.time() - start:.1f}s; use --config.vocab_file={shlex.quote(model_file)} '
         f'--config.vocab_size={vocab_size}', flush=True)
   cli.print_result({'model': model_file, 'vocab': prefix + '.vocab',
                     'vocab_size': vocab_size, 'num_input_files': len(files),

@@ -78,6 +78,9 @@ def extend_wordpiece(old_tokens: list[str], lower_case: bool, new: list[str],
     prefix = '##' if token.startswith('##') and len(token) > 2 else ''
     # strip(): BERT's normaliser spaces out CJK ideographs, each a word of its own.
     word = normalize.normalize_str(token[len(prefix):]).strip()
+    if not word:  # '##' and a zero-width space or lone accent: no text to embed.
+      raise UserError(f"config.extend_vocab_file='{path}': {token!r} normalises to no text; "
+                      'remove that line')
     # A continuation must stay in the word it continues: '##.' and '##中' start words of
     # their own.
     probe = normalize.normalize_str('a' + word).strip() if prefix else word
@@ -132,6 +135,9 @@ def extend_sentencepiece(model_file: str, new: list[str], path: str) -> Extensio
     piece = old.processor.normalize(token)
     if not piece.startswith('▁'):
       piece = '▁' + piece
+    if piece == '▁':  # A zero-width space or a lone accent: no text to embed.
+      raise UserError(f"config.extend_vocab_file='{path}': {token!r} normalises to no text; "
+                      'remove that line')
     # The model maps some characters (U+200B, U+FFFD, '▁' itself) to a word boundary: such a
     # piece spans two words, which a model trained to split by whitespace never has (it would
     # capture the two words' text). A model trained without that split has such pieces.

@@ -8,6 +8,7 @@ would stream it (vocab_file, max_seq_length, short_seq_prob, seed) and writes
 OUTPUT/train-NNNNN.array_record plus OUTPUT/train_metadata.json. Then train with
 --config.train_data_dir=OUTPUT. The last stdout line is a JSON summary.
 """
+import shlex
 import sys
 import time
 
@@ -90,7 +91,7 @@ def prepare(config, output: str, examples_per_shard: int = 100_000,
   seconds = time.time() - start
   print(f'Wrote {metadata["num_examples"]} examples ({metadata["num_tokens"]} tokens) in '
         f'{len(metadata["shards"])} shard(s) to {output} in {seconds:.1f}s; train with '
-        f'--config.train_data_dir={output}', flush=True)
+        f'--config.train_data_dir={shlex.quote(output)}', flush=True)
   return dict(output=output, metadata=shards.metadata_path(output),
               num_examples=metadata['num_examples'], num_tokens=metadata['num_tokens'],
               num_shards=len(metadata['shards']), seconds=round(seconds, 2))

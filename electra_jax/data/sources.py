@@ -14,6 +14,7 @@ import dataclasses
 import gzip
 import io
 import json
+import re
 import zlib
 from typing import Callable, Collection, Iterable, Iterator, NamedTuple
 
@@ -26,10 +27,16 @@ from electra_jax.errors import UserError, first_line
 def list_files(pattern: str) -> list[str]:
   """Sorted, de-duplicated files matching one or more comma-separated globs (each must match)."""
   files, parts = [], [part for part in (pattern or '').split(',') if part.strip()]
+  if len(parts) > 1 and paths.glob(pattern):  # One file whose name holds a comma.
+    parts = [pattern]
   for part in parts or ['']:
     matched = paths.glob(part) if part else []
     if not matched:  # Also one of several: a typo would silently leave its files out.
       named = f"'{pattern}'" if len(parts) < 2 else f"'{part.strip()}' (of '{pattern}')"
+      if part and not set('*?[') & set(part) and paths.is_dir(paths.resolve(part.strip())):
+        folder = part.strip().rstrip('/')
+        raise UserError(f"{named} is a directory; pass a glob of its files, e.g. "
+                        f"'{folder}/*.txt', or '{folder}/**/*.txt' to include subdirectories")
       raise UserError(f'no files match {named}; fix the glob (relative paths are tried from '
                       'the current directory, then the repository root)')
     files.extend(matched)
@@ -61,6 +68,28 @@ def _open_binary(path: str):
       yield file
 
 
+# What a file of another format starts with (its magic bytes), as a regular expression.
+_PACKED_FORMATS = ((re.compile(rb'BZh[1-9]1AY&SY'), 'bzip2-compressed'),
+                   (re.compile(rb'\xfd7zXZ\x00'), 'xz-compressed'),
+                   (re.compile(rb'PK\x03\x04'), 'a zip archive'),
+                   (re.compile(rb"7z\xbc\xaf'\x1c"), 'a 7z archive'),
+                   (re.compile(rb'\x1f\x8b'), 'gzip-compressed'),
+                   (re.compile(rb'\x28\xb5\x2f\xfd'), 'Zstandard-compressed'))
+
+
+def _check_not_packed(path: str, head: bytes) -> None:
+  """A compressed file or archive is refused by name whatever skip_bad_lines says: read as
+  lines, its text would be dropped and a few fragments of junk kept."""
+  kind = next((kind for magic, kind in _PACKED_FORMATS if magic.match(head)), None)
+  if kind is None:
+    return
+  hint = (f"rename it to end in .{'gz' if kind.startswith('gzip') else 'zst'} to read it "
+          'decompressed'
+          if kind in ('gzip-compressed', 'Zstandard-compressed') else
+          'decompress it (text files, .gz and .zst are read)')
+  raise UserError(f"'{path}' is {kind}, not text; {hint}")
+
+
 CONFIG_FLAGS = '--config.'  # How errors name the readers' options: a pretraining config's keys.
 
 
@@ -82,6 +111,8 @@ def read_lines(path: str, skip_bad_lines: bool = False,
     with _open_binary(path) as f:
       for raw in f:
         line_offset, offset = offset, offset + len(raw)
+        if line_offset == 0:
+          _check_not_packed(path, raw)
         if b'\x00' in raw:
           if skip_bad_lines:
             skipped += 1

@@ -6,6 +6,7 @@ pretraining checkpoint step every seed starts from (init.json: a pretraining wor
 step may move on while the runs are under way)."""
 import dataclasses
 import json
+import shlex
 
 from electra_jax import atomic
 from electra_jax import checkpoint
@@ -49,11 +50,11 @@ def open_workdir(workdir: str, c) -> tuple[str, bool]:
   if written_by == 'other':
     raise UserError(f"--workdir '{workdir}' holds a {saved_config.FILE_NAME} that python -m "
                     'electra_jax.finetune did not write (a transformers model directory? '
-                    f'start from it with --config.init_checkpoint={workdir}); pass a new '
-                    '--workdir')
+                    f'start from it with --config.init_checkpoint={shlex.quote(workdir)}); pass '
+                    'a new --workdir')
   if checkpoint.has_steps(workdir) or written_by != 'fine-tuning':
     raise UserError(f"--workdir '{workdir}' holds a pretraining run; fine-tune into a new "
-                    f'--workdir (--config.init_checkpoint={workdir} starts from it)')
+                    f'--workdir (--config.init_checkpoint={shlex.quote(workdir)} starts from it)')
   if not _has_progress(workdir):
     return workdir, False  # Stopped before its first save: nothing to keep, any config.
   saved = saved_config.load_finetuning(workdir).to_dict()

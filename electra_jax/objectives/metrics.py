@@ -121,7 +121,8 @@ def summarize(sums: Mapping[str, np.ndarray], gen_weight: float, disc_weight: fl
         'disc_precision': ratio('disc_true_positive', 'disc_predicted_positive'),
         'disc_recall': ratio('disc_true_positive', 'disc_label_positive'),
         'disc_auc': ratio('auc_numerator', 'auc_pairs'),
-        'replaced_fraction': ratio('disc_label_positive', 'disc_count'),
+        # Of the real tokens, also where the discriminator sees fewer (electra_15: the masked).
+        'replaced_fraction': float(s['disc_label_positive'] / max(num_tokens(s), 1)),
     })
   if 'masked_count' in s:  # The share of real tokens chosen for prediction.
     out['masked_fraction'] = float(s['masked_count'] / max(num_tokens(s), 1))
