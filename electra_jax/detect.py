@@ -24,6 +24,7 @@ from electra_jax import config as config_lib
 from electra_jax import distributed
 from electra_jax import model as model_lib
 from electra_jax import objectives
+from electra_jax import paths
 from electra_jax import saved_config
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.errors import UserError
@@ -129,9 +130,9 @@ def main(argv):
   for i, text in enumerate(FLAGS.text):
     print(f'text {i + 1} of {len(FLAGS.text)} (step {step}): ', end='')
     records.append(_table(tokenizer, text, batch, out, i, FLAGS.sample, cut[i]))
-  cli.print_result(dict(workdir=FLAGS.workdir, step=int(step), sample=FLAGS.sample,
-                        seed=FLAGS.seed if FLAGS.sample else None, texts=records,
-                        wall_time_sec=round(time.time() - start, 2)))
+  cli.print_result(dict(workdir=paths.absolute(FLAGS.workdir), step=int(step),
+                        sample=FLAGS.sample, seed=FLAGS.seed if FLAGS.sample else None,
+                        texts=records, wall_time_sec=round(time.time() - start, 2)))
 
 
 def _define_flags():

@@ -22,6 +22,7 @@ from electra_jax import distributed
 from electra_jax import eval_loop
 from electra_jax import experiment as experiment_lib
 from electra_jax import init_from
+from electra_jax import paths
 from electra_jax import saved_config
 from electra_jax import train_state as ts
 from electra_jax.data import sources
@@ -66,6 +67,11 @@ def main(argv):
   except sources.NoFiles:
     raise cli.UserError(f"the run in '{FLAGS.workdir}' has no eval set (its eval_files is "
                         'empty); pass --eval_files=GLOB') from None
+  except cli.UserError as e:  # E.g. its files are on the machine that trained it.
+    if FLAGS.eval_files is not None:
+      raise
+    raise cli.UserError(f"the run's eval set (config.json): {e}; or pass "
+                        '--eval_files=GLOB') from None
   note = _held_out_note(run.config, corpus)
   if note:
     print(f'note: {note}', flush=True)
@@ -79,8 +85,8 @@ def main(argv):
   held_out = corpus.source
   eval_set = (dict(eval_files=held_out['eval_files']) if 'eval_files' in held_out else
               dict(eval_tfds=f"{held_out['tfds_name']}:{held_out['tfds_split']}"))
-  cli.print_result(dict(step=step, workdir=FLAGS.workdir, **eval_set, **metrics,
-                        wall_time_sec=round(time.time() - start, 2)))
+  cli.print_result(dict(step=step, workdir=paths.absolute(FLAGS.workdir), **eval_set,
+                        **metrics, wall_time_sec=round(time.time() - start, 2)))
 
 
 def _held_out_note(config, corpus) -> str | None:

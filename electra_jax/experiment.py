@@ -24,7 +24,7 @@ from electra_jax.errors import UserError
 SHAPE_KEYS = ('model_size', 'embedding_size', 'hidden_size', 'num_layers', 'num_heads',
               'intermediate_size', 'generator_hidden_size', 'generator_layers', 'vocab_size',
               'max_position_embeddings', 'type_vocab_size', 'relative_attention_span', 'objective',
-              'tie')
+              'tie', 'uniform_generator')
 
 
 @dataclasses.dataclass
@@ -156,7 +156,15 @@ def check_resume_config(workdir: str, c) -> list[str]:
   changed = check_saved_config_matches(workdir, c)
   if not changed:
     return []
-  saved, current = saved_config.load(workdir).to_dict(), c.to_dict()
+  saved_c = saved_config.load(workdir)
+  saved, current = saved_c.to_dict(), c.to_dict()
+  was = optim.chain_steps(saved_c)
+  for key, _, adding, not_adding in optim.CHAIN_STEPS:
+    if key in changed and was[key] != optim.chain_steps(c)[key]:
+      raise UserError(f"workdir '{workdir}': {key} {saved[key]!r} -> {current[key]!r} "
+                      f"{'removes' if was[key] else 'adds'} a step of the optimizer, so its "
+                      f'saved state cannot be restored; resume with {key} '
+                      f'{adding if was[key] else not_adding}, or use a new --workdir')
   allowed = (set(HARMLESS_KEYS) | set(config_lib.split_keys(c.allow_config_change))
              | _derived_in_both(saved, current))
   refused = [k for k in changed if k not in allowed]

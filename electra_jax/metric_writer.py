@@ -156,6 +156,8 @@ class MetricWriter:
     # left out of TensorBoard, as are values that are not numbers.
     self._tb.add_scalars(step, {f'{prefix}/{key}': value for key, value in record.items()
                                 if isinstance(value, (int, float)) and math.isfinite(value)})
+    if name == 'eval_metrics':  # Rare; a resume reads the row back instead of evaluating
+      self.flush()              # again, so TensorBoard must have it too, killed or not.
 
   def flush(self):
     """Everything logged so far reaches the workdir (called before each checkpoint)."""

@@ -64,11 +64,23 @@ def make_optimizer(c) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """
   adamw_tx, schedule = objectives.get(c.objective).optimizer(c, adamw)
   tx = adamw_tx
-  if c.generator_lr_multiplier != 1.0:
+  scales_generator, clips = chain_steps(c).values()
+  if scales_generator:
     tx = optax.chain(adamw_tx, scale_generator_updates(c.generator_lr_multiplier))
-  if c.max_grad_norm > 0:
+  if clips:
     tx = optax.chain(optax.clip_by_global_norm(c.max_grad_norm), tx)
   return skip_if_nonfinite(tx), schedule
+
+
+# The optimizer's optional steps: (the key that adds one, whether a value does, the values
+# that do, those that do not). They shape its state: a resumed run keeps them (values may change).
+CHAIN_STEPS = (('generator_lr_multiplier', lambda v: v != 1.0, '!= 1.0', '1.0'),
+               ('max_grad_norm', lambda v: v > 0, '> 0', '0'))
+
+
+def chain_steps(c) -> dict[str, bool]:
+  """Which of CHAIN_STEPS config `c` adds, by key."""
+  return {key: adds(c[key]) for key, adds, _, _ in CHAIN_STEPS}
 
 
 def skip_if_nonfinite(

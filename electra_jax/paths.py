@@ -67,8 +67,8 @@ REMOTE_SCHEMES = ('gs', 'gcs')  # Cloud Storage, the one remote storage supporte
 
 
 def absolute(path) -> str:
-  """The canonical string of a path: a URL without its trailing '/' (its scheme lower-case, as
-  fsspec knows it: GS:// is gs://), or an absolute local path."""
+  """The canonical string of a path: a URL without its trailing '/' (its scheme as epath
+  knows it: GS:// and gcs:// are gs://), or an absolute local path."""
   path = str(path).strip()
   if is_remote(path):
     scheme, rest = path.split('://', 1)
@@ -77,8 +77,8 @@ def absolute(path) -> str:
       raise UserError(f"'{path}': {scheme}:// paths are not supported; use a local path or "
                       'gs://BUCKET/PATH (copy the files there or here first)')
     if not rest.split('/', 1)[0]:
-      raise UserError(f"'{path}' names no bucket; write {scheme}://BUCKET/PATH")
-    return f'{scheme}://{rest}'.rstrip('/')
+      raise UserError(f"'{path}' names no bucket; write gs://BUCKET/PATH")
+    return f'gs://{rest}'.rstrip('/')  # fsspec's other name, gcs://, epath does not know.
   broken = _BROKEN_URL.match(path)
   if broken:
     raise UserError(f"'{path}' is not a {broken[1]}:// URL (a slash is missing); write "

@@ -12,12 +12,14 @@ was added with), a key since removed is dropped, a renamed one is read under its
 """
 import copy
 import json
+import shlex
 
 import ml_collections
 
 from configs import base_config
 from configs.finetune import glue as finetune_config
 from electra_jax import atomic
+from electra_jax import checkpoint
 from electra_jax import config as config_lib
 from electra_jax import metric_writer
 from electra_jax import paths
@@ -95,15 +97,38 @@ def other_output(directory) -> str | None:
 
 
 def check_not_other_output(workdir):
-  """Refuses a --workdir to train or fine-tune in that holds another command's output: the run
-  would write its files among them."""
+  """Refuses a --workdir to train or fine-tune in that holds another command's output (the run
+  would write its files among them), or lies in a run's checkpoint step (that run's rotation
+  would delete it)."""
+  step = _step_holding(workdir)
+  if step:
+    raise UserError(f"--workdir '{paths.absolute(workdir)}' lies in checkpoint step {step[1]} "
+                    f"of the run in '{step[0]}', which deletes it with that step; pass a "
+                    '--workdir outside that run')
   holds = other_output(workdir) if paths.is_dir(workdir) else None
   if holds:
     raise UserError(f"--workdir '{paths.absolute(workdir)}' holds {holds}; pass a new --workdir")
 
 
+def _step_holding(directory) -> tuple[str, int] | None:
+  """(RUN, STEP) of the run's checkpoint step folder RUN/checkpoints/STEP that `directory` is
+  or lies in, else None."""
+  directory = paths.absolute(directory)
+  while True:
+    found = checkpoint.step_folder(directory)
+    if found and exists(found[0]):
+      return found
+    if paths.parent(directory) == directory:
+      return None
+    directory = paths.parent(directory)
+
+
 def _read(workdir, kind: str, command: str) -> dict:
   target = path(workdir)
+  step = checkpoint.step_folder(workdir) if kind == 'training' else None
+  if step and exists(step[0]):
+    raise UserError(f"'{paths.absolute(workdir)}' is checkpoint step {step[1]} of the run in "
+                    f"'{step[0]}'; pass --workdir={shlex.quote(step[0])} --step={step[1]}")
   if not paths.is_dir(workdir):
     state = 'is a file' if paths.exists(workdir) else 'does not exist'
     raise UserError(f"'{paths.absolute(workdir)}' {state}; pass a {kind} workdir (python -m "

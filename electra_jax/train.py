@@ -7,6 +7,7 @@ Re-running the same command on the same workdir resumes from the latest checkpoi
 WORKDIR/{config.json, metrics.jsonl, eval_metrics.jsonl, checkpoints/, tensorboard/}; the
 last stdout line is a JSON summary of the run.
 """
+import shlex
 import sys
 import time
 
@@ -188,6 +189,11 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
       say(f'note: {note}', flush=True)
   # A new run's state is initialised below, while its first train call compiles.
   step = 0 if state is None else int(jax.device_get(state.step))
+  if step > c.num_train_steps:  # Before config.json would say so beside the checkpoint.
+    raise cli.UserError(f'the run in {workdir} is at step {step}, past --config.num_train_steps='
+                        f'{c.num_train_steps}: a run cannot be shortened; pass at least {step}, '
+                        f'or start a new --workdir with --config.init_from='
+                        f'{shlex.quote(ckpt.step_path(step))}')
   first_position = _data_position(loop_state, step, c)
   data_order = _data_order(latest is not None, loop_state)
   data_size = _data_size(examples)
@@ -506,6 +512,9 @@ def main(argv):
     raise cli.UserError('--workdir is required to train; pass --workdir=DIR (only --dry_run '
                         'runs without one)')
   overridden = set(config_flags.get_override_values(FLAGS['config']))
+  if not FLAGS.topology:  # Before anything starts JAX (init_from reading a checkpoint does).
+    mode = distributed.initialize_from(FLAGS)
+    cpu_devices.configure_for(FLAGS.config, FLAGS.cpu_devices, single_process=mode == 'single')
   if FLAGS.dry_run:  # Plans the shapes the run would train: init_from's, or its workdir's.
     start = init_from.prepare(FLAGS.config, FLAGS.workdir, overridden)
     config = start.config
@@ -515,8 +524,6 @@ def main(argv):
   if FLAGS.topology:
     cli.print_result(tpu_plan.run(config, FLAGS.topology, *_sweep_grid()))
     return
-  mode = distributed.initialize_from(FLAGS)
-  cpu_devices.configure_for(FLAGS.config, FLAGS.cpu_devices, single_process=mode == 'single')
   if FLAGS.dry_run:
     plan = dry_run.plan(experiment_lib.Experiment.create(config, read_vocab=False))
     if jax.process_index() == 0:

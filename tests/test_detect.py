@@ -185,10 +185,11 @@ def test_electric_reads_the_nce_logit_its_training_step_computes():
 
 def test_the_command_prints_a_table_per_text_and_their_tokens_in_json(workdir):
   _, tokenizer, objective, params = built(workdir)
-  proc = run_cli('electra_jax.detect', f'--workdir={workdir}', *[f'--text={t}' for t in TEXTS],
+  proc = run_cli('electra_jax.detect', f'--workdir={workdir}/', *[f'--text={t}' for t in TEXTS],
                  '--sample', '--seed=7')
   result = last_json(proc.stdout)
   assert (result['step'], result['sample'], result['seed']) == (3, True, 7)
+  assert result['workdir'] == str(workdir)  # As found: no trailing '/'.
   batch, _ = detect.texts_batch(tokenizer, TEXTS, 32)
   out = jax.device_get(detect.discriminate(objective, params, batch, jax.random.key(7)))
   for i, (text, record) in enumerate(zip(TEXTS, result['texts'])):

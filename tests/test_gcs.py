@@ -359,6 +359,11 @@ def test_folder_markers_are_no_entries_and_odd_output_names_are_refused(gcs, tmp
   assert paths.listdir(f'GS://{gcs_emulator.BUCKET}/markers/ds') == ['b.txt', 'sub']
   upper = f'GS://{gcs_emulator.BUCKET}/markers/ds'
   assert paths.glob(f'{upper}/*.txt') == [f'{BUCKET}/markers/ds/b.txt']
+  # fsspec's other name for the scheme, which epath does not know (a KeyError).
+  assert paths.absolute(f'gcs://{gcs_emulator.BUCKET}/x/') == f'{BUCKET}/x'
+  assert paths.listdir(f'gcs://{gcs_emulator.BUCKET}/markers/ds') == ['b.txt', 'sub']
+  assert paths.glob(f'gcs://{gcs_emulator.BUCKET}/markers/ds/*.txt') == [
+      f'{BUCKET}/markers/ds/b.txt']
   # Walks up from a path stop at the bucket (a model at its root is an init_checkpoint).
   assert paths.parent(paths.parent(f'{BUCKET}/x')) == BUCKET and paths.is_dir(BUCKET)
 

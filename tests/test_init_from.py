@@ -821,6 +821,15 @@ def test_extend_vocab_file_adds_multi_word_pieces_to_a_model_trained_across_word
   assert extended.encode('the cat dog', out_type=str)[-1] == '▁cat▁dog'
 
 
+def test_dry_run_from_a_workdir_sets_up_the_devices_before_reading_its_checkpoint(cache_dir,
+                                                                                step0):
+  """Reading a workdir's checkpoint starts JAX: --cpu_devices (and the process group) come
+  first, as in the run the plan describes."""
+  proc = run(cache_dir, ['--config=configs/demo.py', f'--config.init_from={step0["workdir"]}',
+                         '--config.max_seq_length=32', '--cpu_devices=2', '--dry_run'])
+  assert last_json(proc.stdout)['num_devices'] == 2
+
+
 def test_dry_run_plans_the_source_shapes_and_writes_nothing(tmp_path, cache_dir, pair):
   """demo.py is 2 x 128 wide; the pair is 2 x 32 with 600 tokens: the plan counts the pair's."""
   workdir = tmp_path / 'never_written'

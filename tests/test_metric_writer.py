@@ -111,6 +111,29 @@ def test_a_resumed_run_has_tensorboard_drop_the_steps_it_logs_again(tmp_path, mo
                      for step in range(1, 9)], attempt
 
 
+_KILLED_AFTER_AN_EVALUATION = """
+import os, sys
+from electra_jax import metric_writer
+writer = metric_writer.MetricWriter(sys.argv[1], resume_step=0)
+writer.write('metrics', 4, {'loss': 4.0})
+writer.flush()  # As train's save() before the checkpoint of step 4.
+writer.write('eval_metrics', 4, {'loss': 3.0})  # The evaluation after it.
+writer.write('metrics', 6, {'loss': 6.0})
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_an_evaluation_reaches_tensorboard_before_a_kill(tmp_path):
+  """A resume from step 4 reads the evaluation's row back from eval_metrics.jsonl instead of
+  evaluating again: TensorBoard must have it too, or it never shows eval/* at that step."""
+  proc = subprocess.run([sys.executable, '-c', _KILLED_AFTER_AN_EVALUATION, str(tmp_path)],
+                        cwd=REPO_ROOT, env=dict(os.environ, PYTHONPATH=REPO_ROOT),
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == -9, proc.stderr[-3000:]
+  assert metric_writer.record_at(str(tmp_path), 'eval_metrics', 4) == {'loss': 3.0}
+  assert ('eval/loss', 4, 3.0) in read_scalars(tmp_path / 'tensorboard')
+
+
 _FILL = """
 import sys
 from electra_jax import atomic, metric_writer

@@ -639,6 +639,36 @@ def test_resume_accepts_harmless_and_allowed_changes_and_refuses_others(tmp_path
     changed(allow_config_change='learning_rat')
 
 
+@pytest.mark.parametrize('key, saved_value, kept, refused, message', [
+    ('max_grad_norm', 1.0, 0.5, 0.0, 'max_grad_norm 1.0 -> 0.0 removes a step of the '
+     'optimizer, so its saved state cannot be restored; resume with max_grad_norm > 0, or use a '
+     'new --workdir'),
+    ('max_grad_norm', 0.0, 0.0, 1.0, 'max_grad_norm 0.0 -> 1.0 adds a step of the optimizer, '
+     'so its saved state cannot be restored; resume with max_grad_norm 0, or'),
+    ('generator_lr_multiplier', 2.0, 0.5, 1.0, 'generator_lr_multiplier 2.0 -> 1.0 removes a '
+     'step of the optimizer, so its saved state cannot be restored; resume with '
+     'generator_lr_multiplier != 1.0, or'),
+    ('uniform_generator', False, False, True, 'holds a model with different shapes '
+     '(uniform_generator: False -> True)')])
+def test_resume_refuses_allowed_changes_that_change_the_saved_states_layout(
+    tmp_path, key, saved_value, kept, refused, message):
+  """Such a change would be accepted, and then no checkpoint could be restored; other values
+  of the key (the same layout) resume."""
+  workdir = str(tmp_path)
+  run = lambda value, **kw: config_lib.resolve(tiny_config(**{key: value}, **kw))
+  saved_config.write(workdir, run(saved_value))
+  os.makedirs(os.path.join(workdir, 'checkpoints', '3'))
+  layout = lambda c: jax.tree.structure(
+      experiment.Experiment.create(c, read_vocab=False).abstract_state())
+  assert layout(run(refused)) != layout(run(saved_value))
+  with pytest.raises(UserError, match=re.escape(message)):
+    experiment.check_resume_config(workdir, run(refused, allow_config_change=key))
+  if kept != saved_value:
+    assert layout(run(kept)) == layout(run(saved_value))
+    assert experiment.check_resume_config(workdir, run(kept, allow_config_change=key)) == [
+        'allow_config_change', key]
+
+
 def test_disk_check_refuses_a_workdir_without_room_for_two_checkpoints(tmp_path, monkeypatch):
   state = {'w': jax.ShapeDtypeStruct((1024, 1024), np.float32)}  # 4 MiB
   assert checkpoint.size_bytes(state) == 4 * 2**20

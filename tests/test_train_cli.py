@@ -552,6 +552,17 @@ def test_evaluate_names_its_own_flags_where_the_run_has_no_eval_set(trained, tmp
   assert (proc.returncode, proc.stderr.strip().splitlines()) == (2, [
       'error: --config.text_key overrides a key of a config file: pass the file too, '
       '--config=FILE'])
+  # Its eval files on the machine that trained it: named as the run's, with the flag to pass.
+  (workdir / 'config.json').write_text(json.dumps(dict(saved, eval_files='/old/eval/*.txt')))
+  proc = run_cli('electra_jax.evaluate', f'--workdir={workdir}', check=False)
+  assert (proc.returncode, proc.stderr.strip().splitlines()) == (2, [
+      "error: the run's eval set (config.json): no files match '/old/eval/*.txt'; fix the glob "
+      '(relative paths are tried from the current directory, then the repository root); or '
+      'pass --eval_files=GLOB'])
+  # The JSON line names the workdir as found (given relative to the current directory here).
+  proc = run_cli('electra_jax.evaluate', f'--workdir={os.path.relpath(workdir, REPO_ROOT)}',
+                 f'--eval_files={saved["eval_files"]}', '--num_batches=1')
+  assert last_json(proc.stdout)['workdir'] == str(workdir)
 
 
 def test_the_json_line_makes_every_nan_or_inf_null_inside_lists_and_dicts_too():
@@ -687,6 +698,15 @@ def test_a_finished_run_re_run_keeps_one_final_evaluation_and_reports_it(tmp_pat
   assert final_row['step'] == 3 and final_row['loss'] == first['loss']
   assert {k: again[k] for k in final_row if k != 'step'} == {
       k: v for k, v in final_row.items() if k != 'step'}
+  # Shortened below its step, it is refused before config.json would say 2 beside step 3.
+  saved = saved_config.load(workdir)
+  with pytest.raises(UserError, match=re.escape(
+      f'the run in {workdir} is at step 3, past --config.num_train_steps=2: a run cannot be '
+      f'shortened; pass at least 3, or start a new --workdir with --config.init_from={workdir}/'
+      'checkpoints/3')):
+    train.train_and_evaluate(tiny_config(**dict(config, num_train_steps=2,
+                                                allow_config_change='num_train_steps')), workdir)
+  assert saved_config.load(workdir) == saved
 
 
 def test_a_resume_at_a_longer_sequence_length_goes_on_at_the_new_length(tmp_path, small_corpus):
@@ -933,6 +953,30 @@ def test_a_new_run_refuses_a_workdir_holding_files_it_would_write_over(tmp_path,
     saved_config.check_trains_in(str(workdir), config)
   saved_config.write(str(workdir), config)  # A run's workdir: it resumes there.
   saved_config.check_trains_in(str(workdir), config)
+
+
+def test_a_runs_checkpoint_step_is_no_workdir_to_train_fine_tune_or_read(tmp_path):
+  """A run written in RUN/checkpoints/8 goes when RUN's rotation deletes step 8; evaluate,
+  detect and export read that step with --workdir=RUN --step=8."""
+  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import progress
+  from tests.conftest import tiny_config
+  config = tiny_config()
+  run = tmp_path / 'run'
+  step = run / 'checkpoints' / '8'
+  step.mkdir(parents=True)
+  saved_config.write(str(run), config)
+  for workdir in (step, step / 'new_run'):
+    refused = (f"--workdir '{workdir}' lies in checkpoint step 8 of the run in '{run}', which "
+               'deletes it with that step; pass a --workdir outside that run')
+    with pytest.raises(UserError, match=re.escape(refused)):
+      saved_config.check_trains_in(str(workdir), config)
+    with pytest.raises(UserError, match=re.escape(refused)):
+      progress.open_workdir(str(workdir), config)
+  with pytest.raises(UserError, match=re.escape(
+      f"'{step}' is checkpoint step 8 of the run in '{run}'; pass --workdir={run} --step=8")):
+    saved_config.load(str(step))
+  saved_config.check_trains_in(str(tmp_path / 'other' / 'checkpoints' / '8'), config)  # No run.
 
 
 def test_a_folder_of_prepared_data_or_a_comparison_is_no_workdir_and_is_left_as_it_was(
