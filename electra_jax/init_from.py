@@ -218,9 +218,8 @@ def open_source(config, overridden=()) -> Source:
   path = paths.absolute(init_from)
   if hf_files.is_hf_dir(path):
     return _transformers_source(path, init_generator_from)
-  step_folder = checkpoint.step_folder(path)
-  workdir, step = (step_folder if step_folder and saved_config.exists(step_folder[0]) else
-                   (path, None) if saved_config.exists(path) else (None, None))
+  workdir, step = (saved_config.run_step(path) or
+                   ((path, None) if saved_config.exists(path) else (None, None)))
   if workdir is not None:
     if init_generator_from:
       raise UserError(f"config.init_generator_from is for a transformers init_from; "

@@ -64,10 +64,10 @@ def make_optimizer(c) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """
   adamw_tx, schedule = objectives.get(c.objective).optimizer(c, adamw)
   tx = adamw_tx
-  scales_generator, clips = chain_steps(c).values()
-  if scales_generator:
+  adds = chain_steps(c)
+  if adds['generator_lr_multiplier']:
     tx = optax.chain(adamw_tx, scale_generator_updates(c.generator_lr_multiplier))
-  if clips:
+  if adds['max_grad_norm']:
     tx = optax.chain(optax.clip_by_global_norm(c.max_grad_norm), tx)
   return skip_if_nonfinite(tx), schedule
 

@@ -110,13 +110,19 @@ def check_not_other_output(workdir):
     raise UserError(f"--workdir '{paths.absolute(workdir)}' holds {holds}; pass a new --workdir")
 
 
+def run_step(path) -> tuple[str, int] | None:
+  """(RUN, STEP) when `path` is RUN/checkpoints/STEP of a run (RUN holds config.json), else
+  None."""
+  found = checkpoint.step_folder(path)
+  return found if found and exists(found[0]) else None
+
+
 def _step_holding(directory) -> tuple[str, int] | None:
-  """(RUN, STEP) of the run's checkpoint step folder RUN/checkpoints/STEP that `directory` is
-  or lies in, else None."""
+  """run_step of `directory` or of the nearest folder above it that is one, else None."""
   directory = paths.absolute(directory)
   while True:
-    found = checkpoint.step_folder(directory)
-    if found and exists(found[0]):
+    found = run_step(directory)
+    if found:
       return found
     if paths.parent(directory) == directory:
       return None
@@ -125,8 +131,8 @@ def _step_holding(directory) -> tuple[str, int] | None:
 
 def _read(workdir, kind: str, command: str) -> dict:
   target = path(workdir)
-  step = checkpoint.step_folder(workdir) if kind == 'training' else None
-  if step and exists(step[0]):
+  step = run_step(workdir) if kind == 'training' else None
+  if step:
     raise UserError(f"'{paths.absolute(workdir)}' is checkpoint step {step[1]} of the run in "
                     f"'{step[0]}'; pass --workdir={shlex.quote(step[0])} --step={step[1]}")
   if not paths.is_dir(workdir):

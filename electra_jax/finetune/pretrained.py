@@ -47,11 +47,11 @@ def _directory(init_checkpoint: str) -> str:
     raise UserError(f"config.init_checkpoint='{init_checkpoint}' is not a directory; pass a "
                     'pretraining workdir, a transformers ELECTRA directory or an official '
                     'checkpoint (its directory or PREFIX)')
-  step_folder = checkpoint.step_folder(path)
-  if step_folder and saved_config.exists(step_folder[0]):  # train's init_from takes one.
+  step = saved_config.run_step(path)
+  if step:  # train's init_from takes one.
     raise UserError(f"config.init_checkpoint='{init_checkpoint}' is a checkpoint step; pass "
-                    f'its run and the step: --config.init_checkpoint={step_folder[0]} '
-                    f'--config.init_step={step_folder[1]}')
+                    f'its run and the step: --config.init_checkpoint={step[0]} '
+                    f'--config.init_step={step[1]}')
   return path
 
 
