@@ -15,9 +15,10 @@ def eval_batches(c, tokenizer, mesh, num_batches=None, corpus=None):
   `corpus`: the eval set (sources.open_corpus), if opened already. On devices that do not
   divide eval_batch_size (evaluate on another machine), all-zero rows after the examples fill
   each batch up to a multiple: the examples keep their rows, so their masks and metrics."""
+  rows_per_batch = parallel.fill_up_to_devices(c.eval_batch_size, mesh)
   batches = pipeline.make_eval_iterator(
-      c, tokenizer, jax.process_index(), jax.process_count(), num_batches=num_batches or None,
-      corpus=corpus, rows_per_batch=parallel.fill_up_to_devices(c.eval_batch_size, mesh))
+      c, tokenizer, parallel.process_rows(mesh, rows_per_batch), num_batches=num_batches or None,
+      corpus=corpus, rows_per_batch=rows_per_batch)
   for local_batch in batches:
     yield parallel.global_batch(local_batch, mesh)
 

@@ -2,9 +2,9 @@
 
 The mesh spans all devices of all processes: ('data',) by default, or ('data', 'fsdp') when
 config.fsdp_axis_size > 1, which also splits parameters and optimizer state over 'fsdp'. The
-batch is sharded over every mesh axis. Each process builds only its own slice of the global
-batch; `global_batch` stitches the slices into one global array, so the same code runs on 1 CPU,
-8 GPUs or a TPU pod.
+batch is sharded over every mesh axis. Each process builds only the rows of the global batch its
+devices hold (`process_rows`); `global_batch` stitches them into one global array, so the same
+code, and the same row for each example, runs on 1 CPU, 8 GPUs or a TPU pod.
 """
 from typing import Mapping
 
@@ -102,10 +102,22 @@ def check_batch_divides(global_batch: int, mesh: Mesh, name: str, grad_accum_ste
                     f'multiple of {multiple}')
 
 
+def process_rows(mesh: Mesh, batch_size: int, process_index: int | None = None) -> np.ndarray:
+  """The rows of a global batch of `batch_size` that a process's devices hold (default: this
+  process), ascending: the order global_batch places its local rows in. Not one block on a
+  TPU slice, where jax.make_mesh interleaves the hosts' devices along the data axis."""
+  process_index = jax.process_index() if process_index is None else process_index
+  held = batch_sharding(mesh).devices_indices_map((batch_size,))
+  return np.array(sorted({row for device, (rows,) in held.items()
+                          if device.process_index == process_index
+                          for row in range(*rows.indices(batch_size)[:2])}), np.int64)
+
+
 def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh,
                  steps_axis: bool = False) -> dict:
   """Host-local numpy slices -> global jax.Arrays sharded over the batch axes (`steps_axis`:
-  batches of several steps stacked on a leading axis, as batch_sharding)."""
+  batches of several steps stacked on a leading axis, as batch_sharding). The local rows are
+  the global rows process_rows names, in its order."""
   sharding = batch_sharding(mesh, steps_axis)
   num_local = len(mesh.local_devices)
   out = {}

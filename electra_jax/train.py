@@ -165,8 +165,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
     # Every evaluation reads the same examples: read once now, a bad file or line among them
     # fails before training, not at the first evaluation (which also cost the checkpoint due at
     # its step).
-    for _ in pipeline.make_eval_iterator(c, exp.tokenizer, jax.process_index(),
-                                         jax.process_count(), c.num_eval_steps, eval_corpus):
+    for _ in pipeline.make_eval_iterator(c, exp.tokenizer, None, c.num_eval_steps, eval_corpus):
       pass
     note = sources.held_out_note(examples.source, eval_corpus)
     if note:
@@ -206,8 +205,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   # --stop_after_steps ends a call at its step, whatever steps_per_execution says.
   stop_at = None if stop_after_steps is None else step + stop_after_steps
   train_iter = prefetch.to_mesh(prefetch.StepChunks(pipeline.make_train_iterator(
-      c, exp.tokenizer, jax.process_index(), jax.process_count(), first_position, examples,
-      data_order),
+      c, exp.tokenizer, parallel.process_rows(mesh, c.train_batch_size), first_position,
+      examples, data_order),
       step, c.steps_per_execution, boundaries, stop_at), mesh, steps_axis=True)
   # Stop the prefetch thread before exiting: one still placing arrays on devices while the
   # interpreter shuts down can abort the process.

@@ -4,7 +4,9 @@
 
 SPEC keys: fsdp, accum (grad_accum_steps), steps, save (checkpoint dir: save after step
 `save_step`), restore (checkpoint dir: afterwards restore `save_step` onto this topology and run
-the following steps again), process ([coordinator, num_processes, process_id] or null). Prints
+the following steps again), process ([coordinator, num_processes, process_id] or null),
+interleave (the processes' devices alternate along the mesh, as jax.make_mesh lays out the
+hosts of a TPU slice). Prints
 one JSON line: per-step losses, and fingerprints (per-leaf sum and sum of squares) of states.
 """
 import json
@@ -35,7 +37,11 @@ c = config_lib.resolve(tiny_config(train_batch_size=16, num_layers=1, dropout_ra
 model = model_lib.Electra(model_lib.ModelConfig.from_config(c))
 objective = objectives.build(model, c, (0, 2, 3, 4), 4)
 tx, _ = optim.make_optimizer(c)
-mesh = parallel.make_mesh(fsdp_axis_size=c.fsdp_axis_size)
+devices = jax.devices()
+if spec.get('interleave'):
+  by_process = [[d for d in devices if d.process_index == p] for p in range(jax.process_count())]
+  devices = [d for same_place in zip(*by_process) for d in same_place]
+mesh = parallel.make_mesh(devices, fsdp_axis_size=c.fsdp_axis_size)
 parallel.check_batch_divides(c.train_batch_size, mesh, 'config.train_batch_size',
                              c.grad_accum_steps)
 abstract = ts.abstract_state(mesh, model, tx, c.max_seq_length, c.max_predictions_per_seq)
@@ -53,9 +59,8 @@ def fingerprint(state):
 
 def batch_for(step):
   """This process's rows of the global toy batch of `step`."""
-  rows = c.train_batch_size // jax.process_count()
-  lo = jax.process_index() * rows
-  local = {k: np.asarray(v)[lo:lo + rows] for k, v in toy_batch(c, seed=step).items()}
+  rows = parallel.process_rows(mesh, c.train_batch_size)
+  local = {k: np.asarray(v)[rows] for k, v in toy_batch(c, seed=step).items()}
   return parallel.global_batch(local, mesh)
 
 
@@ -73,7 +78,8 @@ def train(state, first_step, losses, save=None):
 
 base_rng = jax.random.key(1)
 out = dict(devices=jax.device_count(), processes=jax.process_count(),
-           mesh=dict(mesh.shape), losses={})
+           mesh=dict(mesh.shape), mesh_processes=[d.process_index for d in mesh.devices.flat],
+           losses={})
 state = ts.init_state(mesh, jax.random.key(0), model, tx, c.max_seq_length,
                       c.max_predictions_per_seq)
 state = train(state, 0, out['losses'], spec.get('save'))

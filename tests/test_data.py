@@ -677,21 +677,39 @@ def row_keys(batch):
   return [tuple(r) for r in np.concatenate([batch[n] for n in pipeline.FEATURES], axis=1)]
 
 
+def host_rows(batch_size: int, process_count: int) -> dict[str, np.ndarray]:
+  """Each host's rows of a global batch (parallel.process_rows): one block per host, or
+  interleaved, as jax.make_mesh lays out a TPU slice's hosts along the data axis."""
+  rows = np.arange(batch_size)
+  return {'blocks': rows.reshape(process_count, -1),
+          'interleaved': rows.reshape(-1, process_count).T}
+
+
+def place(host_batches, rows_of_hosts) -> np.ndarray:
+  """The global batch made of each host's batch at its rows (as parallel.global_batch)."""
+  merged = np.zeros((sum(map(len, rows_of_hosts)),) + host_batches[0].shape[1:],
+                    host_batches[0].dtype)
+  for batch, rows in zip(host_batches, rows_of_hosts):
+    merged[rows] = batch
+  return merged
+
+
+@pytest.mark.parametrize('layout', ['blocks', 'interleaved'])
 @pytest.mark.parametrize('process_count', [2, 4])
-def test_host_batches_concatenated_in_host_order_equal_the_single_host_batch(
-    corpus, tiny_tokenizer, process_count):
+def test_host_batches_placed_at_their_rows_equal_the_single_host_batch(
+    corpus, tiny_tokenizer, process_count, layout):
   config = make_config(corpus)
   num_examples = len(build_examples(config.train_files, tiny_tokenizer, SEQ,
                                     config.short_seq_prob, config.seed)['input_ids'])
   steps = 12
   assert num_examples < steps * config.train_batch_size / 2  # Crosses epoch boundaries.
   single = take(pipeline.make_train_iterator(config, tiny_tokenizer), steps)
-  hosts = [take(pipeline.make_train_iterator(config, tiny_tokenizer, h, process_count), steps)
-           for h in range(process_count)]
+  rows = host_rows(config.train_batch_size, process_count)[layout]
+  hosts = [take(pipeline.make_train_iterator(config, tiny_tokenizer, r), steps) for r in rows]
   for step in range(steps):
     for name in pipeline.FEATURES:
       assert all(host[step][name].shape == (8 // process_count, SEQ) for host in hosts)
-      merged = np.concatenate([host[step][name] for host in hosts])
+      merged = place([host[step][name] for host in hosts], rows)
       np.testing.assert_array_equal(merged, single[step][name])
 
 
@@ -753,13 +771,6 @@ def test_train_iterator_resumes_from_a_global_position(corpus, tiny_tokenizer):
     np.testing.assert_array_equal(shifted[name][4:], expected[1][name][:4])
 
 
-def test_batch_not_divisible_by_process_count_is_a_user_error(corpus, tiny_tokenizer):
-  with pytest.raises(UserError, match=r'train_batch_size=8 .*multiple of 3'):
-    pipeline.make_train_iterator(make_config(corpus), tiny_tokenizer, 0, 3)
-  with pytest.raises(UserError, match=r'eval_batch_size=8 .*multiple of 3'):
-    pipeline.make_eval_iterator(make_config(corpus), tiny_tokenizer, 0, 3)
-
-
 # --- Eval iterator ------------------------------------------------------------------------
 
 
@@ -806,14 +817,18 @@ def test_eval_iterator_respects_num_batches_and_matches_the_full_run(eval_config
   assert (other[0]['input_ids'] != full[0]['input_ids']).any()
 
 
-def test_eval_host_slices_concatenate_to_the_single_host_batch(eval_config, tiny_tokenizer):
+@pytest.mark.parametrize('layout', ['blocks', 'interleaved'])
+def test_eval_host_batches_placed_at_their_rows_equal_the_single_host_batch(
+    eval_config, tiny_tokenizer, layout):
   config, _ = eval_config
   single = list(pipeline.make_eval_iterator(config, tiny_tokenizer))
-  hosts = [list(pipeline.make_eval_iterator(config, tiny_tokenizer, h, 2)) for h in range(2)]
+  rows = host_rows(config.eval_batch_size, 2)[layout]
+  hosts = [list(pipeline.make_eval_iterator(config, tiny_tokenizer, r)) for r in rows]
   assert len(hosts[0]) == len(hosts[1]) == len(single)
   for step, batch in enumerate(single):
-    merged = np.concatenate([hosts[0][step]['input_ids'], hosts[1][step]['input_ids']])
-    np.testing.assert_array_equal(merged, batch['input_ids'])
+    for name in pipeline.FEATURES:
+      merged = place([host[step][name] for host in hosts], rows)
+      np.testing.assert_array_equal(merged, batch[name])
 
 
 def test_token_frequencies_count_real_non_special_eval_tokens(eval_config, tiny_tokenizer):

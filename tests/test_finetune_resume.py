@@ -75,8 +75,8 @@ def _kill_in_train_batches(monkeypatch):
   """Seed 1, epoch 2, before its 4th batch: steps 5-7 trained, the save of step 6 the last."""
   original = loop.train_batches
 
-  def batches(features, batch_size, seed, epoch):
-    for i, batch in enumerate(original(features, batch_size, seed, epoch)):
+  def batches(features, batch_size, seed, epoch, mesh):
+    for i, batch in enumerate(original(features, batch_size, seed, epoch, mesh)):
       if (seed, epoch, i) == (1, 2, 3):
         raise Killed
       yield batch

@@ -167,7 +167,8 @@ def test_two_hosts_read_disjoint_rows_that_make_up_the_single_host_batch(corpus,
                                                                          tokenizer, source):
   config = config_for(corpus, train_data_dir=prepared[0] if source == 'prepared' else '')
   single = take(pipeline.make_train_iterator(config, tokenizer), 5)
-  hosts = [take(pipeline.make_train_iterator(config, tokenizer, h, 2), 5) for h in range(2)]
+  hosts = [take(pipeline.make_train_iterator(config, tokenizer, rows), 5)
+           for rows in np.arange(8).reshape(2, 4)]
   for step in range(5):
     for name in pipeline.FEATURES:
       assert hosts[0][step][name].shape == (4, SEQ)
@@ -194,8 +195,8 @@ def test_a_global_position_resumes_on_any_process_count_past_prefetched_batches(
                              mesh)
   assert_batches_equal(uninterrupted, first + take(resumed, 3))
   resumed.close()
-  hosts = [take(pipeline.make_train_iterator(config, tokenizer, h, 2, start=position), 3)
-           for h in range(2)]
+  hosts = [take(pipeline.make_train_iterator(config, tokenizer, rows, start=position), 3)
+           for rows in np.arange(8).reshape(2, 4)]
   merged = [{k: np.concatenate([a[k], b[k]]) for k in a} for a, b in zip(*hosts)]
   assert_batches_equal(uninterrupted[5:], merged)
 
@@ -475,7 +476,7 @@ def test_a_checkpoint_keeps_its_data_order_and_an_unversioned_one_resumes_in_the
                       progress_bar=False)
   versions, make = [], pipeline.make_train_iterator
   monkeypatch.setattr(pipeline, 'make_train_iterator',
-                      lambda *args: versions.append(args[6]) or make(*args))
+                      lambda *args: versions.append(args[5]) or make(*args))
   run = str(tmp_path / 'run')
   train.train_and_evaluate(config, run, stop_after_steps=1)
   metadata = tmp_path / 'run' / 'checkpoints' / '1' / 'loop' / 'metadata'

@@ -60,8 +60,10 @@ def runs(tmp_path_factory):
   procs = {
       'one': start(dict(spec, restore=ckpt), 1),
       'accum1': start(dict(spec, accum=4), 1),
-      'proc0': start(dict(spec, accum=2, restore=ckpt, process=[f'localhost:{port}', 2, 0]), 4),
-      'proc1': start(dict(spec, accum=2, restore=ckpt, process=[f'localhost:{port}', 2, 1]), 4),
+      'proc0': start(dict(spec, accum=2, restore=ckpt, interleave=True,
+                          process=[f'localhost:{port}', 2, 0]), 4),
+      'proc1': start(dict(spec, accum=2, restore=ckpt, interleave=True,
+                          process=[f'localhost:{port}', 2, 1]), 4),
   }
   out.update({name: finish(p) for name, p in procs.items()})
   return out
@@ -79,6 +81,8 @@ def test_runs_used_the_intended_topologies(runs):
   assert (runs['fsdp8']['devices'], runs['one']['devices']) == (8, 1)
   assert (runs['proc0']['devices'], runs['proc0']['processes']) == (8, 2)
   assert runs['proc0']['mesh'] == {'data': 8}
+  # As on a TPU slice: each process's rows of the batch are not one block.
+  assert runs['proc0']['mesh_processes'] == [0, 1] * 4
 
 
 @pytest.mark.parametrize('name', ['fsdp8', 'accum1', 'proc0', 'proc1'])

@@ -7,6 +7,7 @@ import dataclasses
 import importlib.util
 import os
 
+import numpy as np
 import pytest
 
 from electra_jax import chips
@@ -79,6 +80,27 @@ def test_every_fsdp_axis_dividing_a_4x4x4_slice_gets_a_mesh(libtpu):
     mesh = parallel.make_mesh(devices, size)
     assert dict(mesh.shape) == {'data': 64 // size, 'fsdp': size}
     assert sorted(d.id for d in mesh.devices.flat) == sorted(d.id for d in devices)
+
+
+@pytest.mark.parametrize('name, fsdp', [('v4-32', 1), ('v5litepod-16', 1), ('v4-128', 8)])
+def test_a_slices_hosts_read_the_rows_their_devices_hold_which_are_no_blocks(libtpu, name,
+                                                                              fsdp):
+  """jax.make_mesh interleaves a slice's hosts along the batch: each host's data pipeline reads
+  process_rows, every row once over the hosts, not host h's block of rows."""
+  del libtpu
+  from electra_jax import parallel  # pylint: disable=import-outside-toplevel
+  chip, libtpu_name = topology.parse(name)
+  mesh = parallel.make_mesh(topology.devices(chip, libtpu_name), fsdp)
+  batch = 4 * mesh.devices.size
+  hosts = sorted({d.process_index for d in mesh.devices.flat})
+  rows = [parallel.process_rows(mesh, batch, h) for h in hosts]
+  np.testing.assert_array_equal(np.sort(np.concatenate(rows)), np.arange(batch))
+  held = parallel.batch_sharding(mesh).devices_indices_map((batch,))
+  for h, host_rows in zip(hosts, rows):
+    starts = sorted(s.start for d, (s,) in held.items() if d.process_index == h)
+    assert set(starts) <= set(host_rows.tolist())
+  blocks = np.arange(batch).reshape(len(hosts), -1)
+  assert any((r != b).any() for r, b in zip(rows, blocks))
 
 
 @pytest.mark.parametrize('name, message', [

@@ -166,46 +166,34 @@ def _pack_train_corpus(corpus: sources.Corpus, tokenizer, config) -> dict[str, n
   return _to_arrays(examples, config.max_seq_length)
 
 
-def _local_batch_size(config, key: str, process_index: int, process_count: int) -> int:
-  global_batch = config[key]
-  if not 0 <= process_index < process_count:
-    raise UserError(f'process_index={process_index} is outside [0, {process_count}); check '
-                    'the multi-host launch')
-  if global_batch <= 0 or global_batch % process_count:
-    raise UserError(f'config.{key}={global_batch} is not a positive multiple of the '
-                    f'{process_count} processes; set --config.{key} to a multiple of '
-                    f'{process_count}')
-  return global_batch // process_count
-
-
 class HostRowsMapDataset(grain.MapDataset):
-  """One host's contiguous rows of each global batch of the parent stream, from `start`.
+  """One host's rows of each global batch of the parent stream, from `start`.
 
-  Element i of host h is parent element start + s*B + h*Bl + j (s = i // Bl, j = i % Bl), so
-  the hosts' batches concatenated in host order are exactly the single-host global batch, and
-  a run resumed at global position `start` (examples consumed) reads on from there with any
-  number of hosts.
+  Element i of a host reading rows R (ascending, parallel.process_rows) is parent element
+  start + s*B + R[j] (s = i // len(R), j = i % len(R)), so every example keeps its row of the
+  single-host global batch on any topology, and a run resumed at global position `start`
+  (examples consumed) reads on from there with any number of hosts.
   """
 
-  def __init__(self, parent: grain.MapDataset, global_batch: int, process_index: int,
-               process_count: int, start: int = 0):
+  def __init__(self, parent: grain.MapDataset, global_batch: int, rows: np.ndarray,
+               start: int = 0):
     super().__init__(parent)
     self._global_batch = global_batch
-    self._local_batch = global_batch // process_count
-    self._offset = start + process_index * self._local_batch
+    self._rows = np.asarray(rows)
+    self._start = start
 
   def __len__(self) -> int:
-    return (len(self._parent) - self._offset) // self._global_batch * self._local_batch
+    return (len(self._parent) - self._start) // self._global_batch * len(self._rows)
 
   def __getitem__(self, index):
     if isinstance(index, slice):
       return self.slice(index)
-    step, row = divmod(index, self._local_batch)
-    return self._parent[step * self._global_batch + self._offset + row]
+    step, row = divmod(index, len(self._rows))
+    return self._parent[self._start + step * self._global_batch + int(self._rows[row])]
 
   def __str__(self) -> str:
     return (f'HostRowsMapDataset(global_batch={self._global_batch}, '
-            f'rows=[{self._offset}, {self._offset + self._local_batch}))')
+            f'rows={len(self._rows)} of {self._global_batch})')
 
 
 class InMemoryExamples:
@@ -344,23 +332,23 @@ def example_order(num_examples: int, seed: int,
   return grain.MapDataset.range(num_examples).shuffle(seed=spread_seed).repeat(None)
 
 
-def make_train_iterator(config, tokenizer, process_index: int = 0, process_count: int = 1,
-                        start: int = 0, examples=None,
+def make_train_iterator(config, tokenizer, rows=None, start: int = 0, examples=None,
                         order_version: int = ORDER_VERSION) -> grain.DatasetIterator:
-  """Infinite iterator over this host's slice of each global batch, from global position
-  `start` (examples of the shuffled stream already consumed: what a checkpoint stores).
+  """Infinite iterator over this host's `rows` (parallel.process_rows; default: all) of each
+  global batch, from global position `start` (examples of the shuffled stream already
+  consumed: what a checkpoint stores).
 
-  Yields {'input_ids', 'input_mask', 'segment_ids'}: int32 [train_batch_size // process_count,
-  max_seq_length]; every epoch is reshuffled, deterministically from config.seed. Prepared
+  Yields {'input_ids', 'input_mask', 'segment_ids'}: int32 [len(rows), max_seq_length]; every
+  epoch is reshuffled, deterministically from config.seed. Prepared
   shards and streamed text of the same corpus give the same batches. `examples`: what
   open_train_examples returned, if already opened; `order_version`: example_order's.
   """
-  local_batch = _local_batch_size(config, 'train_batch_size', process_index, process_count)
+  rows = np.arange(config.train_batch_size) if rows is None else np.asarray(rows)
   examples = open_train_examples(config, tokenizer) if examples is None else examples
   # Indices into `examples`, in global order; elements are resolved only when a batch is read.
   order = example_order(len(examples), config.seed, order_version)
-  rows = HostRowsMapDataset(order, config.train_batch_size, process_index, process_count, start)
-  batches = rows.batch(local_batch).map(examples.gather)
+  host_rows = HostRowsMapDataset(order, config.train_batch_size, rows, start)
+  batches = host_rows.batch(len(rows)).map(examples.gather)
   # A small read-ahead on one thread overlaps reading with the train step.
   read_options = grain.ReadOptions(num_threads=1, prefetch_buffer_size=4)
   dataset = batches.to_iter_dataset(read_options)
@@ -372,10 +360,10 @@ def make_train_iterator(config, tokenizer, process_index: int = 0, process_count
   return iter(dataset)
 
 
-def make_eval_iterator(config, tokenizer, process_index: int = 0, process_count: int = 1,
-                       num_batches: int | None = None, corpus: sources.Corpus | None = None,
+def make_eval_iterator(config, tokenizer, rows=None, num_batches: int | None = None, corpus: sources.Corpus | None = None,
                        rows_per_batch: int | None = None) -> Iterator[dict[str, np.ndarray]]:
-  """The eval set in file order: this host's slice of each global batch of eval_batch_size.
+  """The eval set in file order: this host's `rows` (parallel.process_rows; default: all) of
+  each global batch of eval_batch_size.
 
   The same examples every call (no shuffle, short_seq_prob 0, fixed seed). The last batch is
   filled with all-zero rows (input_mask 0) so shapes stay static; `num_batches` (None or 0:
@@ -383,18 +371,15 @@ def make_eval_iterator(config, tokenizer, process_index: int = 0, process_count:
   opened (default: the config's, opened now). `rows_per_batch` (default eval_batch_size): more
   rows, all-zero after the eval_batch_size examples, so the batch splits over more devices.
   """
-  rows = _local_batch_size(
-      dict(eval_batch_size=rows_per_batch or config.eval_batch_size), 'eval_batch_size',
-      process_index, process_count)
+  rows = np.arange(rows_per_batch or config.eval_batch_size) if rows is None else rows
   # A bad glob fails here, not at next().
   corpus = sources.open_corpus(config, 'eval') if corpus is None else corpus
-  return _eval_batches(corpus, tokenizer, config, rows, process_index, num_batches)
+  return _eval_batches(corpus, tokenizer, config, rows, num_batches)
 
 
-def _eval_batches(corpus, tokenizer, config, local_batch, process_index, num_batches):
+def _eval_batches(corpus, tokenizer, config, rows, num_batches):
   examples = corpus_examples(corpus, tokenizer, config, 'eval')
   global_batch, max_seq_length = config.eval_batch_size, config.max_seq_length
-  start = process_index * local_batch
   for step in itertools.count():
     if num_batches and step >= num_batches:
       return
@@ -403,7 +388,8 @@ def _eval_batches(corpus, tokenizer, config, local_batch, process_index, num_bat
       if step == 0:
         raise UserError(f'{corpus.description} produced no examples; check it contains text')
       return
-    yield _to_arrays(batch[start:start + local_batch], max_seq_length, local_batch)
+    # Rows past the batch's examples (ascending, so last) stay all zero.
+    yield _to_arrays([batch[r] for r in rows if r < len(batch)], max_seq_length, len(rows))
 
 
 def count_token_frequencies(config, tokenizer, corpus: sources.Corpus | None = None,

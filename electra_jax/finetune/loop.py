@@ -162,19 +162,16 @@ def _model_inputs(features: dict) -> dict:
                        'word_index', 'word_is_max_context')}
 
 
-def _local_slice(rows: np.ndarray) -> np.ndarray:
-  """This process's contiguous share of a global batch's row indices."""
-  return rows.reshape(jax.process_count(), -1)[jax.process_index()]
-
-
-def train_batches(features: dict, batch_size: int, seed: int, epoch: int):
-  """One epoch of shuffled global batches: the rows a last partial batch would hold sit this
-  epoch out (other rows each epoch); fewer rows than one batch fill it by repeating."""
+def train_batches(features: dict, batch_size: int, seed: int, epoch: int, mesh):
+  """One epoch of shuffled global batches, this process's rows of each (parallel.process_rows
+  of `mesh`): the rows a last partial batch would hold sit this epoch out (other rows each
+  epoch); fewer rows than one batch fill it by repeating."""
   n = _num_rows(features)
   order = np.random.default_rng([seed, epoch]).permutation(n)
+  held = parallel.process_rows(mesh, batch_size)
   for start in range(0, max(n // batch_size, 1) * batch_size, batch_size):
-    rows = order[np.arange(start, start + batch_size) % n]
-    yield {k: v[_local_slice(rows)] for k, v in _model_inputs(features).items()}
+    rows = order[(start + held) % n]
+    yield {k: v[rows] for k, v in _model_inputs(features).items()}
 
 
 def steps_per_epoch(features: dict, batch_size: int) -> int:
@@ -187,9 +184,10 @@ def predict_all(predict_step, params, features: dict, batch_size: int, mesh) -> 
   inputs = _model_inputs(features)
   outputs = []
   rng = jax.random.key(0)
+  held = parallel.process_rows(mesh, batch_size)
   for start in range(0, n, batch_size):
-    rows = np.minimum(np.arange(start, start + batch_size), n - 1)
-    local = {k: v[_local_slice(rows)] for k, v in inputs.items()}
+    rows = np.minimum(start + held, n - 1)
+    local = {k: v[rows] for k, v in inputs.items()}
     out = predict_step(params, parallel.global_batch(local, mesh), rng)
     outputs.append(jax.tree.map(np.asarray, jax.device_get(out)))
   merged = {k: np.concatenate([o[k] for o in outputs])[:n] for k in outputs[0]}
@@ -365,7 +363,7 @@ def run_seed(c, data: Data, trainer: Trainer, pretrained_params, seed: int, mesh
     resume_ckpt.save(step, state, force=True, loop_state=position.to_json())
 
   for epoch in range(position.epoch, c.num_epochs + 1):
-    batches = train_batches(data.train, c.train_batch_size, seed, epoch)
+    batches = train_batches(data.train, c.train_batch_size, seed, epoch, mesh)
     for batch in itertools.islice(batches, position.batches_done, None):
       state, sums = train_step(state, parallel.global_batch(batch, mesh), base_rng)
       sums = jax.device_get(sums)
