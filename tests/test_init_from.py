@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import jax
+import ml_collections
 import numpy as np
 import pytest
 
@@ -375,6 +376,23 @@ def test_a_transformers_5_directory_without_vocab_txt_and_a_cased_tokenizer(tmp_
   assert start.config.do_lower_case is False
   assert wordpiece.read_tokens(start.config.vocab_file) == wordpiece.read_tokens(pair['vocab'])
   tokenizer = tokenizer_lib.for_config(start.config)
+  assert tokenizer.encode('The') != tokenizer.encode('the')  # cased
+
+
+def test_fine_tuning_reads_the_vocabulary_of_a_directory_with_tokenizer_json_only(tmp_path,
+                                                                                 pair):
+  """As init_from does: the WordPiece vocabulary inside tokenizer.json, its casing kept."""
+  from electra_jax.finetune import pretrained  # pylint: disable=import-outside-toplevel
+  disc = tmp_path / 'disc'
+  shutil.copytree(pair['disc'], disc)
+  os.remove(disc / 'vocab.txt')
+  config_file = disc / 'tokenizer_config.json'
+  config_file.write_text(json.dumps(dict(json.loads(config_file.read_text()),
+                                         do_lower_case=False)))
+  c = ml_collections.ConfigDict(dict(init_checkpoint=str(disc), vocab_file='', random_init=False))
+  source, tokenizer = pretrained.network_config(c)
+  assert source.do_lower_case is False
+  assert wordpiece.read_tokens(source.vocab_file) == wordpiece.read_tokens(pair['vocab'])
   assert tokenizer.encode('The') != tokenizer.encode('the')  # cased
 
 

@@ -57,8 +57,9 @@ def _directory(init_checkpoint: str) -> str:
 
 def pretraining_config(init_checkpoint: str) -> ml_collections.ConfigDict:
   """The resolved pretraining config of a workdir (its config.json), of a transformers
-  directory (sizes from its config.json; vocab_file its spm.model or vocab.txt, '' if it has
-  neither; do_lower_case from its tokenizer files) or of an official checkpoint (sizes from
+  directory (sizes from its config.json; vocab_file its spm.model, vocab.txt or tokenizer.json's
+  WordPiece vocabulary as a vocab.txt, '' if it has none; do_lower_case from its tokenizer
+  files) or of an official checkpoint (sizes from
   its shapes, the official hidden_size // 64 heads; vocab_file as official_checkpoint finds it)."""
   official = _official(paths.absolute(init_checkpoint))
   if official is not None:
@@ -69,7 +70,7 @@ def pretraining_config(init_checkpoint: str) -> ml_collections.ConfigDict:
   vocab = tokenizer_files.read_vocabulary(path)
   c = ml_collections.ConfigDict(
       hf_configs.config_from_hf(hf_files.read_config(path)).to_dict())
-  c.vocab_file, c.do_lower_case = vocab.file or '', vocab.do_lower_case
+  c.vocab_file, c.do_lower_case = vocab.readable_file() or '', vocab.do_lower_case
   return c
 
 
@@ -126,8 +127,8 @@ def network_config(c) -> tuple[ml_collections.ConfigDict, object]:
     vocab_file = c.vocab_file or source.vocab_file
     if not vocab_file:
       raise UserError(f"config.init_checkpoint='{c.init_checkpoint}' carries no vocabulary "
-                      '(spm.model or vocab.txt); pass the one it was trained with as '
-                      '--config.vocab_file=FILE')
+                      '(spm.model, vocab.txt or a WordPiece tokenizer.json); pass the one it '
+                      'was trained with as --config.vocab_file=FILE')
     tokenizer = tokenizer_lib.load_tokenizer(vocab_file, source.vocab_size, source.do_lower_case)
   elif c.random_init:
     vocab_file = c.vocab_file or DEFAULT_VOCAB

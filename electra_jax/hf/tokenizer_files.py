@@ -7,7 +7,9 @@ vocab.txt is copied with an ElectraTokenizerFast config. Reading takes a directo
 or vocab.txt, or the WordPiece vocabulary inside its tokenizer.json, and its lower-casing.
 """
 import dataclasses
+import hashlib
 import os
+import tempfile
 
 from electra_jax import atomic
 from electra_jax import paths
@@ -149,6 +151,20 @@ class Vocabulary:
       return wordpiece.read_tokens(path)
     tokenizer = tokenizer_lib.SentencePieceTokenizer(path)
     return [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+
+  def readable_file(self) -> str | None:
+    """The file, or tokenizer.json's tokens as a vocab.txt (written once per content in the
+    temp folder: tokenizers load files), or None without either."""
+    if self.tokens is None:
+      return self.file
+    content = ''.join(f'{token}\n' for token in self.tokens).encode('utf-8')
+    folder = os.path.join(tempfile.gettempdir(),
+                          f'electra_jax-vocab-{hashlib.sha256(content).hexdigest()[:16]}')
+    path = os.path.join(folder, WORDPIECE_FILE)
+    if not os.path.exists(path):
+      os.makedirs(folder, exist_ok=True)
+      atomic.write_bytes(path, content)
+    return path
 
 
 def _do_lower_case(directory, fast: dict | None) -> bool:
