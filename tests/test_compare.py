@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from electra_jax import cli
+from electra_jax import paths
+from electra_jax import saved_config
 from electra_jax.errors import UserError
 from electra_jax.experiments import budget
 from tests.conftest import REPO_ROOT
@@ -139,6 +141,8 @@ def test_overrides_are_typed_like_the_config_and_change_the_flops(tmp_path):
       ('hiden_size=1', "--override='hiden_size=1': unknown config key --config.hiden_size (did "
        'you mean --config.hidden_size?); every key is listed in configs/base_config.py'),
       ('num_train_steps=5', 'set by --flops_budget'),
+      ('init_from=/some/run', "sets init_from='/some/run': a comparison pretrains every "
+       'config from scratch on the same FLOPs; drop init_from'),
       ('hidden_size', 'is not KEY=VALUE')]:
     with pytest.raises(UserError, match=re.escape(message)):
       budget.plan_config(path, ['seed=3', bad, 'progress_bar=false'], 1e15, 1)
@@ -327,6 +331,11 @@ def test_sweep_pretrains_each_config_for_the_budget_and_fine_tunes_every_seed(sw
     with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
       assert json.load(f)['num_train_steps'] == run['num_train_steps']
     assert point['pretrain']['train']['step'] == point['step']
+    # The point keeps its own copy of the run's vocabulary (it outlives the run).
+    point_dir = os.path.join(sweep['out'], 'points', run['name'], str(point['step']))
+    vocab = saved_config.load(point_dir).vocab_file
+    assert paths.parent(vocab) == point_dir
+    assert paths.same_file(vocab, saved_config.load(workdir).vocab_file)
     assert np.isfinite(point['pretrain']['train']['loss'])
     # Fine-tuned from exactly that checkpoint, with every seed.
     ft = point['finetune']
@@ -433,9 +442,7 @@ def test_the_advised_reuse_works_after_rotation_and_is_not_advised_in_vain(sweep
   """keep_checkpoint_max may rotate a budget point's checkpoint out of OUTPUT/pretrain/NAME: the
   advised --pretrained=NAME=OUTPUT/pretrain/NAME then reads the point's kept copy
   (OUTPUT/points/NAME/STEP). Without that copy either, no --pretrained is advised."""
-  # pylint: disable=import-outside-toplevel
-  from electra_jax import paths
-  from electra_jax.experiments import compare
+  from electra_jax.experiments import compare  # pylint: disable=import-outside-toplevel
   old = tmp_path / 'old'  # A copy: other tests read the sweep's own checkpoints.
   old.mkdir()
   shutil.copy(os.path.join(sweep['out'], 'compare.json'), old)

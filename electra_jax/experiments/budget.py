@@ -158,6 +158,10 @@ def plan_config(spec: str, overrides: list[str], flops_budget: float,
   validates the planned run (config.resolve), so a bad plan fails before anything trains."""
   name = config_name(spec)
   c = load_config(spec, overrides)
+  if c.init_from:
+    # The plan counts the config's own sizes; init_from's would replace them.
+    raise UserError(f"config {name} ({spec}) sets init_from='{c.init_from}': a comparison "
+                    'pretrains every config from scratch on the same FLOPs; drop init_from')
   try:
     resolved = config_lib.resolve(c, training=True)
   except UserError as e:

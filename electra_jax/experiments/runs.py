@@ -149,7 +149,9 @@ def _make_point(workdir: str, point_dir: str, step: int, flops: float,
   tmp = point_dir + '.tmp'
   paths.remove_tree(tmp)
   paths.make_dirs(tmp)
-  saved_config.write(tmp, saved_config.load(workdir))
+  config = saved_config.load(workdir)
+  saved_config.keep_vocabulary(tmp, config)  # The point outlives a moved or deleted run.
+  saved_config.write(tmp, config)
   checkpoint.copy_step(source or workdir, step, tmp)
   record = dict(step=step, flops=flops,
                 train=_row_at(read_jsonl(paths.join(workdir, 'metrics.jsonl')), step),
