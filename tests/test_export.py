@@ -151,6 +151,13 @@ def test_import_refuses_wrong_shapes_and_untied_generator_output():
   missing = {k: v for k, v in state.items() if 'layer.1.' not in k}
   with pytest.raises(UserError, match='lacks'):
     hf_weights.hf_to_params(missing, c, 'generator')
+  # A bare ElectraModel (or a fine-tuned model): no pretraining head, said as such.
+  disc = hf_weights.params_to_hf(params, c, 'discriminator')
+  bare = {k: v for k, v in disc.items() if k.startswith('electra.')}
+  with pytest.raises(UserError, match=r'has no discriminator pretraining head '
+                     r'\(discriminator_predictions\.\*: a bare ElectraModel'):
+    hf_weights.hf_to_params(bare, c, 'discriminator')
+  assert hf_weights.hf_to_params(bare, c, 'discriminator', with_head=False)
 
 
 def test_exported_tokenizer_matches_ours_on_held_out_text(tmp_path):

@@ -103,6 +103,11 @@ def _with_electra_prefix(state_dict: dict) -> dict:
   return {f'electra.{k}': v for k, v in state_dict.items()}
 
 
+# The pretraining head's HF names, by network.
+HEAD_PREFIXES = {'discriminator': ('discriminator_predictions.',),
+                 'generator': ('generator_predictions.', 'generator_lm_head.')}
+
+
 def hf_to_params(state_dict: dict, config, network: str = 'discriminator',
                  with_head: bool = True) -> dict:
   """An HF ELECTRA state dict -> {'embeddings': ..., network: ...} in our naming (numpy).
@@ -116,12 +121,16 @@ def hf_to_params(state_dict: dict, config, network: str = 'discriminator',
   state_dict = _with_electra_prefix(state_dict)
   table = name_table(model_config(config), network, with_head)
   missing = [name for _, name, _ in table if name not in state_dict]
+  if missing and all(name.startswith(HEAD_PREFIXES[network]) for name in missing):
+    raise UserError(f'the HF checkpoint has no {network} pretraining head '
+                    f"({HEAD_PREFIXES[network][0]}*: a bare ElectraModel or a fine-tuned "
+                    'model); start from its ElectraForPreTraining / ElectraForMaskedLM '
+                    'checkpoint, or fine-tune this one (finetune --config.init_checkpoint)')
   if missing:
     raise UserError(f'the HF checkpoint lacks {len(missing)} tensor(s) the {network} needs, '
                     f'e.g. {missing[:3]}; check its config.json matches its weights')
   known = {name for _, name, _ in table}
-  own_prefixes = ('electra.',) + (('discriminator_predictions.',) if network == 'discriminator'
-                                  else ('generator_predictions.', 'generator_lm_head.'))
+  own_prefixes = ('electra.',) + HEAD_PREFIXES[network]
   if not with_head:
     own_prefixes = ('electra.',)
   unexpected = sorted(k for k in state_dict if k not in known and k not in _IGNORED_HF_KEYS
