@@ -99,6 +99,15 @@ def test_files_task_errors_are_one_clear_line(tmp_path):
     tasks.file_examples(tasks.TASKS['files'], rows, 'nolabel.csv')
   with pytest.raises(UserError, match="file '/nowhere.csv' not found"):
     tasks.read_rows('/nowhere.csv')
+  saved = tmp_path / 'saved'  # As datasets' save_to_disk writes a split.
+  saved.mkdir()
+  (saved / 'state.json').write_text('{}')
+  (saved / 'data-00000-of-00001.arrow').write_text('')
+  for read in (tasks.read_rows, tasks.read_conll, lambda p: tasks.squad_file_examples(p, False)):
+    with pytest.raises(UserError, match=re.escape(
+        f"'{saved}' is a directory (it holds e.g. '{saved / 'data-00000-of-00001.arrow'}'); "
+        'pass ')):
+      read(str(saved))
   with pytest.raises(UserError, match=r'is not .csv, .tsv, JSON Lines \(.jsonl, .ndjson, .json; '
                                       r'.gz, .zst\), .parquet or .arrow'):
     tasks.read_rows(str(tmp_path / 'data.txt'))
@@ -1184,6 +1193,11 @@ def test_paper_defaults_fill_by_model_size_and_task():
   assert settings.resolve(ft_config(doc_stride=9), tasks.get_task('conll2003'), 256).doc_stride == 9
   with pytest.raises(UserError, match='config.doc_stride=0 must be a positive integer'):
     settings.resolve(ft_config(doc_stride=0), tasks.get_task('squad_v1'), 256)
+  # Seeds repeat past 2**32 (jax.random.key wraps there), as pretraining refuses.
+  settings.resolve(ft_config(seed=2**32 - 2, num_seeds=2), tasks.get_task('sst2'), 256)
+  with pytest.raises(UserError, match=re.escape('config.seed=4294967295 with num_seeds=2 runs '
+                                                'seeds past 2**32 - 1')):
+    settings.resolve(ft_config(seed=2**32 - 1, num_seeds=2), tasks.get_task('sst2'), 256)
 
 
 def test_without_checkpoint_or_random_init_the_error_says_what_to_set():

@@ -53,6 +53,10 @@ def validate(c, task):
                      f'config.{key}={c[key]} must be a positive integer')
   for key in ('max_train_examples', 'max_eval_examples', 'seed', 'save_checkpoints_steps'):
     config_lib.check(c[key] >= 0, f'config.{key}={c[key]} must be >= 0')
+  # Seeds seed .. seed + num_seeds - 1: jax.random.key(2**32) is key(0), as pretraining says.
+  config_lib.check(c.seed + c.num_seeds <= 2**32,
+                   f'config.seed={c.seed} with num_seeds={c.num_seeds} runs seeds past 2**32 - 1 '
+                   '(jax.random.key(2**32) is key(0)); lower config.seed')
   config_lib.check(c.classifier_pooling in heads.POOLINGS,
                    f'config.classifier_pooling={c.classifier_pooling!r} is not one of '
                    f"{', '.join(heads.POOLINGS)}")

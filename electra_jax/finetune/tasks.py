@@ -357,8 +357,7 @@ def squad_file_examples(path: str, version_2: bool,
   task (version_2 false): trained towards [CLS] and scored against a no-answer it never
   predicts, it would cap F1 silently."""
   resolved = paths.resolve(path)
-  if not paths.is_file(resolved):
-    raise UserError(f"file '{path}' not found; pass a SQuAD-format JSON file")
+  _check_file(path, resolved, 'a SQuAD-format JSON file')
   try:
     top = json.loads(paths.read_text(resolved))
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -458,6 +457,19 @@ def _csv_lines(lines, ended: list):
   ended.append(True)
 
 
+def _check_file(path: str, resolved: str, what: str):
+  """A data file named by the user exists and is a file; else one line saying which it is not,
+  naming a directory's data files (e.g. `datasets`' save_to_disk writes data-*.arrow)."""
+  if paths.is_file(resolved):
+    return
+  if not paths.is_dir(resolved):
+    raise UserError(f"file '{path}' not found; pass {what}")
+  files = sorted(n for n in paths.listdir(resolved) if not n.startswith(('.', 'state.json',
+                                                                          'dataset_info.json')))
+  example = f" (it holds e.g. '{paths.join(resolved, files[0])}')" if files else ''
+  raise UserError(f"'{path}' is a directory{example}; pass {what}, one file")
+
+
 def read_rows(path: str, fieldnames: tuple = (), skip_bad_rows: bool | None = None) -> list[dict]:
   """Rows of a CSV/TSV (header row required), JSON Lines (.gz, .zst too), Parquet or Arrow file
   (the Hugging Face Hub's datasets, `datasets`' save_to_disk) as dicts of strings (None where a
@@ -466,8 +478,7 @@ def read_rows(path: str, fieldnames: tuple = (), skip_bad_rows: bool | None = No
   `skip_bad_rows`: True drops (and counts in the log) CSV/TSV rows of more fields than the
   header, False names the first and offers the option, None (predictions) names it."""
   resolved = paths.resolve(path)
-  if not paths.is_file(resolved):
-    raise UserError(f"file '{path}' not found; pass an existing {FILE_FORMATS} file")
+  _check_file(path, resolved, f'an existing {FILE_FORMATS} file')
   records = _records(resolved)
   if records is None:
     delimiter = next((d for ext, d in _DELIMITED.items() if resolved.lower().endswith(ext)),
@@ -784,9 +795,8 @@ def read_conll(path: str, need_label: bool = True,
   counts) the sentences of other lines, else the first is an error (None: skipping not
   offered, predict)."""
   resolved = paths.resolve(path)
-  if not paths.is_file(resolved):
-    raise UserError(f"file '{path}' not found; pass a CoNLL-format file (one word and its tag "
-                    'per line, a blank line between sentences)')
+  _check_file(path, resolved, 'a CoNLL-format file (one word and its tag per line, a blank '
+              'line between sentences)')
   sentences, words, tags, width, bad, skipped, number = [], [], [], None, False, 0, 0
   text = ''.join(sources.read_lines(resolved, flags=None))  # UTF-8, or an error naming the file
   # Lines end at \n, \r\n or \r only: splitlines() also ends one at a form feed or U+2028,
