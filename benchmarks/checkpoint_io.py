@@ -26,6 +26,8 @@ FLAGS = flags.FLAGS
 
 def main(argv):
   del argv
+  if FLAGS.rounds < 1:
+    raise cli.UserError(f'--rounds={FLAGS.rounds} must be >= 1')
   exp = experiment_lib.Experiment.create(FLAGS.config)
   directory = checkpoint.directory_of(FLAGS.workdir)
   if paths.exists(directory):

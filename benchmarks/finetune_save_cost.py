@@ -53,5 +53,9 @@ def main(size: str, directory: str):
         f'MiB, seconds a save: ' + ', '.join(f'{s:.2f}' for s in seconds))
 
 
+SIZES = ('small', 'base', 'large')
+
 if __name__ == '__main__':
+  if not 2 <= len(sys.argv) <= 3 or sys.argv[1] not in SIZES:
+    sys.exit(f"usage: PYTHONPATH=. python {sys.argv[0]} {'|'.join(SIZES)} [DIR]")
   main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else tempfile.gettempdir())

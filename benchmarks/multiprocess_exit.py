@@ -22,6 +22,8 @@ from tests.test_distributed import as_rank, srun_task, REPO_ROOT  # pylint: disa
 
 
 def main():
+  if len(sys.argv) > 2 or len(sys.argv) == 2 and not sys.argv[1].isdigit():
+    sys.exit(f'usage: python {sys.argv[0]} [N=100] (N: a whole number of runs)')
   runs = int(sys.argv[1]) if len(sys.argv) > 1 else 100
   failures = collections.Counter()
   start = time.time()

@@ -31,6 +31,9 @@ import sys
 
 def load_events(path: str) -> tuple[list[dict], dict, dict]:
   """(events, {pid: process name}, {(pid, tid): thread name})."""
+  if not os.path.exists(path):
+    sys.exit(f'error: {path} does not exist; pass the --profile_dir of python -m '
+             'electra_jax.benchmark, or a perfetto_trace.json.gz in it')
   if os.path.isdir(path):
     found = sorted(glob.glob(os.path.join(path, '**', 'perfetto_trace.json.gz'), recursive=True))
     if not found:

@@ -605,3 +605,19 @@ def test_step_parts_cli_times_every_variant():
       'as_trained']
   # The AUC is a metric only: without it the step computes the same loss.
   assert result['first_loss_sums']['no_auc'] == result['first_loss_sums']['as_trained']
+
+
+@pytest.mark.parametrize('args, message', [
+    (['checkpoint_io.py', '--config=configs/demo.py', '--workdir=/tmp/never', '--rounds=0'],
+     'error: --rounds=0 must be >= 1'),
+    (['profile_top_ops.py', '/nowhere/trace'], 'error: /nowhere/trace does not exist; pass'),
+    (['finetune_save_cost.py', 'tiny'], 'usage: PYTHONPATH=. python '),
+    (['multiprocess_exit.py', 'abc'], 'usage: python ')])
+def test_benchmark_scripts_refuse_bad_arguments_in_one_line(args, message):
+  proc = subprocess.run([sys.executable, os.path.join('benchmarks', args[0]), *args[1:]],
+                        cwd=REPO_ROOT, env=dict(os.environ, PYTHONPATH=REPO_ROOT,
+                                                JAX_PLATFORMS='cpu'),
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode != 0 and 'Traceback' not in proc.stderr, proc.stderr
+  assert proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr
+  assert not os.path.exists('/tmp/never')

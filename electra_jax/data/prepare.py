@@ -89,9 +89,6 @@ def prepare(config, output: str, examples_per_shard: int = 100_000,
       writer.abort()
       raise
   seconds = time.time() - start
-  print(f'Wrote {metadata["num_examples"]} examples ({metadata["num_tokens"]} tokens) in '
-        f'{len(metadata["shards"])} shard(s) to {output} in {seconds:.1f}s; train with '
-        f'--config.train_data_dir={shlex.quote(output)}', flush=True)
   return dict(output=output, metadata=shards.metadata_path(output),
               num_examples=metadata['num_examples'], num_tokens=metadata['num_tokens'],
               num_shards=len(metadata['shards']), seconds=round(seconds, 2))
@@ -101,8 +98,12 @@ def main(argv):
   del argv  # cli.run refuses stray arguments.
   f = flags.FLAGS
   overridden = set(config_flags.get_override_values(f['config']))
-  cli.print_result(prepare(f.config, f.output, f.examples_per_shard, progress=True,
-                           overridden=overridden))
+  summary = prepare(f.config, f.output, f.examples_per_shard, progress=True,
+                    overridden=overridden)
+  print(f"Wrote {summary['num_examples']} examples ({summary['num_tokens']} tokens) in "
+        f"{summary['num_shards']} shard(s) to {summary['output']} in {summary['seconds']:.1f}s; "
+        f"train with --config.train_data_dir={shlex.quote(summary['output'])}", flush=True)
+  cli.print_result(summary)
 
 
 def _define_flags():
