@@ -70,6 +70,10 @@ def _check_output(output: str, overwrite: bool, workdir: str) -> str:
                     'choose a directory outside it, e.g. WORKDIR/hf')
   if paths.is_file(output):
     raise UserError(f"--output '{output}' is a file; pass a directory path")
+  if not paths.is_remote(output) and os.path.ismount(os.path.realpath(output)):
+    raise UserError(f"--output '{output}' is a mount point, which an export cannot replace (it "
+                    'writes a new directory beside it and renames that into place); pass a '
+                    f"directory inside it, e.g. {paths.join(output, 'hf')}")
   if paths.listdir(output):
     if not overwrite:
       raise UserError(f"--output '{output}' exists and is not empty; pass --overwrite to "

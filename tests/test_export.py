@@ -283,6 +283,25 @@ def test_export_refuses_missing_workdir_checkpoint_and_non_empty_output(tmp_path
   assert not (tmp_path / 'out').exists()
 
 
+def test_an_output_that_is_a_mount_point_is_refused_naming_a_folder_inside(tmp_path,
+                                                                          monkeypatch):
+  """A mount point (a container's volume) cannot be renamed away, as replacing it takes."""
+  volume = tmp_path / 'volume'
+  volume.mkdir()
+  mounted = os.path.ismount
+  monkeypatch.setattr(os.path, 'ismount', lambda p: p == str(volume) or mounted(p))
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  (workdir / 'config.json').write_text(config_lib.to_json(config_lib.resolve(tiny_config())),
+                                       encoding='utf-8')
+  with pytest.raises(UserError, match=re.escape(
+      f"--output '{volume}' is a mount point, which an export cannot replace (it writes a new "
+      f'directory beside it and renames that into place); pass a directory inside it, e.g. '
+      f'{volume}/hf')):
+    export.export_workdir(str(workdir), str(volume))
+  assert not os.listdir(volume)
+
+
 def test_exported_config_names_the_vocabularys_own_pad_id(tmp_path):
   """A vocab.txt may hold [PAD] anywhere; transformers' embedding keeps that row's gradient
   at zero (padding_idx), so config.json must name the real one."""
