@@ -363,15 +363,22 @@ def test_a_tokenizer_setting_ours_cannot_follow_is_refused(tmp_path, pair, setti
     prepare(tmp_path / 'w', init_from=str(disc))
 
 
-def test_a_transformers_5_directory_without_vocab_txt_and_a_cased_tokenizer(tmp_path, pair):
-  """save_pretrained of transformers 5 writes tokenizer.json only; do_lower_case comes from
-  tokenizer_config.json."""
+def cased_tokenizer_json_only(tmp_path, pair):
+  """A copy of the pair's discriminator as transformers 5 saves it (tokenizer.json, no
+  vocab.txt), with a cased tokenizer."""
   disc = tmp_path / 'disc'
   shutil.copytree(pair['disc'], disc)
   os.remove(disc / 'vocab.txt')
   config_file = disc / 'tokenizer_config.json'
   config_file.write_text(json.dumps(dict(json.loads(config_file.read_text()),
                                          do_lower_case=False)))
+  return disc
+
+
+def test_a_transformers_5_directory_without_vocab_txt_and_a_cased_tokenizer(tmp_path, pair):
+  """save_pretrained of transformers 5 writes tokenizer.json only; do_lower_case comes from
+  tokenizer_config.json."""
+  disc = cased_tokenizer_json_only(tmp_path, pair)
   start = prepare(tmp_path / 'w', init_from=str(disc))
   assert start.config.do_lower_case is False
   assert wordpiece.read_tokens(start.config.vocab_file) == wordpiece.read_tokens(pair['vocab'])
@@ -383,12 +390,7 @@ def test_fine_tuning_reads_the_vocabulary_of_a_directory_with_tokenizer_json_onl
                                                                                  pair):
   """As init_from does: the WordPiece vocabulary inside tokenizer.json, its casing kept."""
   from electra_jax.finetune import pretrained  # pylint: disable=import-outside-toplevel
-  disc = tmp_path / 'disc'
-  shutil.copytree(pair['disc'], disc)
-  os.remove(disc / 'vocab.txt')
-  config_file = disc / 'tokenizer_config.json'
-  config_file.write_text(json.dumps(dict(json.loads(config_file.read_text()),
-                                         do_lower_case=False)))
+  disc = cased_tokenizer_json_only(tmp_path, pair)
   c = ml_collections.ConfigDict(dict(init_checkpoint=str(disc), vocab_file='', random_init=False))
   source, tokenizer = pretrained.network_config(c)
   assert source.do_lower_case is False
