@@ -290,6 +290,16 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
                   mininterval=1.0 if sys.stderr.isatty() else 30.0)
   train_seconds, timed_steps, first_step_seconds = 0.0, 0, None
 
+  def window_metrics(window, speed: dict) -> dict:
+    """A log row: the window's metrics at `step` (host values), with `speed` (throughput)."""
+    metrics = objective_metrics.summarize(window, c.gen_weight, c.disc_weight)
+    finite_steps = float(window['num_steps'])  # Skipped (non-finite) steps count 0.
+    metrics.update(
+        grad_norm=float(window['grad_norm_sum']) / finite_steps if finite_steps else None,
+        learning_rate=float(exp.schedule(step - 1)),
+        skipped_steps=int(nonfinite.total_skipped(state.opt_state)), **speed)
+    return metrics
+
   def run_eval():
     nonlocal eval_metrics, window_start, last_eval_step
     last_eval_step = step
@@ -307,14 +317,17 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
                  f'{time.time() - t:.1f}s')
     window_start += time.time() - t  # Evaluation time does not count as training time.
 
+  def position() -> int:
+    """Examples of the data order consumed at `step` (each step read its batch size)."""
+    return first_position + (step - first_step) * c.train_batch_size
+
   def save():
     nonlocal window_start
     jax.block_until_ready(state)  # As in run_eval: the last train call's time is training's.
     t = time.time()
     writer.flush()  # Rows up to this step reach the workdir before the checkpoint does.
-    position = first_position + (step - first_step) * c.train_batch_size
     ckpt.save(step, state, force=True,
-              loop_state=_loop_state(window, position, data_size, data_order))
+              loop_state=_loop_state(window, position(), data_size, data_order))
     window_start += time.time() - t  # Nor does saving (async: the copy off the devices).
 
   def stop_now(reason: str) -> dict:
@@ -335,6 +348,11 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   if step >= c.num_train_steps:
     say(f'Already at step {step} of {c.num_train_steps}: nothing to train. To continue, raise '
         '--config.num_train_steps and pass --config.allow_config_change=num_train_steps.')
+    if window is not None and not train_metrics:
+      # A run stopped between logs, now ended at that step (num_train_steps lowered to it):
+      # its checkpoint's window is the last step's row, as the step that ends a run logs.
+      train_metrics = window_metrics(window, throughput(0, 0.0, step, step))
+      writer.write('metrics', step, train_metrics)
   elif stop_after_steps == 0:
     if latest is None:  # The starting state, e.g. to export or evaluate init_from's weights.
       save()
@@ -425,13 +443,8 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
       if window_timed_steps:
         train_seconds += elapsed
         timed_steps += window_timed_steps
-      train_metrics = objective_metrics.summarize(window, c.gen_weight, c.disc_weight)
-      finite_steps = float(window['num_steps'])  # Skipped (non-finite) steps count 0.
-      train_metrics.update(
-          grad_norm=float(window['grad_norm_sum']) / finite_steps if finite_steps else None,
-          learning_rate=float(exp.schedule(step - 1)),
-          skipped_steps=int(nonfinite.total_skipped(state.opt_state)),
-          **throughput(window_timed_steps, elapsed, step - window_steps, step))
+      train_metrics = window_metrics(window, throughput(window_timed_steps, elapsed,
+                                                        step - window_steps, step))
       if log_step:
         writer.write('metrics', step, train_metrics)
       tokens_per_sec = train_metrics['tokens_per_sec']
@@ -468,7 +481,7 @@ def _train_and_evaluate(config, workdir, stop_after_steps, on_error, overridden,
   summary = dict(status='completed', step=step, workdir=workdir,
                  checkpoint=ckpt.step_path(ckpt.latest_step()), steps_run=steps_run,
                  train_examples=len(examples),  # And the passes over them up to `step`:
-                 epochs=round(step * c.train_batch_size / len(examples), 4))
+                 epochs=round(position() / len(examples), 4))
   summary.update(train_metrics)
   if steps_run:
     summary.update(throughput(timed_steps, train_seconds, first_step, step),

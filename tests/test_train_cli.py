@@ -1129,3 +1129,31 @@ def test_a_checkpoint_whose_window_lacks_a_newer_metric_resumes(tmp_path, small_
   [row] = [r for r in read_jsonl(os.path.join(workdir, 'metrics.jsonl')) if r['step'] == 6]
   # Step 5's sums carried over (two steps' tokens), step 6's predictions alone counted.
   assert np.isfinite(row['loss']) and 0.03 < row['masked_fraction'] < 0.1
+
+
+def test_a_stopped_run_ended_or_resumed_with_other_sizes_logs_its_window_and_counts_epochs(
+    tmp_path, small_corpus):
+  """Stopped at step 3 between logs (every 2): ended there (num_train_steps lowered to 3), its
+  checkpoint's window is step 3's row, as the step ending a run logs; resumed with a larger
+  batch, the summary's epochs count the examples read (3 x 8 + 16), not step x batch."""
+  flags = ['--config=configs/demo.py', f'--config.train_files={small_corpus}', *TINY_FLAGS]
+  stopped = str(tmp_path / 'stopped')
+  first = run_cli('electra_jax.train', *flags, '--config.num_train_steps=8',
+                  f'--workdir={stopped}', '--stop_after_steps=3')
+  assert last_json(first.stdout)['step'] == 3
+  assert [r['step'] for r in read_jsonl(os.path.join(stopped, 'metrics.jsonl'))] == [2]
+  resumed = str(tmp_path / 'resumed')
+  shutil.copytree(stopped, resumed)
+  ended = last_json(run_cli('electra_jax.train', *flags, '--config.num_train_steps=3',
+                            '--config.allow_config_change=num_train_steps',
+                            f'--workdir={stopped}').stdout)
+  rows = read_jsonl(os.path.join(stopped, 'metrics.jsonl'))
+  assert [r['step'] for r in rows] == [2, 3]
+  assert ended['status'] == 'completed' and ended['loss'] == rows[-1]['loss'] > 0
+  assert rows[-1]['tokens_per_sec'] is None  # No step of it was timed.
+  done = last_json(run_cli('electra_jax.train', *flags, '--config.num_train_steps=4',
+                           '--config.train_batch_size=16',
+                           '--config.allow_config_change=num_train_steps,train_batch_size',
+                           f'--workdir={resumed}').stdout)
+  assert done['step'] == 4
+  assert done['epochs'] == round((3 * 8 + 16) / done['train_examples'], 4)
