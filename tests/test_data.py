@@ -713,6 +713,18 @@ def test_host_batches_placed_at_their_rows_equal_the_single_host_batch(
       np.testing.assert_array_equal(merged, single[step][name])
 
 
+def test_data_workers_called_from_python_give_the_same_batches(corpus, tiny_tokenizer):
+  """Outside a command (a notebook, this test) absl flags are unparsed; grain's worker
+  processes read one of them."""
+  config = make_config(corpus)
+  single = take(pipeline.make_train_iterator(config, tiny_tokenizer), 3)
+  config.num_data_workers = 1
+  with_worker = take(pipeline.make_train_iterator(config, tiny_tokenizer), 3)
+  for a, b in zip(single, with_worker):
+    for name in pipeline.FEATURES:
+      np.testing.assert_array_equal(a[name], b[name])
+
+
 def test_train_iterator_yields_every_example_once_per_epoch_reshuffled(corpus, tiny_tokenizer):
   config = make_config(corpus)
   examples = build_examples(config.train_files, tiny_tokenizer, SEQ, config.short_seq_prob,

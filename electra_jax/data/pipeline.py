@@ -3,14 +3,15 @@
 Examples are built as the official release's ExampleBuilder builds them: consecutive lines of
 a document accumulate until a target length, then split into segments A and B and become
 `[CLS] A [SEP] B [SEP]`. The global batch of step s is a pure function of (files, vocabulary,
-seed, s); host h reads rows [h*B/H, (h+1)*B/H) of it, so training does not depend on how many
-hosts share the work. The corpus is text files or a TFDS dataset packed at start-up, or the
+seed, s); each host reads the rows of it its devices hold (parallel.process_rows: no block of
+rows on a TPU slice), so training does not depend on how many hosts share the work. The corpus is text files or a TFDS dataset packed at start-up, or the
 shards `prepare` packed once (shards.py): both give the same examples in the same order.
 """
 import itertools
 import sys
 from typing import Iterable, Iterator, Sequence
 
+from absl import flags
 import grain
 import numpy as np
 
@@ -355,7 +356,10 @@ def make_train_iterator(config, tokenizer, rows=None, start: int = 0, examples=N
   num_workers = config.get('num_data_workers', 0)
   if num_workers:
     # Worker w builds batches w, w + W, ...; they are read back in order, so the batches do
-    # not depend on the worker count.
+    # not depend on the worker count. grain reads an absl flag of its own: called from Python
+    # (a notebook, a test) rather than a command, flags are unparsed, so they keep defaults.
+    if not flags.FLAGS.is_parsed():
+      flags.FLAGS.mark_as_parsed()
     dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
   return iter(dataset)
 
