@@ -1443,8 +1443,28 @@ def test_a_finetuned_workdir_predicts_without_its_pretraining_workdir(finetuned,
   assert saved_run.load(str(moved)).model_config == original.model_config
   with pytest.raises(UserError, match=r'--seed=5 is not a run of .*; its seeds: \[0, 1\]'):
     original.read_params(5)
-  with pytest.raises(UserError, match="is a pretraining workdir; predictions come from a fine"):
-    saved_run.load(original.config.init_checkpoint)
+  pretraining = original.config.init_checkpoint
+  with pytest.raises(UserError, match=re.escape(
+      f"'{pretraining}' holds a pretraining run (python -m electra_jax.train); predictions "
+      'come from a fine-tuned one')):
+    saved_run.load(pretraining)
+  # Nor a pretraining run before its first checkpoint, the run's network/, or a model's folder:
+  # each named as what it is, not as an unfinished fine-tuning run.
+  unsaved = tmp_path / 'unsaved'
+  unsaved.mkdir()
+  shutil.copy(os.path.join(pretraining, 'config.json'), unsaved)
+  with pytest.raises(UserError, match=re.escape(f"'{unsaved}' holds a pretraining run")):
+    saved_run.load(str(unsaved))
+  with pytest.raises(UserError, match=re.escape(
+      f"is the network/ folder of the fine-tuning run in '{original.workdir}'; pass "
+      f'--workdir={original.workdir}')):
+    saved_run.load(os.path.join(original.workdir, 'network'))
+  model = tmp_path / 'model'
+  model.mkdir()
+  (model / 'config.json').write_text('{"model_type": "electra"}')
+  with pytest.raises(UserError, match=re.escape(
+      f"'{model}' holds a config.json that python -m electra_jax.finetune did not write")):
+    saved_run.load(str(model))
 
 
 def test_glue_test_splits_become_leaderboard_files(tokenizer, tmp_path):

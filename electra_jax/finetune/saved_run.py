@@ -8,6 +8,7 @@ existed resolves the network from its init_checkpoint as fine-tuning did.
 """
 import dataclasses
 import json
+import shlex
 
 import jax
 import ml_collections
@@ -115,13 +116,30 @@ def is_finetuning_workdir(workdir: str) -> bool:
   return not checkpoint.has_steps(workdir) and saved_config.is_finetuning(workdir)
 
 
+def _check_finetuning_run(workdir: str):
+  """Refuses a folder whose config.json another command wrote, saying what it holds."""
+  pretraining = checkpoint.has_steps(workdir)
+  if not (pretraining or saved_config.exists(workdir)):
+    return  # load_finetuning names the missing file.
+  written_by = 'pretraining' if pretraining else saved_config.kind(workdir)
+  parent = paths.parent(workdir)
+  if paths.name(workdir) == NETWORK and is_finetuning_workdir(parent):
+    raise UserError(f"'{workdir}' is the network/ folder of the fine-tuning run in '{parent}'; "
+                    f'pass --workdir={shlex.quote(parent)}')
+  if written_by == 'pretraining':
+    raise UserError(f"'{workdir}' holds a pretraining run (python -m electra_jax.train); "
+                    'predictions come from a fine-tuned one (python -m electra_jax.finetune '
+                    f'--config.init_checkpoint={shlex.quote(workdir)} --workdir=FT_DIR)')
+  if written_by == 'other':
+    raise UserError(f"'{workdir}' holds a config.json that python -m electra_jax.finetune did "
+                    'not write (a transformers model directory? fine-tune from it with '
+                    f'--config.init_checkpoint={shlex.quote(workdir)})')
+
+
 def load(workdir: str) -> FinetunedRun:
   """The finished fine-tuning run in `workdir`, or a UserError saying what is missing."""
   workdir = paths.absolute(workdir)
-  if checkpoint.has_steps(workdir):
-    raise UserError(f"'{workdir}' is a pretraining workdir; predictions come from a fine-tuned "
-                    'one (python -m electra_jax.finetune --config.init_checkpoint='
-                    f'{workdir} --workdir=FT_DIR)')
+  _check_finetuning_run(workdir)
   c = saved_config.load_finetuning(workdir)
   results_path = paths.join(workdir, RESULTS)
   if not paths.exists(results_path):
