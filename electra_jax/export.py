@@ -64,10 +64,10 @@ def _check_output(output: str, overwrite: bool, workdir: str) -> str:
     raise UserError(f"--output '{output}' is the workdir or a directory holding it, and "
                     'the export would replace the run; choose a directory outside it (or '
                     'inside it, e.g. WORKDIR/hf)')
-  inside = saved_run.run_folder_holding(workdir, output)
+  inside = saved_run.run_folder_above(output)
   if inside is not None:
-    raise UserError(f"--output '{output}' lies in the run's {inside}/, among its own files; "
-                    'choose a directory outside it, e.g. WORKDIR/hf')
+    raise UserError(f"--output '{output}' lies in {inside[1]}/ of the run in '{inside[0]}', "
+                    'among its own files; choose a directory outside it, e.g. WORKDIR/hf')
   if paths.is_file(output):
     raise UserError(f"--output '{output}' is a file; pass a directory path")
   if not paths.is_remote(output) and os.path.ismount(os.path.realpath(output)):

@@ -407,7 +407,8 @@ def test_overwrite_replaces_an_earlier_export_but_never_the_run_or_other_files(e
   for output in (workdir, str(base), str(base / 'link_to_run')):
     with pytest.raises(UserError, match='is the workdir or a directory holding it'):
       export.export_workdir(workdir, output, overwrite=True)
-  with pytest.raises(UserError, match="lies in the run's checkpoints/, among its own files"):
+  with pytest.raises(UserError, match=re.escape(
+      f"lies in checkpoints/ of the run in '{workdir}', among its own files")):
     export.export_workdir(workdir, os.path.join(workdir, 'checkpoints'), overwrite=True)
   (pathlib.Path(base) / 'notes').mkdir()
   (pathlib.Path(base) / 'notes' / 'todo.txt').write_text('mine')

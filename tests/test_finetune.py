@@ -1317,14 +1317,18 @@ def test_predictions_never_go_into_a_runs_own_folders(tmp_path):
   (tmp_path / 'pretrained' / 'config.json').write_text('{}')
   parts = [predictions.Part('metrics', [], True, source=str(tmp_path / 'metrics.tsv'))]
   task = tasks.get_task('sst2')
-  check = lambda output: predictions.check_output(str(output), task, parts, True, str(workdir))
+  check = lambda output: predictions.check_output(str(output), task, parts, True)
+  (tmp_path / 'pretrained' / 'checkpoints' / '20').mkdir(parents=True)
   for output, message in [
       (workdir, f"holds a run or a model ({workdir}/config.json)"),
       (tmp_path / 'pretrained', f"holds a run or a model ({tmp_path}/pretrained/config.json)"),
-      (workdir / 'seed_0', "lies in the run's seed_0/"),
-      (workdir / 'seed_0' / 'best' / 'x', "lies in the run's seed_0/"),
-      (workdir / 'network', "lies in the run's network/"),
-      (workdir / 'checkpoints' / 'p', "lies in the run's checkpoints/")]:
+      (workdir / 'seed_0', f"lies in seed_0/ of the run in '{workdir}'"),
+      (workdir / 'seed_0' / 'best' / 'x', f"lies in seed_0/ of the run in '{workdir}'"),
+      (workdir / 'network', f"lies in network/ of the run in '{workdir}'"),
+      (workdir / 'checkpoints' / 'p', f"lies in checkpoints/ of the run in '{workdir}'"),
+      # Another run's checkpoint step, which its rotation deletes.
+      (tmp_path / 'pretrained' / 'checkpoints' / '20',
+       f"lies in checkpoints/ of the run in '{tmp_path / 'pretrained'}'")]:
     with pytest.raises(UserError, match=re.escape(f"--output '{output}' {message}")):
       check(output)
   assert check(workdir / 'predictions') == str(workdir / 'predictions')

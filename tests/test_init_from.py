@@ -663,8 +663,8 @@ def test_an_unreadable_step_is_one_line_naming_it_and_the_steps_to_read_instead(
     checkpoint.read_params(str(workdir))
   proc = cli('electra_jax.export', f'--output={checkpoints / "50"}', '--step=20')
   assert proc.returncode == 2 and proc.stderr.strip() == (
-      f"error: --output '{checkpoints / '50'}' lies in the run's checkpoints/, among its own "
-      'files; choose a directory outside it, e.g. WORKDIR/hf')
+      f"error: --output '{checkpoints / '50'}' lies in checkpoints/ of the run in "
+      f"'{workdir}', among its own files; choose a directory outside it, e.g. WORKDIR/hf")
   assert not (checkpoints / '50').exists()
 
 

@@ -163,12 +163,13 @@ def file_names(task, part: Part) -> list[str]:
       if tasks_lib.is_squad_v2(task) else [])
 
 
-def check_output(output: str, task, parts: list, overwrite: bool, workdir: str) -> str:
+def check_output(output: str, task, parts: list, overwrite: bool) -> str:
   """The output directory, created; a UserError if a file it would write exists (and
   `overwrite` is off), is an input file (--input=DIR/eval.tsv --output=DIR: `overwrite` is for
   old predictions, never the user's data), two parts would write the same file, or it is a
-  run's folder (a run or model's, with its config.json, or the fine-tuning run's own seed
-  and network folders in `workdir`: its metrics.jsonl is no prediction file)."""
+  run's folder (a run or model's, with its config.json, or a run's own folder: a fine-tuning
+  run's seed and network folders, whose metrics.jsonl is no prediction file, or a checkpoint
+  step its rotation deletes)."""
   names = [n for part in parts for n in file_names(task, part)]
   if len(set(names)) < len(names):
     raise UserError(f'two inputs would write the same files ({sorted(names)}); give the files '
@@ -178,10 +179,10 @@ def check_output(output: str, task, parts: list, overwrite: bool, workdir: str) 
   if saved_config.exists(directory):
     raise UserError(f"--output '{output}' holds a run or a model ({saved_config.path(directory)})"
                     '; pass a folder of its own for the predictions')
-  inside = saved_run_lib.run_folder_holding(workdir, directory)
+  inside = saved_run_lib.run_folder_above(directory)
   if inside is not None:
-    raise UserError(f"--output '{output}' lies in the run's {inside}/; pass a folder of its own "
-                    'for the predictions (e.g. FT_DIR/predictions)')
+    raise UserError(f"--output '{output}' lies in {inside[1]}/ of the run in '{inside[0]}'; "
+                    'pass a folder of its own for the predictions (e.g. FT_DIR/predictions)')
   for name in names:
     target = paths.join(directory, name)
     # contains: the same path (symlinks resolved); nothing lies below a file.
@@ -296,7 +297,7 @@ def predict(run: saved_run_lib.FinetunedRun, parts: list, output: str, seed: int
             batch_size: int | None = None, overwrite: bool = False, say=print) -> dict:
   """Predicts every part with the run's best (or `seed`'s) checkpoint; returns the summary."""
   with paths.new_dirs_removed_on_failure(output):  # A refused seed leaves no empty --output.
-    return _predict(run, parts, check_output(output, run.task, parts, overwrite, run.workdir),
+    return _predict(run, parts, check_output(output, run.task, parts, overwrite),
                     seed, batch_size, say)
 
 

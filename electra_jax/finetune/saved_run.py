@@ -40,6 +40,24 @@ def run_folder_holding(workdir, path) -> str | None:
                and paths.contains(paths.join(workdir, name), path)), None)
 
 
+def run_folder_above(path) -> tuple[str, str] | None:
+  """(RUN, FOLDER): the run above `path` (a folder holding a config.json) and its own folder
+  `path` lies in (run_folder_holding), else None. Output written there would pass for the
+  run's files, or go with a checkpoint step its rotation deletes."""
+  path = paths.canonical(path)
+  run = path
+  while paths.parent(run) != run:
+    run = paths.parent(run)
+    if saved_config.exists(run):
+      try:
+        folder = run_folder_holding(run, path)
+      except UserError:  # Not our config.json (unreadable, someone else's): no run of ours.
+        continue
+      if folder is not None:
+        return run, folder
+  return None
+
+
 def write_network(workdir: str, source: ml_collections.ConfigDict):
   """FT_DIR/network/{config.json, <the vocabulary file>} for `source`, the network's
   pretraining-form config (vocab_file: the file to copy)."""
