@@ -101,6 +101,12 @@ def test_squad_v2_breakdown_and_the_official_threshold_search():
       pytest.approx(60.0), 0.1)
   assert (scores['best_f1'], scores['best_f1_threshold']) == (
       pytest.approx(100 * (3 + 2 / 3) / 5), 0.4)
+  # Only unanswerable questions: no answerable group to score (0.0 would read as all wrong),
+  # as the official script leaves out HasAns_*.
+  only_none = metrics.squad_metrics({'q2': '', 'q4': 'x'}, {'q2': [], 'q4': []},
+                                    {'q2': 'London', 'q4': 'x'}, {'q2': 0.9, 'q4': 0.45})
+  assert not any(k.startswith('has_answer') for k in only_none)
+  assert only_none['no_answer_exact_match'] == pytest.approx(50.0)
 
 
 def test_the_median_over_seeds_counts_a_diverged_seed_as_its_worst():
