@@ -231,8 +231,11 @@ def load(workdir) -> ml_collections.ConfigDict:
   """The resolved pretraining config saved in `workdir`, or a UserError naming the file."""
   saved = _read(workdir, 'training', 'train')
   if _kind(saved) != 'pretraining':
+    predict = ('' if _kind(saved) != 'fine-tuning' else
+               f'; to label text with it: python -m electra_jax.predict '
+               f'--workdir={shlex.quote(paths.absolute(workdir))} --input=FILE --output=DIR')
     raise UserError(f'{_not_pretraining(workdir, _kind(saved))}; pass the workdir of a '
-                    'pretraining run (python -m electra_jax.train)')
+                    f'pretraining run (python -m electra_jax.train){predict}')
   for old, new in RENAMED_KEYS.items():
     if old in saved:
       saved.setdefault(new, saved.pop(old))

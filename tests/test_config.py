@@ -189,7 +189,8 @@ def test_loading_a_pretraining_config_names_a_fine_tuning_or_transformers_workdi
   for contents, message in [
       (dict(task='files', model_size='demo', save_checkpoints_steps=0),
        'holds a fine-tuning run (python -m electra_jax.finetune); pass the workdir of a '
-       'pretraining run'),
+       'pretraining run (python -m electra_jax.train); to label text with it: python -m '
+       f'electra_jax.predict --workdir={tmp_path} --input=FILE --output=DIR'),
       (dict(model_type='electra', hidden_size=256),
        'holds a config.json that python -m electra_jax.train did not write')]:
     (tmp_path / 'config.json').write_text(json.dumps(contents))
