@@ -564,6 +564,11 @@ def test_a_tfds_download_without_a_network_is_one_line(monkeypatch, tmp_path):
                                       r"HTTPSConnectionPool.*\); check the network, or build it "
                                       r'where there is one \(`tfds build glue/sst2 '):
     tasks.tfds_source('glue/sst2', 'train', str(tmp_path), download=True)
+  # predict has no --config: its own way (the split as a file) replaces fine-tuning's flags.
+  with pytest.raises(UserError, match=r'\); check the network, or predict the split as a file: '
+                                      r'--input=FILE$'):
+    tasks.tfds_source('glue/sst2', 'train', str(tmp_path), download=True,
+                      remedy='predict the split as a file: --input=FILE')
 
 
 # --- Layer-wise learning-rate decay --------------------------------------------------------------

@@ -207,9 +207,10 @@ def tfds_source(name: str, split: str, data_dir: str | None, download: bool,
     raise UserError(f"TFDS dataset '{name}' split '{split}' is not available ({cause}); "
                     f'{remedy}') from None
   except OSError as e:  # A download without a network (requests' errors are OSErrors).
+    remedy = remedy or (f'build it where there is one (`tfds build {name} '
+                        '--file_format=array_record`) and point --config.tfds_data_dir at it')
     raise UserError(f"downloading TFDS dataset '{name}' failed ({first_line(e)}); check the "
-                    f'network, or build it where there is one (`tfds build {name} '
-                    '--file_format=array_record`) and point config.tfds_data_dir at it') from None
+                    f'network, or {remedy}') from None
   finally:
     absl_logger.setLevel(level)
 
