@@ -4,8 +4,9 @@ Examples are built as the official release's ExampleBuilder builds them: consecu
 a document accumulate until a target length, then split into segments A and B and become
 `[CLS] A [SEP] B [SEP]`. The global batch of step s is a pure function of (files, vocabulary,
 seed, s); each host reads the rows of it its devices hold (parallel.process_rows: no block of
-rows on a TPU slice), so training does not depend on how many hosts share the work. The corpus is text files or a TFDS dataset packed at start-up, or the
-shards `prepare` packed once (shards.py): both give the same examples in the same order.
+rows on a TPU slice), so training does not depend on how many hosts share the work. The corpus
+is text files or a TFDS dataset packed at start-up, or the shards `prepare` packed once
+(shards.py): both give the same examples in the same order.
 """
 import itertools
 import sys
@@ -364,7 +365,8 @@ def make_train_iterator(config, tokenizer, rows=None, start: int = 0, examples=N
   return iter(dataset)
 
 
-def make_eval_iterator(config, tokenizer, rows=None, num_batches: int | None = None, corpus: sources.Corpus | None = None,
+def make_eval_iterator(config, tokenizer, rows=None, num_batches: int | None = None,
+                       corpus: sources.Corpus | None = None,
                        rows_per_batch: int | None = None) -> Iterator[dict[str, np.ndarray]]:
   """The eval set in file order: this host's `rows` (parallel.process_rows; default: all) of
   each global batch of eval_batch_size.

@@ -192,7 +192,8 @@ def squad_metrics(predictions: dict, gold_answers: dict, best_spans: dict | None
   SQuAD 2.0 (best_spans: id -> the best non-empty span; no_answer_probs: id -> probability of
   no answer): as the 2.0 script scores them ('' = no answer; an empty list of gold answers =
   unanswerable, scored against ''), with its breakdown over answerable and unanswerable
-  questions (a group without questions left out) and its threshold search (best_exact_match / best_f1 and their thresholds)."""
+  questions (a group without questions left out) and its threshold search (best_exact_match /
+  best_f1 and their thresholds)."""
   squad_v2 = best_spans is not None
   em, f1 = _question_scores(predictions, gold_answers, squad_v2)
   result = dict(exact_match=_mean_percent(em, em), f1=_mean_percent(f1, f1))
