@@ -36,6 +36,7 @@ from electra_jax import train_state as ts
 from electra_jax import paths
 from electra_jax.data import extend_vocab
 from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.data import wordpiece
 from electra_jax.errors import UserError
 from electra_jax.hf import configs as hf_configs
 from electra_jax.hf import files as hf_files
@@ -348,7 +349,7 @@ def prepare(config, workdir: str | None, overridden=()) -> Start:
                                                     config.extend_vocab_file)
     keys['vocab_size'], content = extension.new_size, extension.content
   elif vocab.file is None:
-    content = lambda: ''.join(t + '\n' for t in vocab.tokens).encode('utf-8')
+    content = lambda: wordpiece.vocab_bytes(vocab.tokens)
   elif source.copy_vocabulary and 'vocab_file' not in overridden:
     content = lambda: paths.read_bytes(vocab.file)
   keys['vocab_file'] = (vocab.file if content is None else

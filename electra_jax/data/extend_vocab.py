@@ -100,7 +100,7 @@ def extend_wordpiece(old_tokens: list[str], lower_case: bool, new: list[str],
     pieces.append(_continuation_ids(word, old_tokens) if prefix else old.encode(word))
 
   def content():
-    return ''.join(t + '\n' for t in old_tokens + added).encode('utf-8')
+    return wordpiece.vocab_bytes(old_tokens + added)
 
   return Extension(added, pieces, skipped, len(old_tokens), content)
 

@@ -37,6 +37,11 @@ def read_tokens(vocab_file: str) -> list[str]:
   return tokens
 
 
+def vocab_bytes(tokens: list[str]) -> bytes:
+  """A vocab.txt of `tokens` (read_tokens' inverse): one token a line, '\n' line ends."""
+  return ''.join(f'{token}\n' for token in tokens).encode('utf-8')
+
+
 def _token_ids(tokens: list[str], vocab_file: str) -> dict[str, int]:
   # A token on two lines takes the later id, as BERT's load_vocab, transformers and
   # tokenizers do: released vocabularies with repeated lines exist.

@@ -107,8 +107,8 @@ def write_tokenizer(vocab_file: str, directory: str, model_max_length: int,
     # written back one a line: transformers' readers keep a line's spaces, and 'cat ' would
     # not be 'cat'.
     tokens = wordpiece.read_tokens(path)
-    with open(os.path.join(directory, WORDPIECE_FILE), 'w', encoding='utf-8', newline='\n') as f:
-      f.write(''.join(f'{token}\n' for token in tokens))
+    with open(os.path.join(directory, WORDPIECE_FILE), 'wb') as f:
+      f.write(wordpiece.vocab_bytes(tokens))
     vocab = {token: i for i, token in enumerate(tokens)}  # A repeated token: its later id.
     tokenizer = transformers.ElectraTokenizerFast(vocab=vocab, do_lower_case=do_lower_case,
                                                   model_max_length=model_max_length, **names)
@@ -157,7 +157,7 @@ class Vocabulary:
     temp folder: tokenizers load files), or None without either."""
     if self.tokens is None:
       return self.file
-    content = ''.join(f'{token}\n' for token in self.tokens).encode('utf-8')
+    content = wordpiece.vocab_bytes(self.tokens)
     folder = os.path.join(tempfile.gettempdir(),
                           f'electra_jax-vocab-{hashlib.sha256(content).hexdigest()[:16]}')
     path = os.path.join(folder, WORDPIECE_FILE)
